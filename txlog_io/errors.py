@@ -1,0 +1,106 @@
+"""One error hierarchy for txlog_io, and the Anomaly record for data problems.
+
+Two kinds of trouble, kept apart on purpose:
+
+* Usage problems (a missing path, an unreadable file, a bad option, an encoder asked to write an impossible
+  record) raise a :class:`TxlogError` subclass.  The message always names the file, and where it applies the byte
+  position and what was expected versus what was found.
+* Data problems inside a store (truncated record, bad magic, CRC mismatch, wrong file size, gap between files,
+  unparsable JSON, ...) never raise out of a decoder.  They become :class:`Anomaly` values that travel next to the
+  decoded records, and decoding resynchronises at the next valid record.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+
+class TxlogError(Exception):
+    """Base of every error txlog_io raises on purpose."""
+
+
+class UsageError(TxlogError):
+    """The caller asked for something that cannot be done (bad argument, bad option value)."""
+
+
+class StoreNotFoundError(UsageError):
+    """A path given as a store, mapped-file directory or file does not exist."""
+
+    def __init__(self, path: str, what: str = "path"):
+        super().__init__(f"{what} not found: {path}")
+        self.path = path
+
+
+class UnreadableFileError(TxlogError):
+    """A file exists but cannot be opened or read."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"cannot read {path}: {reason}")
+        self.path = path
+
+
+class EncodeError(TxlogError):
+    """An encoder was given a value that RocketMQ could not have written (or cannot represent)."""
+
+    def __init__(self, field: str, expected: str, actual: Any):
+        super().__init__(f"cannot encode {field}: expected {expected}, got {actual!r}")
+        self.field = field
+        self.expected = expected
+        self.actual = actual
+
+
+class FormatError(TxlogError):
+    """A data problem at a known place.  Raised only inside codecs and turned into an Anomaly at their edge."""
+
+    def __init__(self, kind: str, file: str, position: int, detail: str,
+                 expected: Any = None, actual: Any = None):
+        where = f"{file}@{position}"
+        exp = f" (expected {expected}, actual {actual})" if expected is not None or actual is not None else ""
+        super().__init__(f"{kind} at {where}: {detail}{exp}")
+        self.anomaly = Anomaly(kind=kind, file=file, position=position, detail=detail,
+                               expected=None if expected is None else str(expected),
+                               actual=None if actual is None else str(actual))
+
+
+class AnomalyKind:
+    """Stable anomaly codes (a public contract: they appear in dumps, Delta tables and tests)."""
+
+    TRUNCATED_RECORD = "TRUNCATED_RECORD"          # record header/length runs past the end of valid data
+    BAD_MAGIC = "BAD_MAGIC"                        # neither V1, V2 nor BLANK where a record must start
+    BAD_TOTAL_SIZE = "BAD_TOTAL_SIZE"              # impossible TOTALSIZE, or fields do not add up to it
+    BODY_CRC_MISMATCH = "BODY_CRC_MISMATCH"        # masked CRC32 of the stored body differs from BODYCRC
+    PROPERTY_CRC_MISMATCH = "PROPERTY_CRC_MISMATCH"  # 5.2+ __CRC32# property does not match the record
+    PHYSICAL_OFFSET_MISMATCH = "PHYSICAL_OFFSET_MISMATCH"  # PHYSICALOFFSET field != file start + position
+    BAD_PROPERTIES = "BAD_PROPERTIES"              # properties bytes not valid UTF-8 / malformed
+    BAD_BODY_COMPRESSION = "BAD_BODY_COMPRESSION"  # compressed body does not decompress
+    GARBAGE_AFTER_END = "GARBAGE_AFTER_END"        # non-zero bytes after the end of valid data
+    RESYNC = "RESYNC"                              # bytes skipped to reach the next valid record
+    FILE_SIZE_MISMATCH = "FILE_SIZE_MISMATCH"      # mapped file length differs from the queue's file size
+    FILE_GAP = "FILE_GAP"                          # adjacent mapped files are not contiguous
+    FILE_OVERLAP = "FILE_OVERLAP"                  # adjacent mapped files overlap
+    BAD_FILE_NAME = "BAD_FILE_NAME"                # not a 20-digit offset name
+    MISALIGNED_FILE_NAME = "MISALIGNED_FILE_NAME"  # name not a multiple of the unit size
+    BAD_CQ_ENTRY = "BAD_CQ_ENTRY"                  # consume-queue unit with impossible values
+    CQ_ENTRY_MISMATCH = "CQ_ENTRY_MISMATCH"        # CQ unit disagrees with the CommitLog record it points to
+    BAD_STATETABLE_UNIT = "BAD_STATETABLE_UNIT"
+    BAD_REDOLOG_UNIT = "BAD_REDOLOG_UNIT"
+    BAD_JSON = "BAD_JSON"                          # config JSON that cannot be parsed even leniently
+    BAD_CHECKPOINT = "BAD_CHECKPOINT"
+    MISSING_FILE = "MISSING_FILE"
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """A data problem found while decoding: what, where (file + byte position in that file), and the evidence."""
+
+    kind: str
+    file: str
+    position: int
+    detail: str
+    expected: Optional[str] = None
+    actual: Optional[str] = None
+    source: str = ""            # which decoder found it: commitlog, consumequeue, statetable, ...
+    physical_offset: Optional[int] = None  # global offset (CommitLog / logical queue offset bytes) if known
+
+    def to_dict(self) -> dict:
+        return asdict(self)
