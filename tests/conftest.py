@@ -1,0 +1,44 @@
+"""Shared test fixtures: the real-broker stores and ONE SparkSession for the whole suite."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+FIXTURES = DATA / "fixtures"
+FIXTURE_VERSIONS = ("rocketmq-3.1.4", "rocketmq-4.9.8", "rocketmq-5.3.3")
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session", params=FIXTURE_VERSIONS)
+def real_store(request) -> Path:
+    """Each real-broker fixture directory (contains store/ and truth/)."""
+    return FIXTURES / request.param
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole suite (starting one costs ~6 s)."""
+    from jobs.session import build_session
+
+    session = build_session(app_name="txaudit-tests", master="local[2]", extra_conf={
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+    })
+    yield session
+    session.stop()
