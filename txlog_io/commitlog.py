@@ -1,0 +1,199 @@
+"""CommitLog records: layout, encoder, framing scanner and vectorised decoder.
+
+Follows store/src/main/java/org/apache/rocketmq/store/CommitLog.java (checkMessageAndReturnSize,
+DefaultAppendMessageCallback.doAppend), store/.../MessageExtEncoder.java (calMsgLength, encode) and
+common/.../message/MessageDecoder.java, 5.3.3; 4.9.7 and 3.1.4 CommitLog.java for the older layouts.
+
+Record layout (all integers big-endian; B/S = 8 for an IPv4 host, 20 for IPv6 per SYSFLAG bits 0x10/0x20;
+T = 1 for magic V1, 2 for magic V2):
+
+    off        size  field
+    0          4     TOTALSIZE                      whole record, this field included
+    4          4     MAGICCODE                      V1 0xDAA320A7 | V2 0xDAA320AB | BLANK 0xCBD43194
+    8          4     BODYCRC                        CRC32(stored body) & 0x7FFFFFFF
+    12         4     QUEUEID
+    16         4     FLAG
+    20         8     QUEUEOFFSET
+    28         8     PHYSICALOFFSET                 global offset of this record
+    36         4     SYSFLAG
+    40         8     BORNTIMESTAMP
+    48         B     BORNHOST                       IP (4|16 bytes) + int32 port
+    48+B       8     STORETIMESTAMP
+    56+B       S     STOREHOST
+    56+B+S     4     RECONSUMETIMES
+    60+B+S     8     PREPARED_TRANSACTION_OFFSET
+    68+B+S     4     BODYLENGTH
+    72+B+S     n     BODY
+    ..         T     TOPICLENGTH                    signed int8 (V1) / signed int16 (V2)
+    ..         t     TOPIC
+    ..         2     PROPERTIESLENGTH               signed int16
+    ..         p     PROPERTIES
+    TOTALSIZE = 72 + B + S + n + T + t + 2 + p
+
+End of a mapped file: when a record does not fit with 8 spare bytes, the broker writes [int32 bytes-left][BLANK]
+and continues in the next file; the newest file ends in zeros.  Both end the data of a file.
+
+Framing (``scan_*``) is kept apart from decoding (``decode_*``): the scanner walks TOTALSIZE links and reports
+record positions, valid bytes and anything it had to skip; the decoder turns a batch of positions into Arrow
+columns with one numpy dtype per host layout and no per-record Python work on the fast path.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import numpy as np
+
+from txlog_io import properties as P
+from txlog_io.compression import compression_of
+from txlog_io.errors import EncodeError
+from txlog_io.msgid import parse_host
+
+# --- constants (CommitLog.java / MessageDecoder.java / MessageSysFlag.java) -------------------------------
+MAGIC_V1 = 0xDAA320A7
+MAGIC_V2 = 0xDAA320AB
+BLANK_MAGIC = 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8
+MAX_TOPIC_LENGTH_V1 = 127          # signed byte
+MAX_TOPIC_LENGTH_V2 = 32767        # signed short
+MAX_PROPERTIES_LENGTH = 32767      # signed short
+
+TRANSACTION_MASK = 0xC
+TX_NOT, TX_PREPARED, TX_COMMIT, TX_ROLLBACK = 0x0, 0x4, 0x8, 0xC
+TRANSACTION_TYPE_NAMES = {TX_NOT: "NOT", TX_PREPARED: "PREPARED", TX_COMMIT: "COMMIT", TX_ROLLBACK: "ROLLBACK"}
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+
+# --- fixed layouts, one dtype per (born host family, store host family) ----------------------------------
+_HEAD_FIELDS = (("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
+                ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"),
+                ("born_timestamp", ">i8"))
+
+
+def _layout(born_ip_len: int, store_ip_len: int) -> np.dtype:
+    fields = [*_HEAD_FIELDS,
+              ("born_ip", f"V{born_ip_len}"), ("born_port", ">i4"), ("store_timestamp", ">i8"),
+              ("store_ip", f"V{store_ip_len}"), ("store_port", ">i4"), ("reconsume_times", ">i4"),
+              ("prepared_transaction_offset", ">i8"), ("body_size", ">i4")]
+    return np.dtype(fields)
+
+
+#: layout index = (born host is IPv6) | (store host is IPv6) << 1
+LAYOUTS = tuple(_layout(4 if not (i & 1) else 16, 4 if not (i & 2) else 16) for i in range(4))
+HEAD = np.dtype(list(_HEAD_FIELDS))
+HEAD_SIZE = HEAD.itemsize                                  # 48: fields before BORNHOST
+MAX_FIXED_SIZE = LAYOUTS[3].itemsize                       # 96: everything before BODY with two IPv6 hosts
+MIN_RECORD_SIZE = LAYOUTS[0].itemsize + 1 + 2              # 91: IPv4 hosts, empty body, topic and properties
+SYS_FLAG_OFFSET = HEAD.fields["sys_flag"][1]               # 36
+PHYSICAL_OFFSET_OFFSET = HEAD.fields["physical_offset"][1]  # 28
+QUEUE_OFFSET_OFFSET = HEAD.fields["queue_offset"][1]        # 20
+assert LAYOUTS[0].itemsize == 72 + 8 + 8 and SYS_FLAG_OFFSET == 36  # layout self-check, not input validation
+
+_SIZE_MAGIC = struct.Struct(">iI")
+_I16 = struct.Struct(">h")
+_I8 = struct.Struct(">b")
+_STRUCTS = tuple(struct.Struct(">" + "".join(
+    {"i4": "i", "u4": "I", "i8": "q"}.get(dt.fields[n][0].str[1:], f"{dt.fields[n][0].itemsize}s")
+    for n in dt.names)) for dt in LAYOUTS)
+
+
+def layout_index(sys_flag: int) -> int:
+    return (1 if sys_flag & BORNHOST_V6_FLAG else 0) | (2 if sys_flag & STOREHOST_V6_FLAG else 0)
+
+
+def body_crc(body: bytes) -> int:
+    """UtilAll.crc32: java.util.zip.CRC32 masked to 31 bits; 0 for an empty body."""
+    return zlib.crc32(body) & 0x7FFFFFFF if body else 0
+
+
+# --- encoder -----------------------------------------------------------------------------------------------
+@dataclass
+class Message:
+    """One CommitLog record as the broker writes it (the encoder's input; also what the reference broker builds).
+
+    ``body`` is the body as stored (already compressed when sys_flag says so).  The IPv6 host bits of sys_flag
+    are derived from the host addresses.  ``magic_version`` None means what 5.1+ does with
+    autoMessageVersionOnTopicLen: V2 only for topics longer than 127 characters.
+    """
+
+    topic: str
+    body: bytes = b""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    queue_id: int = 0
+    flag: int = 0
+    queue_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    store_timestamp: int = 0
+    store_host: str = "127.0.0.1:10911"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    magic_version: Optional[int] = None
+    body_crc: Optional[int] = None           # None: computed; set it to write a deliberately wrong CRC
+    properties_raw: Optional[bytes] = None   # exact PROPERTIES bytes, overriding ``properties``
+    properties_trailing_separator: bool = True  # False: 4.9.x style, no 0x02 after the last entry
+
+    def properties_bytes(self) -> bytes:
+        if self.properties_raw is not None:
+            return self.properties_raw
+        return P.encode_properties(self.properties, self.properties_trailing_separator)
+
+    def resolved_magic_version(self) -> int:
+        if self.magic_version is not None:
+            return self.magic_version
+        return 2 if len(self.topic) > MAX_TOPIC_LENGTH_V1 else 1
+
+
+def record_size(msg: Message) -> int:
+    """calMsgLength."""
+    born_ip, _ = parse_host(msg.born_host)
+    store_ip, _ = parse_host(msg.store_host)
+    t = 2 if msg.resolved_magic_version() == 2 else 1
+    return (72 + len(born_ip) + 4 + len(store_ip) + 4 + len(msg.body) + t + len(msg.topic.encode("utf-8"))
+            + 2 + len(msg.properties_bytes()))
+
+
+def encode_record(msg: Message, physical_offset: int) -> bytes:
+    """Bytes of one record exactly as DefaultAppendMessageCallback.doAppend lays it out."""
+    born_ip, born_port = parse_host(msg.born_host)
+    store_ip, store_port = parse_host(msg.store_host)
+    sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+    sys_flag |= (BORNHOST_V6_FLAG if len(born_ip) == 16 else 0) | (STOREHOST_V6_FLAG if len(store_ip) == 16 else 0)
+    version = msg.resolved_magic_version()
+    if version not in (1, 2):
+        raise EncodeError("magic_version", "1 or 2", version)
+    topic = msg.topic.encode("utf-8")
+    limit = MAX_TOPIC_LENGTH_V1 if version == 1 else MAX_TOPIC_LENGTH_V2
+    if not 0 < len(topic) <= limit:
+        raise EncodeError("topic", f"1..{limit} UTF-8 bytes for magic V{version}", len(topic))
+    props = msg.properties_bytes()
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise EncodeError("properties", f"at most {MAX_PROPERTIES_LENGTH} bytes", len(props))
+    crc = body_crc(msg.body) if msg.body_crc is None else msg.body_crc
+    layout = layout_index(sys_flag)
+    total = (LAYOUTS[layout].itemsize + len(msg.body) + (1 if version == 1 else 2) + len(topic) + 2 + len(props))
+    fixed = _STRUCTS[layout].pack(
+        total, MAGIC_V1 if version == 1 else MAGIC_V2, crc, msg.queue_id, msg.flag, msg.queue_offset,
+        physical_offset, sys_flag, msg.born_timestamp, born_ip, born_port, msg.store_timestamp, store_ip,
+        store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(msg.body))
+    topic_len = _I8.pack(len(topic)) if version == 1 else _I16.pack(len(topic))
+    return b"".join((fixed, msg.body, topic_len, topic, _I16.pack(len(props)), props))
+
+
+def encode_blank(bytes_left: int) -> bytes:
+    """The 8-byte end-of-file header: [int32 bytes left in the file][BLANK_MAGIC]; the caller zero-fills the rest."""
+    if bytes_left < END_FILE_MIN_BLANK_LENGTH:
+        raise EncodeError("bytes_left", f">= {END_FILE_MIN_BLANK_LENGTH}", bytes_left)
+    return _SIZE_MAGIC.pack(bytes_left, BLANK_MAGIC)
+
+
+def transaction_type_name(sys_flag: int) -> str:
+    return TRANSACTION_TYPE_NAMES[sys_flag & TRANSACTION_MASK]
+
+
+__all__ = ["Message", "encode_record", "encode_blank", "record_size", "body_crc", "compression_of",
+           "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "TX_NOT", "TX_PREPARED", "TX_COMMIT", "TX_ROLLBACK",
+           "BORNHOST_V6_FLAG", "STOREHOST_V6_FLAG", "END_FILE_MIN_BLANK_LENGTH", "LAYOUTS"]
