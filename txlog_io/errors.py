@@ -87,6 +87,8 @@ class AnomalyKind:
     BAD_JSON = "BAD_JSON"                          # config JSON that cannot be parsed even leniently
     BAD_CHECKPOINT = "BAD_CHECKPOINT"
     MISSING_FILE = "MISSING_FILE"
+    BAD_CQ_EXT_UNIT = "BAD_CQ_EXT_UNIT"            # consume-queue-ext unit whose size fields do not add up
+    BAD_CONFIG_ENTRY = "BAD_CONFIG_ENTRY"          # parsable config JSON with an entry RocketMQ could not have written
 
 
 @dataclass(frozen=True)
