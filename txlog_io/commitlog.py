@@ -84,7 +84,7 @@ def _layout(born_ip_len: int, store_ip_len: int) -> np.dtype:
 LAYOUTS = tuple(_layout(4 if not (i & 1) else 16, 4 if not (i & 2) else 16) for i in range(4))
 HEAD = np.dtype(list(_HEAD_FIELDS))
 HEAD_SIZE = HEAD.itemsize                                  # 48: fields before BORNHOST
-MAX_FIXED_SIZE = LAYOUTS[3].itemsize                       # 96: everything before BODY with two IPv6 hosts
+MAX_FIXED_SIZE = LAYOUTS[3].itemsize                       # 112: everything before BODY with two IPv6 hosts
 MIN_RECORD_SIZE = LAYOUTS[0].itemsize + 1 + 2              # 91: IPv4 hosts, empty body, topic and properties
 SYS_FLAG_OFFSET = HEAD.fields["sys_flag"][1]               # 36
 PHYSICAL_OFFSET_OFFSET = HEAD.fields["physical_offset"][1]  # 28
@@ -194,6 +194,10 @@ def transaction_type_name(sys_flag: int) -> str:
     return TRANSACTION_TYPE_NAMES[sys_flag & TRANSACTION_MASK]
 
 
-__all__ = ["Message", "encode_record", "encode_blank", "record_size", "body_crc", "compression_of",
+from txlog_io.commitlog_decode import (  # noqa: E402  (decoder needs the layout above)
+    decode_at, decode_file, decode_range, next_boundary, scan_range,
+)
+
+__all__ = ["decode_range", "decode_file", "decode_at", "scan_range", "next_boundary", "Message", "encode_record", "encode_blank", "record_size", "body_crc", "compression_of",
            "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "TX_NOT", "TX_PREPARED", "TX_COMMIT", "TX_ROLLBACK",
            "BORNHOST_V6_FLAG", "STOREHOST_V6_FLAG", "END_FILE_MIN_BLANK_LENGTH", "LAYOUTS"]
