@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.store import COMMITLOG
-from txlog_io import commitlog as L
+from txlog_io import commitlog_layout as L
 from txlog_io import properties as P
 from txlog_io.errors import Anomaly, AnomalyKind, StoreNotFoundError, UnreadableFileError, UsageError
 from txlog_io.msgid import host_text
@@ -235,6 +235,7 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
     min_size = L.MIN_RECORD_SIZE
     v1, v2 = L.MAGIC_V1, L.MAGIC_V2
     unpack = _HEADER.unpack_from
+    small_records = False
     while pos is not None and pos < size:
         want = chunk_bytes
         head = reader.pread(pos, 8)
@@ -249,6 +250,11 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
         anomalies: list = []
         next_pos: Optional[int] = None      # where the following chunk starts; None = the range is finished
         verify_from = end - pos             # at/after this relative position a boundary must self-verify to stop
+        if small_records:
+            fast = _chain_fast(buf, n, min(n, verify_from), size - pos)
+            if fast.size:
+                positions = fast.tolist()
+                rel = positions[-1] + _HEADER.unpack_from(buf, positions[-1])[0]
         while True:
             if rel + 8 > n:
                 if pos + rel + 8 <= size:
@@ -295,6 +301,9 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
                                "no record header here", "magic 0xDAA320A7/0xDAA320AB/0xCBD43194",
                                f"0x{magic:08X}")
             break
+        if positions:
+            # small records make the Python chain walk the bottleneck: switch to the vectorised chain finder
+            small_records = rel / len(positions) < _FAST_CHAIN_BELOW
         if positions or anomalies:
             rel_pos = np.asarray(positions, dtype=np.int64)
             summary.records += len(positions)
@@ -304,6 +313,37 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
                 summary.valid_end = max(summary.valid_end, pos + last + _HEADER.unpack_from(buf, last)[0])
             yield Frame(buf, pos, rel_pos, _sizes_at(buf, rel_pos), anomalies)
         pos = next_pos
+
+
+_FAST_CHAIN_BELOW = 640   # average record size under which the vectorised chain finder beats the Python walk
+
+
+def _chain_fast(buf: bytearray, n: int, limit: int, bytes_to_file_end: int) -> np.ndarray:
+    """Record positions of the unbroken TOTALSIZE chain that starts at 0 and stays below ``limit``.
+
+    Candidates are the places where a V1/V2 magic sits 4 bytes in; the chain is accepted while each record ends
+    exactly where the next candidate starts.  The first irregularity (a magic pattern inside a body, damage, the
+    end of data, a record crossing the chunk edge) ends the fast prefix and the exact Python walk takes over."""
+    u8 = np.frombuffer(buf, np.uint8, n)
+    c = np.flatnonzero(u8[4:n - 3] == 0xDA)
+    c = c[(u8[c + 5] == 0xA3) & (u8[c + 6] == 0x20) & ((u8[c + 7] | 0x0C) == 0xAF)]
+    if not c.size or c[0] != 0:
+        return np.zeros(0, np.int64)
+    m = (u8[c + 7] == 0xA7) | (u8[c + 7] == 0xAB)
+    c = c[m]
+    sizes = _sizes_at(buf, c)
+    ends = c + sizes
+    ok = (sizes >= L.MIN_RECORD_SIZE) & (ends <= n) & (ends <= bytes_to_file_end) & (c < limit)
+    linked = np.empty(c.size, bool)
+    linked[:-1] = ends[:-1] == c[1:]
+    linked[-1] = False
+    good = ok & linked
+    bad = np.flatnonzero(~good)
+    stop = int(bad[0]) if bad.size else c.size
+    # the record at ``stop`` is still part of the chain when its own size is fine (its successor is what broke)
+    if stop < c.size and ok[stop]:
+        stop += 1
+    return c[:stop].astype(np.int64)
 
 
 def _sizes_at(buf: bytearray, rel_pos: np.ndarray) -> np.ndarray:
@@ -494,12 +534,21 @@ def _read_i16(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
     return ((u8[at].astype(np.int16) << 8) | u8[at + 1].astype(np.int16)).astype(np.int64)
 
 
+_HEX4 = None
+
+
 def _hex_ids(window_rows: np.ndarray) -> pa.Array:
-    """Upper-case hex of each row of a uint8 matrix (offsetMsgId)."""
+    """Upper-case hex of each row of a uint8 matrix (offsetMsgId), four hex digits per table lookup."""
+    global _HEX4
+    if _HEX4 is None:
+        v = np.arange(65536)
+        t = np.empty((65536, 4), np.uint8)
+        for k in range(4):
+            t[:, k] = _HEX[(v >> (12 - 4 * k)) & 0xF]
+        _HEX4 = t.view("<u4").reshape(65536)
     n, w = window_rows.shape
-    out = np.empty((n, 2 * w), np.uint8)
-    out[:, 0::2] = _HEX[window_rows >> 4]
-    out[:, 1::2] = _HEX[window_rows & 0xF]
+    words = np.ascontiguousarray(window_rows).view(">u2").reshape(n, w // 2)
+    out = _HEX4[words]
     offsets = np.arange(0, (n + 1) * 2 * w, 2 * w, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
 
@@ -564,35 +613,48 @@ class _Props:
 
 
 def _parse_properties(props: pa.Array) -> _Props:
-    """string2messageProperties for every record at once (see txlog_io.properties for the rules)."""
+    """string2messageProperties for every record at once (see txlog_io.properties for the rules).
+
+    Segments end at every 0x02 and at every record end.  Both lists are merged in one stable sort (a record end
+    sorts before a 0x02 at the same byte, which belongs to the next record), so the record of each segment is a
+    running count of record ends and no per-record search is needed."""
     n = len(props)
     bufs = props.buffers()
     rec_off = np.frombuffer(bufs[1], np.int32, n + 1, props.offset * 4).astype(np.int64)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    data = data[:rec_off[-1]] if data.size else data
+    data = data[:rec_off[-1]]
     sep2 = np.flatnonzero(data == 2)
     sep1 = np.flatnonzero(data == 1)
-    # every segment ends at a 0x02 or at its record's end; sort ends so a record end precedes a 0x02 at the
-    # same byte (that 0x02 belongs to the next record).
-    ends = np.concatenate([rec_off[1:], sep2])
-    is_sep = np.concatenate([np.zeros(n, np.int8), np.ones(sep2.size, np.int8)])
-    order = np.lexsort((is_sep, ends))
-    ends, is_sep = ends[order], is_sep[order]
-    rec_of_end = np.where(is_sep == 1, np.searchsorted(rec_off, ends, "right") - 1,
-                          np.concatenate([np.arange(n), np.zeros(sep2.size, np.int64)])[order])
-    prev_end = np.concatenate([[-1], ends[:-1]])
-    prev_rec = np.concatenate([[-1], rec_of_end[:-1]])
-    seg_start = np.where(prev_rec == rec_of_end, prev_end + 1, rec_off[:-1][rec_of_end])
-    k = np.searchsorted(sep1, seg_start)
-    kv = np.where(k < sep1.size, sep1[np.minimum(k, max(sep1.size - 1, 0))] if sep1.size else -1, -1)
-    valid = (kv > seg_start) & (kv < ends - 1)
-    s, kvv, e, r = seg_start[valid], kv[valid], ends[valid], rec_of_end[valid]
+    merged = np.concatenate([rec_off[1:], sep2])
+    order = np.argsort(merged, kind="stable")
+    ends = merged[order]
+    is_end = order < n
+    rec_of_end = np.cumsum(is_end) - is_end
+    seg_start = np.empty_like(ends)
+    seg_start[0] = rec_off[0]
+    seg_start[1:] = ends[:-1] + 1
+    # a segment that follows a record end starts at its own record's first byte
+    follows_end = np.empty(ends.size, bool)
+    follows_end[0] = True
+    follows_end[1:] = is_end[:-1]
+    seg_start[follows_end] = rec_off[:-1][rec_of_end[follows_end]]
+    nonempty = ends - seg_start >= 3
+    s, e, r = seg_start[nonempty], ends[nonempty], rec_of_end[nonempty]
+    if sep1.size == s.size and (sep1 > s).all() and (sep1 < e - 1).all():
+        kv, valid = sep1, None          # well-formed: exactly one 0x01 inside every segment
+    else:
+        k = np.searchsorted(sep1, s)
+        kv = np.full(s.size, -1, np.int64)
+        has = k < sep1.size
+        kv[has] = sep1[k[has]]
+        valid = (kv > s) & (kv < e - 1)
+    if valid is not None:
+        s, e, r, kv = s[valid], e[valid], r[valid], kv[valid]
     m = s.size
     if m:
-        offs = np.empty(4 * m, np.int64)
-        offs[0::4], offs[1::4], offs[2::4], offs[3::4] = s, kvv, kvv + 1, e
-        inter = pa.Array.from_buffers(pa.binary(), 4 * m - 1,
-                                      [None, pa.py_buffer(offs.astype(np.int32)), bufs[2]])
+        offs = np.empty(4 * m, np.int32)
+        offs[0::4], offs[1::4], offs[2::4], offs[3::4] = s, kv, kv + 1, e
+        inter = pa.Array.from_buffers(pa.binary(), 4 * m - 1, [None, pa.py_buffer(offs), bufs[2]])
         keys_b = inter.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int32)))
         vals_b = inter.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int32)))
     else:
@@ -605,8 +667,7 @@ def _parse_properties(props: pa.Array) -> _Props:
     counts = np.bincount(r, minlength=n) if m else np.zeros(n, np.int64)
     map_offsets = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=map_offsets[1:])
-    props_ = _Props(keys, values, map_offsets, codes, dictionary, r)
-    return _dedupe_keys(props_, n)
+    return _dedupe_keys(_Props(keys, values, map_offsets, codes, dictionary, r), n)
 
 
 def _to_utf8(arr: pa.Array) -> pa.Array:
@@ -623,9 +684,18 @@ def _dedupe_keys(p: _Props, n: int) -> _Props:
     if m == 0:
         return p
     combined = p.record_of * (len(p.dictionary) + 1) + p.key_codes
-    srt = np.sort(combined)
-    if not np.any(srt[1:] == srt[:-1]):
-        return p
+    if len(p.dictionary) <= 63:
+        bits = np.left_shift(np.uint64(1), p.key_codes.astype(np.uint64))
+        counts = np.diff(p.map_offsets)
+        has = counts > 0
+        distinct = np.zeros(n, np.int64)
+        distinct[has] = np.bitwise_count(np.bitwise_or.reduceat(bits, p.map_offsets[:-1][has]))
+        if (distinct == counts).all():
+            return p
+    else:
+        srt = np.sort(combined)
+        if not np.any(srt[1:] == srt[:-1]):
+            return p
     keep = np.ones(m, bool)
     # walk backwards so the last occurrence of each (record, key) is kept
     seen = set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from functools import lru_cache
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -36,6 +37,7 @@ def host_text(ip: bytes, port: int) -> str:
     return f"{ip_text(ip)}:{port}" if len(ip) == 4 else f"[{ip_text(ip)}]:{port}"
 
 
+@lru_cache(maxsize=4096)
 def parse_host(text: str) -> tuple:
     """"ip:port" / "[ipv6]:port" (a leading "/" as Java prints it is accepted) -> (ip bytes, port)."""
     t = text[1:] if text.startswith("/") else text
