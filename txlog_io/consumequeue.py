@@ -228,6 +228,10 @@ def _unit_anomaly(kind: str, file_str: str, source: str, base_offset: int, pos: 
                    source=source, physical_offset=base_offset + pos)
 
 
+def _by_position(anomaly: Anomaly) -> int:
+    return anomaly.position
+
+
 def _resolve_base(path, base_offset: Optional[int]) -> int:
     if base_offset is None:
         return base_offset_from_name(path)
@@ -279,6 +283,7 @@ def decode_consumequeue(path, *, topic: str, queue_id: int, base_offset: Optiona
         n = int(keep.sum())
         if n == 0 and not anomalies:
             continue
+        anomalies.sort(key=_by_position)  # file order, whatever check found them
         positions = chunk.positions[keep]
         batch = pa.RecordBatch.from_arrays([
             _constant_string(file_str, n),
@@ -567,6 +572,7 @@ def decode_statetable(path, *, base_offset: Optional[int] = None, start: int = 0
         n = int(keep.sum())
         if n == 0 and not anomalies:
             continue
+        anomalies.sort(key=_by_position)  # file order, whatever check found them
         kept_states = states[keep]
         names = [state_name(s) for s in kept_states.tolist()]
         positions = chunk.positions[keep]
@@ -650,6 +656,7 @@ def decode_redolog(path, *, base_offset: Optional[int] = None, start: int = 0, e
         n = int(keep.sum())
         if n == 0 and not anomalies:
             continue
+        anomalies.sort(key=_by_position)  # file order, whatever check found them
         positions = chunk.positions[keep]
         kinds = np.where(prepared[keep], "PREPARED", "END")
         batch = pa.RecordBatch.from_arrays([
