@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -149,7 +148,7 @@ json_values = st.recursive(json_leaves, lambda inner: st.one_of(st.lists(inner, 
                            max_leaves=20)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(obj=st.dictionaries(json_keys, json_values, max_size=6), pretty=st.booleans())
 def test_write_then_parse_round_trip(obj, pretty):
     text = config.write_fastjson(obj, pretty=pretty)

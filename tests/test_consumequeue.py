@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from schemas import store as store_schemas
 from txlog_io import consumequeue as cq
@@ -245,7 +245,7 @@ cq_units = st.tuples(st.integers(0, (1 << 63) - 1), st.integers(1, (1 << 31) - 1
     lambda u: u != (0, cq.PRE_BLANK_SIZE, 0))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(units=st.lists(cq_units, max_size=12), base_units=st.integers(0, 10 ** 12), pre_blanks=st.integers(0, 3),
        chunk=st.integers(1, 5))
 def test_cq_round_trip(units, base_units, pre_blanks, chunk):
@@ -263,7 +263,7 @@ def test_cq_round_trip(units, base_units, pre_blanks, chunk):
     assert table.column("queue_offset").to_pylist() == [base_units + pre_blanks + i for i in range(len(units))]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(units=st.lists(st.tuples(st.integers(0, (1 << 63) - 1), st.integers(1, (1 << 31) - 1), INT32, INT32,
                                 st.sampled_from([4, 8, 12])), max_size=10))
 def test_statetable_round_trip(units):
@@ -276,7 +276,7 @@ def test_statetable_round_trip(units):
            [(i, *u[:4], names[u[4]]) for i, u in enumerate(units)]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(units=st.lists(st.tuples(st.integers(1, (1 << 63) - 1), st.integers(1, (1 << 31) - 1), st.booleans(),
                                 st.integers(0, (1 << 63) - 1)), max_size=10))
 def test_redolog_round_trip(units):
@@ -293,7 +293,7 @@ def test_redolog_round_trip(units):
     assert [(r["commitlog_offset"], r["size"], r["tags_code"], r["kind"]) for r in table.to_pylist()] == expected
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=200))
 def test_arbitrary_bytes_never_raise_and_every_unit_is_accounted_for(data):
     with tempfile.TemporaryDirectory() as d:

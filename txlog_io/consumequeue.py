@@ -45,7 +45,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -194,7 +194,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
                 anomalies.append(Anomaly(
                     kind=AnomalyKind.GARBAGE_AFTER_END, file=file_str, position=pos,
                     detail=f"non-zero unit after an all-zero unit at {pos - unit}; RocketMQ's recovery stops at the "
-                           f"zero unit and would not serve this one",
+                           "zero unit and would not serve this one",
                     expected="all-zero unit", actual=units[i:i + 1].tobytes().hex(),
                     source=source, physical_offset=base_offset + pos))
             previous_zero = bool(zero[-1])
@@ -276,7 +276,7 @@ def decode_consumequeue(path, *, topic: str, queue_id: int, base_offset: Optiona
             anomalies.append(_unit_anomaly(
                 AnomalyKind.BAD_CQ_ENTRY, file_str, source, base, int(chunk.positions[i]),
                 f"unit with impossible values (queue offset {(base + int(chunk.positions[i])) // CQ_UNIT_SIZE}); "
-                f"RocketMQ's recovery truncates the queue here",
+                "RocketMQ's recovery truncates the queue here",
                 "commitlog_offset >= 0 and size > 0",
                 f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} tags_code={int(tags[i])}"))
         keep = ~chunk.zero & ~pre_blank & ~bad

@@ -224,7 +224,7 @@ def _scan_queue_tree(top: Path, source: str, anomalies: list) -> dict:
             continue
         if not topic_entry.is_dir():
             anomalies.append(Anomaly(AnomalyKind.BAD_FILE_NAME, topic_entry.path, 0,
-                                     f"unexpected file where a topic directory belongs", "a topic directory",
+                                     "unexpected file where a topic directory belongs", "a topic directory",
                                      topic_entry.name, source))
             continue
         for queue_entry in sorted(os.scandir(topic_entry.path), key=lambda e: e.name):
