@@ -56,7 +56,7 @@ _GOOD_MAGIC = (L.MAGIC_V1, L.MAGIC_V2)
 _MAGIC_BYTES = (struct.pack(">I", L.MAGIC_V1), struct.pack(">I", L.MAGIC_V2), struct.pack(">I", L.BLANK_MAGIC))
 _SCHEMA = COMMITLOG.arrow_schema()
 _TX_NAMES = pa.array(["NOT", "PREPARED", "COMMIT", "ROLLBACK"], pa.string())
-_COMPRESSION_NAMES = pa.array(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"], pa.string())
+_COMPRESSION_NAMES = pa.array(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"], pa.string())  # bits+1
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _POW31 = None  # lazily grown table of 31**k mod 2**32 for the vectorised String.hashCode
 
@@ -193,6 +193,7 @@ class Frame:
     positions: np.ndarray
     sizes: np.ndarray
     anomalies: list = field(default_factory=list)
+    shape: Optional["_Shape"] = None
 
 
 @dataclass
@@ -291,7 +292,7 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
                     anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, fp, base,
                                               "BLANK end-of-file header length does not reach the file end",
                                               size - fp, total))
-                summary.valid_end, summary.stop_reason = fp + 8, "BLANK end-of-file filler"
+                summary.valid_end, summary.stop_reason = fp, "BLANK end-of-file filler"
                 break
             if total == 0 and magic == 0:
                 summary.valid_end, summary.stop_reason = fp, "zero-filled tail (end of data)"
@@ -306,12 +307,25 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
             small_records = rel / len(positions) < _FAST_CHAIN_BELOW
         if positions or anomalies:
             rel_pos = np.asarray(positions, dtype=np.int64)
-            summary.records += len(positions)
+            sizes = _sizes_at(buf, rel_pos)
+            shape = _shape(np.frombuffer(buf, np.uint8), rel_pos, sizes) if positions else None
+            if shape is not None and not shape.ok.all():
+                # a record whose lengths do not add up may have a wrong TOTALSIZE that jumped over intact
+                # records: look for self-verifying records inside its claimed span and decode them too
+                extra = []
+                for i in np.flatnonzero(~shape.ok).tolist():
+                    fp = pos + int(rel_pos[i])
+                    extra += [q - pos for q in _recover_inside(reader, base, fp, int(sizes[i]), end)]
+                if extra:
+                    rel_pos = np.unique(np.concatenate([rel_pos, np.asarray(extra, np.int64)]))
+                    sizes = _sizes_at(buf, rel_pos)
+                    shape = _shape(np.frombuffer(buf, np.uint8), rel_pos, sizes)
+            summary.records += int(rel_pos.size) - (int((~shape.ok).sum()) if shape is not None else 0)
             summary.anomalies += len(anomalies)
             if positions:
                 last = positions[-1]
                 summary.valid_end = max(summary.valid_end, pos + last + _HEADER.unpack_from(buf, last)[0])
-            yield Frame(buf, pos, rel_pos, _sizes_at(buf, rel_pos), anomalies)
+            yield Frame(buf, pos, rel_pos, sizes, anomalies, shape)
         pos = next_pos
 
 
@@ -352,6 +366,23 @@ def _sizes_at(buf: bytearray, rel_pos: np.ndarray) -> np.ndarray:
     u8 = np.frombuffer(buf, np.uint8)
     w = np.lib.stride_tricks.sliding_window_view(u8, 4)[rel_pos]
     return w.copy().view(">i4").reshape(-1).astype(np.int64)
+
+
+def _recover_inside(reader: _Reader, base: int, fp: int, claimed: int, end: int) -> list:
+    """File positions of self-verifying records inside ``(fp, fp + claimed)`` that a range ending at ``end``
+    owns: the chain skipped them because the record at ``fp`` carries a wrong TOTALSIZE."""
+    found = []
+    limit = min(fp + claimed, end, reader.size)
+    t = next_boundary(reader, fp + 1, base, limit=limit)
+    while t is not None and t < limit:
+        head = reader.pread(t, 8)
+        total, magic = _HEADER.unpack(head)
+        if magic not in _GOOD_MAGIC:
+            break
+        found.append(t)
+        nxt = t + total
+        t = nxt if nxt < limit and _self_verifies(reader, nxt, base) else next_boundary(reader, t + 1, base, limit)
+    return found
 
 
 def _resync(reader, base, fp, end, anomalies, summary, kind, detail, expected, actual) -> Optional[int]:
@@ -474,8 +505,11 @@ def _decode_frame(frame: Frame, path: str, base: int, with_body: bool, topic_set
     fpos_all = file_positions if file_positions is not None else frame.positions + frame.file_pos
     for lo in range(0, n, MAX_BATCH_ROWS):
         hi = min(n, lo + MAX_BATCH_ROWS)
+        shape = None
+        if frame.shape is not None:
+            shape = _Shape(*(getattr(frame.shape, f)[lo:hi] for f in _Shape.__dataclass_fields__))
         batch, anomalies = _decode_rows(frame.buf, frame.positions[lo:hi], frame.sizes[lo:hi],
-                                        fpos_all[lo:hi], path, base, with_body, topic_set, verify_crc)
+                                        fpos_all[lo:hi], path, base, with_body, topic_set, verify_crc, shape)
         yield batch, pending + anomalies
         pending = []
 
@@ -738,26 +772,51 @@ def _int_column(strings: pa.Array, typ: pa.DataType) -> pa.Array:
         return pa.array(out, typ)
 
 
-def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: np.ndarray, path: str, base: int,
-                 with_body: bool, topic_set, verify_crc: bool) -> tuple:
-    anomalies: list = []
-    u8 = np.frombuffer(buf, np.uint8)
-    n = pos.size
+@dataclass
+class _Shape:
+    """Length fields of each record and whether they add up to TOTALSIZE (calMsgLength)."""
+
+    sys_flag: np.ndarray
+    fixed_len: np.ndarray
+    v2: np.ndarray
+    tw: np.ndarray
+    body_size: np.ndarray
+    t_at: np.ndarray
+    topic_len: np.ndarray
+    p_at: np.ndarray
+    props_len: np.ndarray
+    ok: np.ndarray
+
+
+_FIXED_LEN = np.array([d.itemsize for d in L.LAYOUTS], np.int64)
+
+
+def _shape(u8: np.ndarray, pos: np.ndarray, sizes: np.ndarray) -> _Shape:
     sys_flag = _read_i32(u8, pos + L.SYS_FLAG_OFFSET)
-    fixed = _gather_fixed(u8, pos, sys_flag)
-    fixed_len = np.array([d.itemsize for d in L.LAYOUTS], np.int64)[fixed["layout"]]
-    magic = _column(fixed, "magic", np.uint32, n)
-    v2 = magic == L.MAGIC_V2
-    body_size = _column(fixed, "body_size", np.int64, n)
+    fixed_len = _FIXED_LEN[((sys_flag >> 4) & 1) | (((sys_flag >> 5) & 1) << 1)]
+    v2 = _read_i32(u8, pos + 4) == np.int64(L.MAGIC_V2 - (1 << 32))
+    body_size = _read_i32(u8, pos + fixed_len - 4)
     tw = np.where(v2, 2, 1)
-    # structural check (calMsgLength): body, topic and properties lengths must add up to TOTALSIZE
     body_ok = (body_size >= 0) & (fixed_len + body_size + tw + 2 <= sizes)
     t_at = pos + np.where(body_ok, fixed_len + body_size, 0)
     topic_len = np.where(v2, _read_i16(u8, t_at), u8[t_at].astype(np.int8).astype(np.int64))
-    shape_ok = body_ok & (topic_len > 0) & (fixed_len + body_size + tw + topic_len + 2 <= sizes)
-    p_at = np.where(shape_ok, t_at + tw + topic_len, pos)
+    ok = body_ok & (topic_len > 0) & (fixed_len + body_size + tw + topic_len + 2 <= sizes)
+    p_at = np.where(ok, t_at + tw + topic_len, pos)
     props_len = _read_i16(u8, p_at)
-    shape_ok &= (props_len >= 0) & (fixed_len + body_size + tw + topic_len + 2 + props_len == sizes)
+    ok &= (props_len >= 0) & (fixed_len + body_size + tw + topic_len + 2 + props_len == sizes)
+    return _Shape(sys_flag, fixed_len, v2, tw, body_size, t_at, topic_len, p_at, props_len, ok)
+
+
+def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: np.ndarray, path: str, base: int,
+                 with_body: bool, topic_set, verify_crc: bool, shape: Optional[_Shape] = None) -> tuple:
+    anomalies: list = []
+    u8 = np.frombuffer(buf, np.uint8)
+    n = pos.size
+    sh = shape if shape is not None else _shape(u8, pos, sizes)
+    sys_flag, fixed_len, v2, body_size = sh.sys_flag, sh.fixed_len, sh.v2, sh.body_size
+    t_at, tw, topic_len, p_at, props_len, shape_ok = sh.t_at, sh.tw, sh.topic_len, sh.p_at, sh.props_len, sh.ok
+    fixed = _gather_fixed(u8, pos, sys_flag)
+    magic = _column(fixed, "magic", np.uint32, n)
     if not shape_ok.all():
         for i in np.flatnonzero(~shape_ok).tolist():
             anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, int(file_pos[i]), base,
@@ -775,7 +834,7 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
         sel = np.flatnonzero(keep)
         if sel.size < n:
             pos, sizes, file_pos, sys_flag = pos[sel], sizes[sel], file_pos[sel], sys_flag[sel]
-            magic, v2, body_size = magic[sel], v2[sel], body_size[sel]
+            magic, v2, body_size, tw = magic[sel], v2[sel], body_size[sel], tw[sel]
             t_at, topics_start, topic_len, p_at, props_len = \
                 t_at[sel], topics_start[sel], topic_len[sel], p_at[sel], props_len[sel]
             fixed_len = fixed_len[sel]
@@ -819,9 +878,8 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
     tags_code = _tags_codes(tags)
     tran_type = pa.DictionaryArray.from_arrays(pa.array(((sys_flag & L.TRANSACTION_MASK) >> 2).astype(np.int8)),
                                                _TX_NAMES).cast(pa.string())
-    comp_idx = np.where(sys_flag & 1, ((sys_flag & 0x700) >> 8), -1)
-    comp_idx = np.where(comp_idx == -1, 0, np.where(comp_idx == 0, 4, np.minimum(comp_idx, 5)))
-    comp_idx = np.where((sys_flag & 1) & (((sys_flag & 0x700) >> 8) > 3), 5, comp_idx)
+    # index into _COMPRESSION_NAMES: 0 = not compressed, else type bits + 1 (bits 0 and 3 both mean zlib)
+    comp_idx = np.where(sys_flag & 1, np.minimum(((sys_flag & 0x700) >> 8) + 1, 5), 0)
     compression = pa.DictionaryArray.from_arrays(pa.array(comp_idx.astype(np.int8)),
                                                  _COMPRESSION_NAMES).cast(pa.string())
     body = _segments(buf, body_start, body_start + body_size) if with_body else pa.nulls(n, pa.binary())

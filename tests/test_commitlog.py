@@ -1,0 +1,506 @@
+"""CommitLog codec: real-broker truth, golden bytes, round trips, damage and range splits."""
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import random
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from txlog_io import commitlog as CL
+from txlog_io import properties as P
+from txlog_io.commitlog import Message, decode_at, decode_range, encode_blank, encode_record, record_size, scan_range
+from txlog_io.compression import compress, decompress, sys_flag_bits
+from txlog_io.errors import AnomalyKind, EncodeError, StoreNotFoundError
+from txlog_io.msgid import create_uniq_key, decode_offset_msg_id, offset_msg_id, parse_host, parse_uniq_key
+
+from conftest import FIXTURES, FIXTURE_VERSIONS
+
+
+def decode_all(path, **kw):
+    rows, anomalies = [], []
+    for batch, found in decode_range(str(path), **kw):
+        rows += batch.to_pylist()
+        anomalies += found
+    return rows, anomalies
+
+
+def truth_records(version):
+    with gzip.open(FIXTURES / version / "truth" / "commitlog.jsonl.gz") as fh:
+        return [json.loads(line) for line in fh]
+
+
+# ----------------------------------------------------------------------------------------------- real brokers
+@pytest.mark.parametrize("version", FIXTURE_VERSIONS)
+def test_every_record_equals_rocketmq_own_decode(version):
+    store = FIXTURES / version / "store" / "commitlog"
+    rows, anomalies = [], []
+    for f in sorted(store.iterdir()):
+        r, a = decode_all(f, with_body=True)
+        rows += r
+        anomalies += a
+    truth = truth_records(version)
+    assert anomalies == []
+    assert len(rows) == len(truth)
+    for got, t in zip(rows, truth):
+        expected = {
+            "file_position": t["filePos"], "physical_offset": t["physicalOffset"], "total_size": t["storeSize"],
+            "magic_version": 1 if t["magicCode"] == "0xDAA320A7" else 2, "body_crc": t["bodyCRC"],
+            "body_crc_ok": t["bodyCrcMatches"], "queue_id": t["queueId"], "flag": t["flag"],
+            "queue_offset": t["queueOffset"], "stored_physical_offset": t["physicalOffsetField"],
+            "sys_flag": t["sysFlag"], "born_timestamp": t["bornTimestamp"], "born_host": t["bornHost"][1:],
+            "store_timestamp": t["storeTimestamp"], "store_host": t["storeHost"][1:],
+            "reconsume_times": t["reconsumeTimes"], "prepared_transaction_offset": t["preparedTransactionOffset"],
+            "body_size": t["bodyLength"], "topic": t["topic"], "msg_id": t["msgId"], "uniq_key": t.get("uniqKey"),
+            "body": base64.b64decode(t.get("body_b64", "")),
+            "transaction_type": {0: "NOT", 4: "PREPARED", 8: "COMMIT", 12: "ROLLBACK"}[t["tranType"]],
+        }
+        actual = {k: got[k] for k in expected}
+        assert actual == expected, t["filePos"]
+        assert dict(got["properties"]) == t["properties"]
+        props = t["properties"]
+        assert got["tags"] == props.get("TAGS") and got["keys"] == props.get("KEYS")
+        assert got["pgroup"] == props.get("PGROUP") and got["real_topic"] == props.get("REAL_TOPIC")
+        assert got["transaction_id"] == props.get("__transactionId__")
+        assert got["tran_msg"] == (props["TRAN_MSG"] == "true" if "TRAN_MSG" in props else None)
+        for col, key in (("real_qid", "REAL_QID"), ("transaction_check_times", "TRANSACTION_CHECK_TIMES"),
+                         ("tran_prepared_queue_offset", "TRAN_PREPARED_QUEUE_OFFSET"),
+                         ("check_immunity_time_s", "CHECK_IMMUNITY_TIME_IN_SECONDS")):
+            assert got[col] == (int(props[key]) if key in props else None)
+        if t["topic"] != "SCHEDULE_TOPIC_XXXX":   # the dispatcher puts the delivery time there instead
+            assert got["tags_code"] == t["tagsCode_dispatch"]
+        if "bodyDecompressed_b64" in t:
+            assert got["compression"] == t["compressionType"]
+            assert decompress(got["body"], got["sys_flag"]) == base64.b64decode(t["bodyDecompressed_b64"])
+
+
+@pytest.mark.parametrize("version", FIXTURE_VERSIONS)
+def test_reencoding_real_records_gives_the_same_bytes(version):
+    """The encoder twin writes every real record byte for byte (properties kept in their on-disk order)."""
+    store = FIXTURES / version / "store" / "commitlog"
+    for f in sorted(store.iterdir()):
+        data = f.read_bytes()
+        rows, _ = decode_all(f, with_body=True)
+        for r in rows:
+            raw = data[r["file_position"]:r["file_position"] + r["total_size"]]
+            msg = Message(topic=r["topic"], body=r["body"], properties_raw=_props_raw(raw, r), queue_id=r["queue_id"],
+                          flag=r["flag"], queue_offset=r["queue_offset"], sys_flag=r["sys_flag"],
+                          born_timestamp=r["born_timestamp"], born_host=r["born_host"],
+                          store_timestamp=r["store_timestamp"], store_host=r["store_host"],
+                          reconsume_times=r["reconsume_times"],
+                          prepared_transaction_offset=r["prepared_transaction_offset"],
+                          magic_version=r["magic_version"])
+            assert encode_record(msg, r["stored_physical_offset"]) == raw
+
+
+def _props_raw(raw: bytes, row: dict) -> bytes:
+    fixed = CL.LAYOUTS[CL.layout_index(row["sys_flag"])].itemsize
+    p = fixed + row["body_size"] + (2 if row["magic_version"] == 2 else 1) + len(row["topic"].encode())
+    plen = struct.unpack_from(">h", raw, p)[0]
+    assert p + 2 + plen == len(raw)
+    return raw[p + 2:]
+
+
+def test_real_compressed_bodies_decompress_by_sysflag():
+    """ZLIB (0x301), LZ4 (0x101) and ZSTD (0x201) bodies written by a real 4.9.8 producer."""
+    kinds = set()
+    for t in truth_records("rocketmq-4.9.8"):
+        if "bodyDecompressed_b64" in t:
+            kinds.add(t["compressionType"])
+            assert decompress(base64.b64decode(t["body_b64"]), t["sysFlag"]) == \
+                base64.b64decode(t["bodyDecompressed_b64"])
+    assert kinds == {"ZLIB", "LZ4", "ZSTD"}
+
+
+# ----------------------------------------------------------------------------------------------- golden bytes
+GOLDEN_IPV4_V1 = bytes.fromhex(
+    "0000006F"          # TOTALSIZE        111 = 72 + 8 + 8 + 4 (body) + 1 + 6 (topic) + 2 + 10 (properties)
+    "DAA320A7"          # MAGICCODE        V1
+    "25D53DFD"          # BODYCRC          crc32(b"ping") & 0x7FFFFFFF = 0x25D53DFD
+    "00000002"          # QUEUEID          2
+    "00000000"          # FLAG             0
+    "0000000000000007"  # QUEUEOFFSET      7
+    "0000000000001000"  # PHYSICALOFFSET   4096
+    "00000000"          # SYSFLAG          0 (IPv4 hosts, not compressed, TRANSACTION_NOT_TYPE)
+    "0000019A7AFD1E00"  # BORNTIMESTAMP    1763000000000
+    "0A000001" "0000C350"  # BORNHOST      10.0.0.1:50000
+    "0000019A7AFD1E0A"  # STORETIMESTAMP   1763000000010
+    "7F000001" "00002A9F"  # STOREHOST     127.0.0.1:10911
+    "00000000"          # RECONSUMETIMES   0
+    "0000000000000000"  # PREPARED_TRANSACTION_OFFSET 0
+    "00000004" "70696E67"  # BODYLENGTH 4, BODY "ping"
+    "06" "546F70696341"    # TOPICLENGTH 6, TOPIC "TopicA"
+    "000A" "54414753" "01" "54616741" "02"  # PROPERTIESLENGTH 10, "TAGS" 0x01 "TagA" 0x02
+)
+
+GOLDEN_IPV6_COMMIT = bytes.fromhex(
+    "00000089"          # TOTALSIZE        137 = 72 + 20 + 20 + 0 + 1 + 2 + 2 + 20
+    "DAA320A7"          # MAGICCODE        V1
+    "00000000"          # BODYCRC          0: empty body
+    "00000000" "00000000" "0000000000000003"  # QUEUEID 0, FLAG 0, QUEUEOFFSET 3
+    "0000000000000000"  # PHYSICALOFFSET   0
+    "00000038"          # SYSFLAG          0x38 = BORNHOST_V6 0x10 | STOREHOST_V6 0x20 | COMMIT 0x8
+    "0000000000000001"  # BORNTIMESTAMP    1
+    "00000000000000000000000000000001" "00001F90"  # BORNHOST  [::1]:8080 (16-byte IP + int32 port)
+    "0000000000000002"  # STORETIMESTAMP   2
+    "FD000000000000000000000000000002" "00002A9F"  # STOREHOST [fd00::2]:10911
+    "00000001"          # RECONSUMETIMES   1
+    "00000000000000AB"  # PREPARED_TRANSACTION_OFFSET 171
+    "00000000"          # BODYLENGTH       0
+    "02" "5458"         # TOPICLENGTH 2, "TX"
+    "0014" "5047524F5550" "01" "5049445F54582D47524F5550" "02"  # 20: "PGROUP" 0x01 "PID_TX-GROUP" 0x02
+)
+
+GOLDEN_V2 = bytes.fromhex(
+    "00000063"          # TOTALSIZE        99 = 72 + 8 + 8 + 0 + 2 (int16 topic length) + 5 + 2 + 2
+    "DAA320AB"          # MAGICCODE        V2 (0xDAA320AB, not ...A8)
+    "00000000" "00000000" "00000000" "0000000000000000" "0000000000000000" "00000000"
+    "0000000000000000" "7F000001" "00000001"  # BORNTIMESTAMP 0, BORNHOST 127.0.0.1:1
+    "0000000000000000" "7F000001" "00000002"  # STORETIMESTAMP 0, STOREHOST 127.0.0.1:2
+    "00000000" "0000000000000000" "00000000"  # RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET, BODYLENGTH 0
+    "0005" "4C4F4E4721"  # TOPICLENGTH 5 as signed int16, "LONG!"
+    "0002" "6B01"        # PROPERTIESLENGTH 2: "k" 0x01 with an empty value: ignored by the reader
+)
+
+
+def _write(tmp_path, name, data, size=None):
+    p = tmp_path / name
+    p.write_bytes(data + bytes((size or len(data)) - len(data)))
+    return p
+
+
+def test_golden_ipv4_v1_record(tmp_path):
+    msg = Message(topic="TopicA", body=b"ping", properties={"TAGS": "TagA"}, queue_id=2, queue_offset=7,
+                  born_timestamp=1763000000000, born_host="10.0.0.1:50000", store_timestamp=1763000000010,
+                  store_host="127.0.0.1:10911")
+    assert zlib.crc32(b"ping") & 0x7FFFFFFF == 0x25D53DFD
+    assert encode_record(msg, 4096) == GOLDEN_IPV4_V1
+    assert record_size(msg) == 111
+    f = _write(tmp_path, "00000000000000004096", GOLDEN_IPV4_V1, 1024)
+    (row,), anomalies = decode_all(f, with_body=True)
+    assert anomalies == []
+    assert row["physical_offset"] == 4096 and row["born_host"] == "10.0.0.1:50000"
+    assert row["store_host"] == "127.0.0.1:10911" and row["tags"] == "TagA" and row["body"] == b"ping"
+    assert row["msg_id"] == "7F00000100002A9F0000000000001000" == offset_msg_id(bytes([127, 0, 0, 1]), 10911, 4096)
+    assert row["tags_code"] == P.java_string_hash("TagA") == 2598919
+    assert row["magic_version"] == 1 and row["transaction_type"] == "NOT" and row["compression"] == "NONE"
+
+
+def test_golden_ipv6_commit_record(tmp_path):
+    msg = Message(topic="TX", properties={"PGROUP": "PID_TX-GROUP"}, queue_offset=3, sys_flag=CL.TX_COMMIT,
+                  born_timestamp=1, born_host="[::1]:8080", store_timestamp=2, store_host="[fd00::2]:10911",
+                  reconsume_times=1, prepared_transaction_offset=171)
+    assert encode_record(msg, 0) == GOLDEN_IPV6_COMMIT
+    f = _write(tmp_path, "00000000000000000000", GOLDEN_IPV6_COMMIT, 512)
+    (row,), anomalies = decode_all(f)
+    assert anomalies == []
+    assert row["sys_flag"] == 0x38 and row["transaction_type"] == "COMMIT"
+    assert row["born_host"] == "[0:0:0:0:0:0:0:1]:8080"          # Java's getHostAddress form
+    assert row["store_host"] == "[fd00:0:0:0:0:0:0:2]:10911"
+    assert row["msg_id"] == "FD00000000000000000000000000000200002A9F0000000000000000"
+    assert decode_offset_msg_id(row["msg_id"]) == ("[fd00:0:0:0:0:0:0:2]:10911", 0)
+    assert row["prepared_transaction_offset"] == 171 and row["pgroup"] == "PID_TX-GROUP"
+    assert row["body_crc_ok"] is True and row["body_size"] == 0
+
+
+def test_golden_v2_record(tmp_path):
+    msg = Message(topic="LONG!", properties_raw=b"k\x01", born_host="127.0.0.1:1", store_host="127.0.0.1:2",
+                  magic_version=2)
+    assert encode_record(msg, 0) == GOLDEN_V2
+    f = _write(tmp_path, "00000000000000000000", GOLDEN_V2, 256)
+    (row,), anomalies = decode_all(f)
+    assert anomalies == [] and row["magic_version"] == 2 and row["topic"] == "LONG!"
+    assert dict(row["properties"]) == {}
+
+
+def test_auto_v2_for_topics_longer_than_127_chars():
+    long_topic = "%RETRY%" + "g" * 130
+    rec = encode_record(Message(topic=long_topic), 0)
+    assert struct.unpack_from(">I", rec, 4)[0] == CL.MAGIC_V2
+    assert struct.unpack_from(">I", encode_record(Message(topic="t" * 127), 0), 4)[0] == CL.MAGIC_V1
+    with pytest.raises(EncodeError):
+        encode_record(Message(topic="t" * 128, magic_version=1), 0)
+
+
+@pytest.mark.parametrize("kind", ["ZLIB", "LZ4", "ZSTD"])
+def test_compressed_bodies_by_sysflag_bits(tmp_path, kind):
+    plain = b"{'order': 42, 'items': [...]} " * 300
+    body = compress(plain, kind)
+    msg = Message(topic="TopicLogs", body=body, sys_flag=sys_flag_bits(kind))
+    f = _write(tmp_path, "00000000000000000000", encode_record(msg, 0), 65536)
+    (row,), _ = decode_all(f, with_body=True)
+    assert row["compression"] == kind and row["body"] == body and row["body_crc_ok"]
+    assert decompress(row["body"], row["sys_flag"]) == plain
+    # legacy flag (bit 0 alone, before 4.9.4) always means zlib
+    assert decompress(compress(plain, "ZLIB"), 0x1) == plain
+
+
+def test_blank_record_ends_a_file_and_the_next_file_continues(tmp_path):
+    file_size = 1024
+    recs, off = [], 0
+    d = tmp_path / "commitlog"
+    d.mkdir()
+    first = bytearray()
+    while True:
+        rec = encode_record(Message(topic="T", body=b"x" * 100, queue_offset=len(recs)), off)
+        if len(first) + len(rec) + CL.END_FILE_MIN_BLANK_LENGTH > file_size:
+            break
+        first += rec
+        recs.append(off)
+        off += len(rec)
+    blank = encode_blank(file_size - len(first))
+    assert blank == struct.pack(">iI", file_size - len(first), 0xCBD43194)
+    (d / "00000000000000000000").write_bytes(bytes(first) + blank + b"\xEE" * (file_size - len(first) - 8))
+    second = encode_record(Message(topic="T", body=b"y"), file_size)
+    (d / "00000000000000001024").write_bytes(second + bytes(file_size - len(second)))
+    rows1, a1 = decode_all(d / "00000000000000000000")
+    rows2, a2 = decode_all(d / "00000000000000001024")
+    assert [r["physical_offset"] for r in rows1] == recs and a1 == []   # garbage after BLANK is not data
+    assert [r["physical_offset"] for r in rows2] == [file_size] and a2 == []
+    with pytest.raises(EncodeError):
+        encode_blank(7)
+
+
+def test_properties_reader_follows_java_rules():
+    assert P.decode_properties(b"A\x011\x02B\x012") == {"A": "1", "B": "2"}            # no final 0x02 (4.9.x)
+    assert P.decode_properties(b"A\x01\x02\x01x\x02B\x012\x02") == {"B": "2"}           # empty key/value dropped
+    assert P.decode_properties(b"A\x011\x02A\x012\x02") == {"A": "2"}                   # later duplicate wins
+    assert P.decode_properties(b"K\x01v\x01w\x02") == {"K": "v\x01w"}                   # value keeps later 0x01
+    assert P.decode_properties(b"") == {} and P.decode_properties(b"\x02\x02") == {}
+    assert P.encode_properties({"A": "1", "B": "2"}, trailing_separator=False) == b"A\x011\x02B\x012"
+    assert P.java_string_hash("PID_TX_DEMO") == 372692970 and P.java_string_hash("") == 0
+    assert P.java_string_hash("数据") == (ord("数") * 31 + ord("据"))
+
+
+def test_vectorised_properties_match_the_scalar_reader(tmp_path):
+    cases = [b"A\x011\x02B\x012", b"A\x01\x02\x01x\x02B\x012\x02", b"A\x011\x02A\x012\x02", b"K\x01v\x01w\x02",
+             b"", b"\x02\x02", b"\x02A\x01b", "é\x01ü\x02".encode(), b"TAGS\x01T\xc3\xa9g\x02", b"\x01\x01\x01",
+             b"AB\x02CD\x02", b"x\x01y"]
+    data, off = bytearray(), 0
+    for i, raw in enumerate(cases):
+        rec = encode_record(Message(topic="T", properties_raw=raw, queue_offset=i), off)
+        data += rec
+        off += len(rec)
+    f = _write(tmp_path, "00000000000000000000", bytes(data), len(data) + 64)
+    rows, anomalies = decode_all(f)
+    assert anomalies == []
+    for row, raw in zip(rows, cases):
+        assert dict(row["properties"]) == P.decode_properties(raw), raw
+        tags = P.decode_properties(raw).get("TAGS")
+        assert row["tags_code"] == P.tags_code(tags)
+
+
+def test_message_ids():
+    key = create_uniq_key(bytes([10, 1, 2, 3]), 4242, 0x5FFD2B27, 1795304574047, 7)
+    parsed = parse_uniq_key(key)
+    assert len(key) == 32 and parsed.ip_text == "10.1.2.3" and parsed.pid == 4242 and parsed.counter == 7
+    real = parse_uniq_key("FD00000000000000000000000000000258345FFD2B276C15E45E0000")   # 4.9.8 fixture, IPv6
+    assert real.ip_text == "fd00:0:0:0:0:0:0:2" and real.class_loader_hash == 0x5FFD2B27
+    assert parse_host("/[0:0:0:0:0:0:0:1]:41638") == (bytes(15) + b"\x01", 41638)
+    assert decode_offset_msg_id("7F0000010000597F0000000000002ABB") == ("127.0.0.1:22911", 10939)
+
+
+# ----------------------------------------------------------------------------------------------- round trips
+hosts = st.one_of(
+    st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
+              st.integers(0, 65535)).map(lambda t: f"{t[0]}.{t[1]}.{t[2]}.{t[3]}:{t[4]}"),
+    st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 65535)).map(
+        lambda t: "[" + ":".join(format(int.from_bytes(t[0][i:i + 2], "big"), "x") for i in range(0, 16, 2))
+        + f"]:{t[1]}"))
+names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02"), min_size=1,
+                max_size=12)
+i32, i64 = st.integers(-2 ** 31, 2 ** 31 - 1), st.integers(-2 ** 63, 2 ** 63 - 1)
+messages = st.builds(
+    Message, topic=st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=40),
+    body=st.binary(max_size=300), properties=st.dictionaries(names, names, max_size=6), queue_id=i32, flag=i32,
+    queue_offset=i64, sys_flag=st.integers(0, 0x7FF).map(lambda f: f & ~0x30), born_timestamp=i64,
+    born_host=hosts, store_timestamp=i64, store_host=hosts, reconsume_times=i32,
+    prepared_transaction_offset=i64, magic_version=st.sampled_from([None, 1, 2]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(messages, min_size=1, max_size=6))
+def test_encode_decode_round_trip(tmp_path, batch):
+    data, offsets = bytearray(), []
+    for m in batch:
+        offsets.append(len(data))
+        data += encode_record(m, len(data))
+    f = tmp_path / "00000000000000000000"
+    f.write_bytes(bytes(data) + bytes(64))
+    rows, anomalies = decode_all(f, with_body=True)
+    assert anomalies == []
+    assert [r["physical_offset"] for r in rows] == offsets
+    for m, r in zip(batch, rows):
+        assert (r["topic"], r["body"], r["queue_id"], r["flag"], r["queue_offset"]) == \
+            (m.topic, m.body, m.queue_id, m.flag, m.queue_offset)
+        assert (r["born_timestamp"], r["store_timestamp"], r["reconsume_times"],
+                r["prepared_transaction_offset"]) == (m.born_timestamp, m.store_timestamp, m.reconsume_times,
+                                                      m.prepared_transaction_offset)
+        assert parse_host(r["born_host"]) == parse_host(m.born_host)
+        assert parse_host(r["store_host"]) == parse_host(m.store_host)
+        assert r["sys_flag"] & ~0x30 == m.sys_flag
+        assert dict(r["properties"]) == P.decode_properties(P.encode_properties(m.properties))
+        assert r["magic_version"] == m.resolved_magic_version() and r["body_crc_ok"]
+
+
+# ----------------------------------------------------------------------------------------------- damage
+def _small_file(tmp_path, n=6, file_size=None):
+    """n records followed by zeros; returns (bytes, record offsets, record ends)."""
+    data, offsets, ends = bytearray(), [], []
+    for i in range(n):
+        offsets.append(len(data))
+        data += encode_record(Message(topic="TopicD", body=bytes([i]) * (20 + 7 * i),
+                                      properties={"UNIQ_KEY": f"K{i}", "TAGS": "t"}, queue_offset=i), len(data))
+        ends.append(len(data))
+    file_size = file_size or len(data) + 100
+    return bytes(data) + bytes(file_size - len(data)), offsets, ends
+
+
+def test_truncation_at_every_byte_never_raises_and_keeps_intact_records(tmp_path):
+    full, offsets, ends = _small_file(tmp_path, n=5)
+    f = tmp_path / "00000000000000000000"
+    for cut in range(len(full) + 1):
+        f.write_bytes(full[:cut])
+        rows, anomalies = decode_all(f)
+        intact = [o for o, e in zip(offsets, ends) if e <= cut]
+        assert [r["physical_offset"] for r in rows] == intact, cut
+        torn_from = max([e for e in ends if e <= cut], default=0)
+        if any(full[torn_from:cut]):
+            assert anomalies, cut       # a torn record is reported, never silently dropped
+        else:
+            assert anomalies == [], cut  # zeros after the last record are the normal end of data
+
+
+def test_random_bit_flips_never_raise_and_keep_untouched_records(tmp_path):
+    rnd = random.Random(20261122)
+    full, offsets, ends = _small_file(tmp_path, n=8)
+    sizes = [e - o for o, e in zip(offsets, ends)]
+    f = tmp_path / "00000000000000000000"
+    for _ in range(400):
+        data = bytearray(full)
+        bit = rnd.randrange(offsets[-1] + sizes[-1]) * 8 + rnd.randrange(8)
+        data[bit // 8] ^= 1 << (bit % 8)
+        f.write_bytes(bytes(data))
+        rows, anomalies = decode_all(f)
+        hit = next(i for i, o in enumerate(offsets) if o <= bit // 8 < o + sizes[i])
+        got = {r["physical_offset"] for r in rows}
+        for i, o in enumerate(offsets):
+            if i != hit:
+                assert o in got, (bit, i)
+        damaged = [r for r in rows if r["physical_offset"] == offsets[hit]]
+        if not damaged or not damaged[0]["body_crc_ok"] or damaged[0]["stored_physical_offset"] != offsets[hit]:
+            assert anomalies, bit
+
+
+def test_garbage_in_the_middle_resynchronises(tmp_path):
+    full, offsets, _ = _small_file(tmp_path, n=6)
+    data = bytearray(full)
+    data[offsets[2]:offsets[3]] = b"\xAB" * (offsets[3] - offsets[2])     # record 2 overwritten
+    f = tmp_path / "00000000000000000000"
+    f.write_bytes(bytes(data))
+    rows, anomalies = decode_all(f)
+    assert [r["physical_offset"] for r in rows] == offsets[:2] + offsets[3:]
+    assert anomalies[0].kind == AnomalyKind.BAD_MAGIC and anomalies[0].position == offsets[2]
+    assert "resynchronised at file position %d" % offsets[3] in anomalies[0].detail
+
+
+def test_crc_mismatch_is_reported_and_the_record_kept(tmp_path):
+    rec = encode_record(Message(topic="T", body=b"hello", body_crc=12345), 0)
+    f = _write(tmp_path, "00000000000000000000", rec, 256)
+    (row,), anomalies = decode_all(f)
+    assert row["body_crc_ok"] is False
+    assert [(a.kind, a.position, a.expected) for a in anomalies] == [(AnomalyKind.BODY_CRC_MISMATCH, 0, "12345")]
+
+
+def test_wrong_total_size_that_jumps_over_records_recovers_them(tmp_path):
+    full, offsets, _ = _small_file(tmp_path, n=6)
+    data = bytearray(full)
+    jump = offsets[4] - offsets[1]        # record 1 claims to span records 1..3 exactly
+    struct.pack_into(">i", data, offsets[1], jump)
+    f = tmp_path / "00000000000000000000"
+    f.write_bytes(bytes(data))
+    rows, anomalies = decode_all(f)
+    assert [r["physical_offset"] for r in rows] == [offsets[0]] + offsets[2:]
+    assert [a.kind for a in anomalies] == [AnomalyKind.BAD_TOTAL_SIZE]
+
+
+def test_nonzero_garbage_after_end_of_data(tmp_path):
+    full, offsets, _ = _small_file(tmp_path, n=3, file_size=2048)
+    data = bytearray(full)
+    data[1500] = 7
+    f = tmp_path / "00000000000000000000"
+    f.write_bytes(bytes(data))
+    rows, anomalies = decode_all(f)
+    assert len(rows) == 3
+    assert [(a.kind, a.position) for a in anomalies] == [(AnomalyKind.GARBAGE_AFTER_END, 1500)]
+
+
+def test_missing_file_is_a_usage_error(tmp_path):
+    with pytest.raises(StoreNotFoundError):
+        list(decode_range(str(tmp_path / "00000000000000000000")))
+
+
+# ----------------------------------------------------------------------------------------------- ranges
+def _owned(path, start, end, chunk_bytes=1 << 20):
+    """File positions of the records a range owns (framing only: ownership is decided by the scanner)."""
+    return [int(p) + fr.file_pos for fr in scan_range(str(path), start=start, end=end, chunk_bytes=chunk_bytes)
+            for p in fr.positions]
+
+
+def test_every_split_point_yields_every_record_once(tmp_path):
+    full, offsets, _ = _small_file(tmp_path, n=7, file_size=1200)
+    f = tmp_path / "00000000000000000000"
+    f.write_bytes(full)
+    for cut in range(0, len(full) + 1):
+        assert _owned(f, 0, cut) + _owned(f, cut, len(full)) == offsets, cut
+    for cut in range(0, len(full) + 1, 97):       # and the decoded rows agree with the framing
+        first, _ = decode_all(f, start=0, end=cut)
+        second, _ = decode_all(f, start=cut, end=len(full))
+        assert [r["physical_offset"] for r in first + second] == offsets, cut
+
+
+def test_random_three_way_splits_on_a_real_file():
+    f = FIXTURES / "rocketmq-4.9.8" / "store" / "commitlog" / "00000000000000000000"
+    size = f.stat().st_size
+    whole = _owned(f, 0, size)
+    assert len(whole) == 959
+    rnd = random.Random(5)
+    for _ in range(10):
+        a, b = sorted(rnd.randrange(size) for _ in range(2))
+        parts = []
+        for s, e in ((0, a), (a, b), (b, size)):
+            parts += _owned(f, s, e, chunk_bytes=rnd.choice([4096, 65536, 1 << 20]))
+        assert parts == whole, (a, b)
+    rows, _ = decode_all(f, start=size // 3, end=2 * size // 3, chunk_bytes=65536)
+    owned = _owned(f, size // 3, 2 * size // 3)
+    assert [r["physical_offset"] for r in rows] == owned and set(owned) <= set(whole)
+
+
+def test_topic_filter_and_decode_at():
+    f = FIXTURES / "rocketmq-5.3.3" / "store" / "commitlog" / "00000000000000000000"
+    every, _ = decode_all(f)
+    half, _ = decode_all(f, topics=["RMQ_SYS_TRANS_HALF_TOPIC"])
+    assert [r["physical_offset"] for r in half] == \
+        [r["physical_offset"] for r in every if r["topic"] == "RMQ_SYS_TRANS_HALF_TOPIC"]
+    wanted = [r["physical_offset"] for r in every[::37]]
+    batch, anomalies = decode_at(str(f), wanted + [123])
+    assert batch.column("physical_offset").to_pylist() == wanted
+    assert [(a.kind, a.position) for a in anomalies] == [(AnomalyKind.CQ_ENTRY_MISMATCH, 123)]
+
+
+def test_decoder_never_writes_its_input(tmp_path):
+    src = FIXTURES / "rocketmq-3.1.4" / "store" / "commitlog" / "00000000000000000000"
+    copy = tmp_path / src.name
+    shutil.copy(src, copy)
+    os.chmod(copy, 0o444)
+    before = copy.read_bytes()
+    rows, _ = decode_all(copy, with_body=True)
+    assert len(rows) == 191 and copy.read_bytes() == before
