@@ -1,18 +1,50 @@
 """Building the SparkSession the jobs and tests use.
 
 Local runs must not bind to the machine's external interface and executors must run the same interpreter as the
-driver (or pyarrow is "missing" on them), so both are pinned here unless the caller already set them.
+driver (or pyarrow is "missing" on them), so both are pinned here unless the caller already set them.  On a
+cluster (a non-local master given here or through spark-submit.sh, which exports ``TXAUDIT_SPARK_MASTER``) the
+driver address is left to Spark.
+
+When this process starts the JVM itself (tests, plain ``python``), the driver JVM gets the project's
+``conf/log4j2.properties`` (quiet Spark console); under spark-submit the launcher already chose the logging.
 """
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Mapping, Optional
+
+LOG4J2_CONF = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+
+
+def is_local_master(master: Optional[str]) -> bool:
+    """None / "" (spark-submit's default, local[*]) and ``local...`` masters run on this machine."""
+    return not master or master.strip().lower().startswith("local")
+
+
+def _effective_master(master: Optional[str]) -> Optional[str]:
+    if master:
+        return master
+    env = os.environ.get("TXAUDIT_SPARK_MASTER")
+    return env or None
+
+
+def _jvm_started() -> bool:
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):          # launched by spark-submit
+        return True
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False
+    return SparkContext._gateway is not None
 
 
 def build_session(app_name: str = "txaudit", master: Optional[str] = None,
                   extra_conf: Optional[Mapping[str, str]] = None):
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local = is_local_master(_effective_master(master))
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -23,10 +55,15 @@ def build_session(app_name: str = "txaudit", master: Optional[str] = None,
     conf = {
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.python.filterPushdown.enabled": "true",
-        "spark.driver.host": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-        "spark.driver.bindAddress": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "spark.sql.session.timeZone": "UTC",
     }
-    conf.update(extra_conf or {})
+    if local:
+        conf["spark.driver.host"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+        conf["spark.driver.bindAddress"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    extra = dict(extra_conf or {})
+    if (LOG4J2_CONF.is_file() and "spark.driver.extraJavaOptions" not in extra and not _jvm_started()):
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONF.as_uri()}"
+    conf.update(extra)
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()

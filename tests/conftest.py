@@ -38,6 +38,7 @@ def spark():
     session = build_session(app_name="txaudit-tests", master="local[2]", extra_conf={
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",     # no progress bars in test output
         "spark.sql.session.timeZone": "UTC",
     })
     yield session
