@@ -1,0 +1,188 @@
+"""txlog-bench: measured figures for the decoder (and, via jobs.bench_audit, the Spark audit).
+
+    txlog-bench decode [--size-mb N] [--msg-bytes B] [--dir DIR] [--keep]
+    txlog-bench audit  [--size-gb N] [--tx-share P] ...      (see jobs/bench_audit.py)
+
+``decode`` writes a CommitLog of N MB with the project's encoder (1 GiB files, the broker's default), then in
+one worker process measures (a) raw sequential read MB/s of the same files (``readinto`` one reused 16 MiB
+buffer, page cache warmed by a first read) and (b) full decode on one core into Arrow columns: every header
+field, topic, properties (parsed map plus UNIQ_KEY, PGROUP, REAL_TOPIC, REAL_QID, TRANSACTION_CHECK_TIMES, TAGS,
+KEYS columns) and body.  The decode is run without and with body-CRC verification (RocketMQ's own
+MessageDecoder.decode does not check the CRC; recovery does).  The last line printed is a JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from txlog_io.commitlog import END_FILE_MIN_BLANK_LENGTH, Message, encode_blank, encode_record
+from txlog_io.msgid import create_uniq_key
+
+GIB = 1 << 30
+_QUEUE_OFFSET = struct.Struct(">q")
+_PHYS = struct.Struct(">q")
+_TIMES = struct.Struct(">q")
+
+
+def write_commitlog(directory: Path, size_bytes: int, msg_bytes: int, file_size: int = GIB, seed: int = 7) -> int:
+    """Write ``size_bytes`` of CommitLog records of about ``msg_bytes`` each; returns the record count.
+
+    Every distinct record shape is produced by ``encode_record``; the per-record fields that change from one
+    record to the next (queue offset, physical offset, timestamps) are then patched into a copy of those bytes
+    at the offsets the layout defines, which is what keeps generation of gigabytes fast."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rnd = random.Random(seed)
+    templates = []
+    for t in range(64):
+        topic = f"TopicBench{t % 8}"
+        props = {"UNIQ_KEY": create_uniq_key(bytes([10, 0, 0, t]), 4242, 0x5FFD2B27, 1795300000000 + t, t),
+                 "TAGS": f"Tag{t % 5}", "KEYS": f"order-{rnd.randrange(10 ** 9)}", "WAIT": "true",
+                 "CLUSTER": "DefaultCluster"}
+        if t % 4 == 0:
+            props.update({"TRAN_MSG": "true", "PGROUP": "PID_BENCH", "REAL_TOPIC": topic, "REAL_QID": "1",
+                          "TRANSACTION_CHECK_TIMES": "1"})
+        probe = encode_record(Message(topic=topic, properties=props), 0)
+        body_len = max(0, msg_bytes - len(probe))
+        body = bytes(rnd.getrandbits(8) for _ in range(body_len))
+        msg = Message(topic=topic, body=body, properties=props, queue_id=t % 4, born_timestamp=1795300000000,
+                      born_host="10.0.0.1:50000", store_timestamp=1795300000001, store_host="10.0.0.2:10911")
+        templates.append(bytearray(encode_record(msg, 0)))
+    count, written, file_index = 0, 0, 0
+    queue_next = [0] * 4
+    while written < size_bytes:
+        base = file_index * file_size
+        path = directory / f"{base:020d}"
+        pos = 0
+        with open(path, "wb") as fh:
+            out = bytearray()
+            while written < size_bytes:
+                rec = templates[count % len(templates)]
+                if pos + len(rec) + END_FILE_MIN_BLANK_LENGTH > file_size:
+                    out += encode_blank(file_size - pos)
+                    break
+                q = count % 4
+                _QUEUE_OFFSET.pack_into(rec, 20, queue_next[q])
+                _PHYS.pack_into(rec, 28, base + pos)
+                _TIMES.pack_into(rec, 40, 1795300000000 + count)
+                _TIMES.pack_into(rec, 56, 1795300000001 + count)
+                queue_next[q] += 1
+                out += rec
+                pos += len(rec)
+                written += len(rec)
+                count += 1
+                if len(out) >= 8 << 20:
+                    fh.write(out)
+                    out = bytearray()
+            fh.write(out)
+            fh.truncate(file_size)
+        file_index += 1
+    return count
+
+
+def _measure(directory: Path) -> dict:
+    """Runs in a fresh worker process so its peak RSS is the decoder's alone."""
+    from txlog_io.commitlog import decode_range
+
+    files = sorted(p for p in directory.iterdir() if p.name.isdigit())
+    buf = bytearray(16 << 20)
+    view = memoryview(buf)
+
+    def read_all() -> int:
+        total = 0
+        for p in files:
+            with open(p, "rb", buffering=0) as fh:
+                while True:
+                    n = fh.readinto(view)
+                    if not n:
+                        break
+                    total += n
+        return total
+
+    read_all()                                   # warm the page cache
+    t0 = time.perf_counter()
+    nbytes = read_all()
+    raw_s = time.perf_counter() - t0
+    result = {"bytes": nbytes, "raw_s": raw_s}
+    for label, crc in (("decode", False), ("decode_crc", True)):
+        records = 0
+        t0 = time.perf_counter()
+        for p in files:
+            for batch, _ in decode_range(str(p), with_body=True, verify_crc=crc):
+                records += batch.num_rows
+        result[f"{label}_s"] = time.perf_counter() - t0
+        result["records"] = records
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return result
+
+
+def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool) -> dict:
+    work = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txlog-bench-"))
+    cl_dir = work / "commitlog"
+    try:
+        t0 = time.perf_counter()
+        if cl_dir.exists():
+            shutil.rmtree(cl_dir)
+        # files of the broker's 1 GiB size; a smaller benchmark uses one file of exactly its size so that
+        # both measurements read the same data bytes rather than a zero-filled tail
+        records = write_commitlog(cl_dir, size_mb << 20, msg_bytes, file_size=min(GIB, (size_mb + 1) << 20))
+        gen_s = time.perf_counter() - t0
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                           os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run([sys.executable, "-m", "txlog_io.bench", "_measure", str(cl_dir)],
+                              capture_output=True, text=True, env=env, check=True)
+        m = json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        if not keep and not directory:
+            shutil.rmtree(work, ignore_errors=True)
+    mb = m["bytes"] / 1e6
+    raw, dec, dec_crc = mb / m["raw_s"], mb / m["decode_s"], mb / m["decode_crc_s"]
+    rows = [("generated", f"{records} records, {size_mb} MiB in {gen_s:.1f} s"),
+            ("raw read (readinto 16 MiB)", f"{raw:,.0f} MB/s"),
+            ("decode, one core", f"{dec:,.0f} MB/s  {m['records'] / m['decode_s']:,.0f} records/s"),
+            ("decode + body CRC check", f"{dec_crc:,.0f} MB/s  {m['records'] / m['decode_crc_s']:,.0f} records/s"),
+            ("decode / raw read", f"{dec / raw:.3f}"),
+            ("peak RSS of the decoding process", f"{m['peak_rss_mb']:.0f} MB")]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return {"raw_read_mb_s": round(raw, 1), "decode_mb_s": round(dec, 1), "ratio": round(dec / raw, 4),
+            "records_s": round(m["records"] / m["decode_s"]), "msg_bytes": msg_bytes,
+            "peak_rss_mb": round(m["peak_rss_mb"], 1), "decode_crc_mb_s": round(dec_crc, 1),
+            "size_mb": size_mb, "records": m["records"]}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_measure"]:
+        print(json.dumps(_measure(Path(argv[1]))))
+        return 0
+    if argv[:1] == ["audit"]:
+        from jobs.bench_audit import main as audit_main
+
+        return audit_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="txlog-bench", description="decoder benchmark (see module docstring)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("decode", help="CommitLog decode vs raw read of the same bytes")
+    d.add_argument("--size-mb", type=int, default=1024)
+    d.add_argument("--msg-bytes", type=int, default=1024)
+    d.add_argument("--dir", help="work directory (default: a temporary one, removed afterwards)")
+    d.add_argument("--keep", action="store_true", help="keep the generated CommitLog")
+    sub.add_parser("audit", help="Spark audit scale benchmark (jobs/bench_audit.py)")
+    args = parser.parse_args(argv)
+    result = bench_decode(args.size_mb, args.msg_bytes, args.dir, args.keep)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
