@@ -47,7 +47,6 @@ from txlog_io.msgid import host_text
 
 SOURCE = "commitlog"
 DEFAULT_CHUNK_BYTES = 16 << 20
-MAX_BATCH_ROWS = 1 << 16
 _PAD = L.MAX_FIXED_SIZE + 16          # zero padding after a chunk so fixed-size header windows never overrun
 _HEADER = struct.Struct(">iI")
 _I16 = struct.Struct(">h")
@@ -193,8 +192,8 @@ class Frame:
     buf: bytearray
     file_pos: int
     positions: np.ndarray
-    sizes: np.ndarray
     anomalies: list = field(default_factory=list)
+    header: Optional["_Header"] = None
     shape: Optional["_Shape"] = None
 
 
@@ -309,25 +308,27 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
             small_records = rel / len(positions) < _FAST_CHAIN_BELOW
         if positions or anomalies:
             rel_pos = np.asarray(positions, dtype=np.int64)
-            sizes = _sizes_at(buf, rel_pos)
-            shape = _shape(np.frombuffer(buf, np.uint8), rel_pos, sizes) if positions else None
+            u8 = np.frombuffer(buf, np.uint8)
+            header = _Header(u8, rel_pos) if positions else None
+            shape = _shape(u8, rel_pos, header) if positions else None
             if shape is not None and not shape.ok.all():
                 # a record whose lengths do not add up may have a wrong TOTALSIZE that jumped over intact
                 # records: look for self-verifying records inside its claimed span and decode them too
                 extra = []
+                sizes = header.head["total_size"]
                 for i in np.flatnonzero(~shape.ok).tolist():
                     fp = pos + int(rel_pos[i])
                     extra += [q - pos for q in _recover_inside(reader, base, fp, int(sizes[i]), end)]
                 if extra:
                     rel_pos = np.unique(np.concatenate([rel_pos, np.asarray(extra, np.int64)]))
-                    sizes = _sizes_at(buf, rel_pos)
-                    shape = _shape(np.frombuffer(buf, np.uint8), rel_pos, sizes)
+                    header = _Header(u8, rel_pos)
+                    shape = _shape(u8, rel_pos, header)
             summary.records += int(rel_pos.size) - (int((~shape.ok).sum()) if shape is not None else 0)
             summary.anomalies += len(anomalies)
             if positions:
                 last = positions[-1]
                 summary.valid_end = max(summary.valid_end, pos + last + _HEADER.unpack_from(buf, last)[0])
-            yield Frame(buf, pos, rel_pos, sizes, anomalies, shape)
+            yield Frame(buf, pos, rel_pos, anomalies, header, shape)
         pos = next_pos
 
 
@@ -483,7 +484,7 @@ def decode_at(path: str, positions: Sequence[int], *, base_offset: Optional[int]
             at += total
     buf = bytearray(b"".join(parts))
     buf += bytes(_PAD)
-    frame = Frame(buf, 0, np.asarray(rel, np.int64), np.asarray([len(x) for x in parts], np.int64))
+    frame = Frame(buf, 0, np.asarray(rel, np.int64))
     batches = list(_decode_frame(frame, str(path), base, with_body, None, verify_crc,
                                  file_positions=np.asarray(file_pos, np.int64)))
     if not batches:
@@ -500,54 +501,98 @@ def _empty_batch() -> pa.RecordBatch:
 
 def _decode_frame(frame: Frame, path: str, base: int, with_body: bool, topic_set, verify_crc: bool,
                   file_positions: Optional[np.ndarray] = None) -> Iterator[tuple]:
-    n = frame.positions.size
-    if n == 0:
+    """One RecordBatch per frame (a frame holds at most chunk_bytes / 91 records)."""
+    if frame.positions.size == 0:
         if frame.anomalies:
             yield _empty_batch(), frame.anomalies
         return
-    pending = list(frame.anomalies)
-    fpos_all = file_positions if file_positions is not None else frame.positions + frame.file_pos
-    for lo in range(0, n, MAX_BATCH_ROWS):
-        hi = min(n, lo + MAX_BATCH_ROWS)
-        shape = None
-        if frame.shape is not None:
-            shape = _Shape(*(getattr(frame.shape, f)[lo:hi] for f in _Shape.__dataclass_fields__))
-        batch, anomalies = _decode_rows(frame.buf, frame.positions[lo:hi], frame.sizes[lo:hi],
-                                        fpos_all[lo:hi], path, base, with_body, topic_set, verify_crc, shape)
-        yield batch, pending + anomalies
-        pending = []
+    fpos = file_positions if file_positions is not None else frame.positions + frame.file_pos
+    batch, anomalies = _decode_rows(frame.buf, frame.positions, fpos, path, base, with_body, topic_set,
+                                    verify_crc, frame.header, frame.shape)
+    yield batch, list(frame.anomalies) + anomalies
 
 
-def _gather_fixed(u8: np.ndarray, pos: np.ndarray, sys_flag: np.ndarray) -> dict:
-    """Fixed fields of every record, one structured dtype per host layout."""
-    layout = ((sys_flag >> 4) & 1) | (((sys_flag >> 5) & 1) << 1)
-    n = pos.size
-    window = np.lib.stride_tricks.sliding_window_view(u8, L.MAX_FIXED_SIZE)
-    groups = np.unique(layout)
-    out: dict = {}
-    if groups.size == 1:
-        g = int(groups[0])
-        rows = window[pos][:, :L.LAYOUTS[g].itemsize]
-        rec = np.ascontiguousarray(rows).view(L.LAYOUTS[g]).reshape(n)
-        out["_groups"] = [(g, None, rec)]
-    else:
-        out["_groups"] = []
-        for g in groups.tolist():
-            idx = np.flatnonzero(layout == g)
-            rows = window[pos[idx]][:, :L.LAYOUTS[g].itemsize]
-            out["_groups"].append((g, idx, np.ascontiguousarray(rows).view(L.LAYOUTS[g]).reshape(idx.size)))
-    out["layout"] = layout
-    return out
+def _padded(dt: np.dtype) -> np.dtype:
+    """The same fields at the same offsets, in a row as wide as the widest layout (zero-copy row views)."""
+    return np.dtype({"names": list(dt.names), "formats": [dt.fields[k][0] for k in dt.names],
+                     "offsets": [dt.fields[k][1] for k in dt.names], "itemsize": L.MAX_FIXED_SIZE})
 
 
-def _column(fixed: dict, name: str, dtype, n: int) -> np.ndarray:
-    groups = fixed["_groups"]
-    if len(groups) == 1:
-        return groups[0][2][name].astype(dtype)
-    col = np.empty(n, dtype)
-    for _, idx, rec in groups:
-        col[idx] = rec[name]
-    return col
+_HEAD_ROW = _padded(L.HEAD)
+_LAYOUT_ROWS = tuple(_padded(d) for d in L.LAYOUTS)
+_FIXED_LEN = np.array([d.itemsize for d in L.LAYOUTS], np.int64)
+
+
+class _Header:
+    """The fixed part of every record, gathered once: an (n x 112) byte matrix read through structured dtypes.
+
+    Fields before BORNHOST sit at the same offsets in every layout (``head``); the host fields and BODYLENGTH
+    are read per host layout (IPv4/IPv6 born x store host), usually a single group."""
+
+    def __init__(self, u8: np.ndarray, pos: np.ndarray):
+        self.n = pos.size
+        self.rows = np.lib.stride_tricks.sliding_window_view(u8, L.MAX_FIXED_SIZE)[pos]
+        self.head = self.rows.view(_HEAD_ROW).reshape(self.n)
+        self.sys_flag = self.head["sys_flag"].astype(np.int64)
+        self.layout = ((self.sys_flag >> 4) & 1) | (((self.sys_flag >> 5) & 1) << 1)
+        kinds = np.unique(self.layout)
+        if kinds.size == 1:
+            g = int(kinds[0])
+            self.groups = [(g, None, self.rows.view(_LAYOUT_ROWS[g]).reshape(self.n))]
+        else:
+            self.groups = []
+            for g in kinds.tolist():
+                idx = np.flatnonzero(self.layout == g)
+                self.groups.append((g, idx, np.ascontiguousarray(self.rows[idx]).view(_LAYOUT_ROWS[g])
+                                    .reshape(idx.size)))
+
+    def field(self, name: str, dtype) -> np.ndarray:
+        if name in L.HEAD.names:
+            return self.head[name].astype(dtype)
+        if len(self.groups) == 1:
+            return self.groups[0][2][name].astype(dtype)
+        out = np.empty(self.n, dtype)
+        for _, idx, rec in self.groups:
+            out[idx] = rec[name]
+        return out
+
+    def select(self, sel: np.ndarray) -> "_Header":
+        other = object.__new__(_Header)
+        other.n = sel.size
+        other.rows = self.rows[sel]
+        other.head = other.rows.view(_HEAD_ROW).reshape(other.n)
+        other.sys_flag = self.sys_flag[sel]
+        other.layout = self.layout[sel]
+        other.groups = []
+        for g in np.unique(other.layout).tolist():
+            idx = None if np.unique(other.layout).size == 1 else np.flatnonzero(other.layout == g)
+            rows = other.rows if idx is None else np.ascontiguousarray(other.rows[idx])
+            other.groups.append((g, idx, rows.view(_LAYOUT_ROWS[g]).reshape(rows.shape[0])))
+        return other
+
+    def hosts(self, which: str) -> pa.Array:
+        if len(self.groups) == 1:
+            _, _, rec = self.groups[0]
+            return _hosts(rec[f"{which}_ip"], rec[f"{which}_port"].astype(np.int64))
+        parts = np.empty(self.n, object)
+        for _, idx, rec in self.groups:
+            parts[idx] = _hosts(rec[f"{which}_ip"], rec[f"{which}_port"].astype(np.int64)).to_pylist()
+        return pa.array(parts.tolist(), pa.string())
+
+    def msg_ids(self) -> pa.Array:
+        """offsetMsgId = hex(store ip + store port + stored PHYSICALOFFSET), straight from the record bytes."""
+        phys = self.rows[:, L.PHYSICAL_OFFSET_OFFSET:L.PHYSICAL_OFFSET_OFFSET + 8]
+        if len(self.groups) == 1:
+            dt = L.LAYOUTS[self.groups[0][0]]
+            s_off, s_len = dt.fields["store_ip"][1], dt.fields["store_ip"][0].itemsize + 4
+            return _hex_ids(np.concatenate([self.rows[:, s_off:s_off + s_len], phys], axis=1))
+        result = np.empty(self.n, object)
+        for g, idx, _ in self.groups:
+            dt = L.LAYOUTS[g]
+            s_off, s_len = dt.fields["store_ip"][1], dt.fields["store_ip"][0].itemsize + 4
+            result[idx] = _hex_ids(np.concatenate([self.rows[idx, s_off:s_off + s_len], phys[idx]],
+                                                  axis=1)).to_pylist()
+        return pa.array(result.tolist(), pa.string())
 
 
 def _segments(buf, starts: np.ndarray, ends: np.ndarray, binary=True) -> pa.Array:
@@ -795,11 +840,12 @@ class _Shape:
 _FIXED_LEN = np.array([d.itemsize for d in L.LAYOUTS], np.int64)
 
 
-def _shape(u8: np.ndarray, pos: np.ndarray, sizes: np.ndarray) -> _Shape:
-    sys_flag = _read_i32(u8, pos + L.SYS_FLAG_OFFSET)
-    fixed_len = _FIXED_LEN[((sys_flag >> 4) & 1) | (((sys_flag >> 5) & 1) << 1)]
-    v2 = _read_i32(u8, pos + 4) == np.int64(L.MAGIC_V2 - (1 << 32))
-    body_size = _read_i32(u8, pos + fixed_len - 4)
+def _shape(u8: np.ndarray, pos: np.ndarray, hdr: "_Header") -> _Shape:
+    sizes = hdr.head["total_size"].astype(np.int64)
+    sys_flag = hdr.sys_flag
+    fixed_len = _FIXED_LEN[hdr.layout]
+    v2 = hdr.head["magic"] == L.MAGIC_V2
+    body_size = hdr.field("body_size", np.int64)
     tw = np.where(v2, 2, 1)
     body_ok = (body_size >= 0) & (fixed_len + body_size + tw + 2 <= sizes)
     t_at = pos + np.where(body_ok, fixed_len + body_size, 0)
@@ -811,16 +857,17 @@ def _shape(u8: np.ndarray, pos: np.ndarray, sizes: np.ndarray) -> _Shape:
     return _Shape(sys_flag, fixed_len, v2, tw, body_size, t_at, topic_len, p_at, props_len, ok)
 
 
-def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: np.ndarray, path: str, base: int,
-                 with_body: bool, topic_set, verify_crc: bool, shape: Optional[_Shape] = None) -> tuple:
+def _decode_rows(buf: bytearray, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int,
+                 with_body: bool, topic_set, verify_crc: bool, hdr: Optional[_Header] = None,
+                 shape: Optional[_Shape] = None) -> tuple:
     anomalies: list = []
     u8 = np.frombuffer(buf, np.uint8)
     n = pos.size
-    sh = shape if shape is not None else _shape(u8, pos, sizes)
+    hdr = hdr if hdr is not None else _Header(u8, pos)
+    sh = shape if shape is not None else _shape(u8, pos, hdr)
+    sizes = hdr.head["total_size"].astype(np.int64)
     sys_flag, fixed_len, v2, body_size = sh.sys_flag, sh.fixed_len, sh.v2, sh.body_size
     t_at, tw, topic_len, p_at, props_len, shape_ok = sh.t_at, sh.tw, sh.topic_len, sh.p_at, sh.props_len, sh.ok
-    fixed = _gather_fixed(u8, pos, sys_flag)
-    magic = _column(fixed, "magic", np.uint32, n)
     if not shape_ok.all():
         for i in np.flatnonzero(~shape_ok).tolist():
             anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, int(file_pos[i]), base,
@@ -838,11 +885,11 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
         sel = np.flatnonzero(keep)
         if sel.size < n:
             pos, sizes, file_pos, sys_flag = pos[sel], sizes[sel], file_pos[sel], sys_flag[sel]
-            magic, v2, body_size, tw = magic[sel], v2[sel], body_size[sel], tw[sel]
+            v2, body_size, tw = v2[sel], body_size[sel], tw[sel]
             t_at, topics_start, topic_len, p_at, props_len = \
                 t_at[sel], topics_start[sel], topic_len[sel], p_at[sel], props_len[sel]
             fixed_len = fixed_len[sel]
-            fixed = _gather_fixed(u8, pos, sys_flag)
+            hdr = hdr.select(sel)
             n = pos.size
     if n == 0:
         return _empty_batch(), anomalies
@@ -851,7 +898,7 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
     props_start = p_at + 2
     props_raw = _segments(buf, props_start, props_start + props_len)
     props = _parse_properties(props_raw)
-    stored_phys = _column(fixed, "physical_offset", np.int64, n)
+    stored_phys = hdr.field("physical_offset", np.int64)
     phys = file_pos + base
     bad_phys = stored_phys != phys
     if bad_phys.any():
@@ -859,7 +906,7 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
             anomalies.append(_anomaly(AnomalyKind.PHYSICAL_OFFSET_MISMATCH, path, int(file_pos[i]), base,
                                       "stored PHYSICALOFFSET differs from the record's location",
                                       int(phys[i]), int(stored_phys[i])))
-    body_crc = _column(fixed, "body_crc", np.int64, n)
+    body_crc = hdr.field("body_crc", np.int64)
     if verify_crc:
         crc32 = zlib.crc32
         mv = memoryview(buf)
@@ -874,10 +921,9 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
     else:
         crc_ok = np.ones(n, bool)
     # hosts and offsetMsgId
-    groups = fixed["_groups"]
-    born_host = _host_column(groups, "born", n)
-    store_host = _host_column(groups, "store", n)
-    msg_id = _msg_ids(u8, pos, fixed["layout"], n)
+    born_host = hdr.hosts("born")
+    store_host = hdr.hosts("store")
+    msg_id = hdr.msg_ids()
     tags = _prop_column(props, n, P.TAGS)
     tags_code = _tags_codes(tags)
     tran_type = pa.DictionaryArray.from_arrays(pa.array(((sys_flag & L.TRANSACTION_MASK) >> 2).astype(np.int8)),
@@ -897,18 +943,18 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
         "magic_version": pa.array(np.where(v2, 2, 1).astype(np.int8)),
         "body_crc": pa.array(body_crc.astype(np.int32)),
         "body_crc_ok": pa.array(crc_ok),
-        "queue_id": pa.array(_column(fixed, "queue_id", np.int32, n)),
-        "flag": pa.array(_column(fixed, "flag", np.int32, n)),
-        "queue_offset": pa.array(_column(fixed, "queue_offset", np.int64, n)),
+        "queue_id": pa.array(hdr.field("queue_id", np.int32)),
+        "flag": pa.array(hdr.field("flag", np.int32)),
+        "queue_offset": pa.array(hdr.field("queue_offset", np.int64)),
         "stored_physical_offset": pa.array(stored_phys),
         "sys_flag": pa.array(sys_flag.astype(np.int32)),
         "transaction_type": tran_type,
-        "born_timestamp": pa.array(_column(fixed, "born_timestamp", np.int64, n)),
+        "born_timestamp": pa.array(hdr.field("born_timestamp", np.int64)),
         "born_host": born_host,
-        "store_timestamp": pa.array(_column(fixed, "store_timestamp", np.int64, n)),
+        "store_timestamp": pa.array(hdr.field("store_timestamp", np.int64)),
         "store_host": store_host,
-        "reconsume_times": pa.array(_column(fixed, "reconsume_times", np.int32, n)),
-        "prepared_transaction_offset": pa.array(_column(fixed, "prepared_transaction_offset", np.int64, n)),
+        "reconsume_times": pa.array(hdr.field("reconsume_times", np.int32)),
+        "prepared_transaction_offset": pa.array(hdr.field("prepared_transaction_offset", np.int64)),
         "body_size": pa.array(body_size.astype(np.int32)),
         "topic": topic,
         "properties": pmap,
@@ -929,42 +975,6 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, sizes: np.ndarray, file_pos: n
         "body": body,
     }
     return pa.RecordBatch.from_arrays([cols[f.name] for f in _SCHEMA], schema=_SCHEMA), anomalies
-
-
-def _read_i32(u8: np.ndarray, at: np.ndarray) -> np.ndarray:
-    w = np.lib.stride_tricks.sliding_window_view(u8, 4)[at]
-    return w.copy().view(">i4").reshape(-1).astype(np.int64)
-
-
-def _host_column(groups, which: str, n: int) -> pa.Array:
-    if len(groups) == 1:
-        _, _, rec = groups[0]
-        return _hosts(rec[f"{which}_ip"], rec[f"{which}_port"].astype(np.int64))
-    parts = np.empty(n, object)
-    for _, idx, rec in groups:
-        parts[idx] = _hosts(rec[f"{which}_ip"], rec[f"{which}_port"].astype(np.int64)).to_pylist()
-    return pa.array(parts.tolist(), pa.string())
-
-
-def _msg_ids(u8: np.ndarray, pos: np.ndarray, layout: np.ndarray, n: int) -> pa.Array:
-    """offsetMsgId = hex(store ip + store port + stored PHYSICALOFFSET), straight from the record bytes."""
-    groups = np.unique(layout)
-    result = None
-    for g in groups.tolist():
-        idx = np.flatnonzero(layout == g) if groups.size > 1 else None
-        p = pos if idx is None else pos[idx]
-        dt = L.LAYOUTS[g]
-        s_off = dt.fields["store_ip"][1]
-        s_len = dt.fields["store_ip"][0].itemsize + 4
-        ip_port = np.lib.stride_tricks.sliding_window_view(u8, s_len)[p + s_off]
-        offset = np.lib.stride_tricks.sliding_window_view(u8, 8)[p + L.PHYSICAL_OFFSET_OFFSET]
-        ids = _hex_ids(np.concatenate([ip_port, offset], axis=1))
-        if idx is None:
-            return ids
-        if result is None:
-            result = np.empty(n, object)
-        result[idx] = ids.to_pylist()
-    return pa.array(result.tolist(), pa.string())
 
 
 def _tags_codes(tags: pa.Array) -> np.ndarray:
