@@ -1,0 +1,296 @@
+"""Faults injected into a finished store, each reported with its file and exact byte position.
+
+Crash-time faults (torn tail, crash between commit and op, lost 5.1+ op batch, consume-queue dispatch lag, stale
+consumerOffset.json, the 3.x statetable rebuild) happen inside the simulation (refbroker.broker / .workload).  The
+faults here damage files after the broker has stopped, the way disks, operators and retention do:
+
+================================  ===========================================================================
+name                              what it does (expected decoder finding)
+================================  ===========================================================================
+``retention``                     deletes the oldest third of the CommitLog files (at least one when there are
+                                  two or more), then every consume-queue / redolog / statetable file (but the last
+                                  of each queue) whose last unit points below the new minimum offset
+                                  (``deleteExpiredFileByOffset``); records in deleted files become
+                                  ``present: false`` with flag RECORD_DELETED
+``bitflip_commit_body``           one bit of a COMMIT record's body (BODY_CRC_MISMATCH at the record start)
+``bitflip_record_header``         one bit of an ordinary record's MAGICCODE (BAD_MAGIC at the record start)
+``bitflip_cq_unit``               the sign bit of a consume-queue unit's size (BAD_CQ_ENTRY at the unit)
+``bitflip_checkpoint``            the sign bit of physicMsgTimestamp (BAD_CHECKPOINT at 0)
+``bitflip_statetable``            3.x: the low bit of a unit's state (4 -> 5; BAD_STATETABLE_UNIT)
+``truncate_commitlog``            cuts the newest CommitLog file in the middle of its last record
+                                  (FILE_SIZE_MISMATCH and TRUNCATED_RECORD)
+``truncate_config``               cuts consumerOffset.json in half (BAD_JSON; the .bak copy is intact)
+``delete_op_cq``                  4.3+: removes consumequeue/RMQ_SYS_TRANS_OP_HALF_TOPIC (ops stay in the
+                                  CommitLog; flag OP_QUEUE_DELETED)
+================================  ===========================================================================
+
+Every fault returns a dict (a ledger "fault" line) with ``effects`` the ledger uses to mark records:
+``deleted`` / ``corrupted`` (CommitLog offset ranges [start, end)) and ``op_queue_deleted``.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+from pathlib import Path
+from typing import Callable, Optional
+
+from txlog_io import commitlog as CL
+from txlog_io import consumequeue as CQ
+from txlog_io.errors import UsageError
+
+_I32 = struct.Struct(">i")
+
+
+class FaultContext:
+    """What a fault needs: the store, the profile, sampled target records and a seeded RNG."""
+
+    def __init__(self, store_root, profile, rng: random.Random, *, commitlog_file_size: int,
+                 cq_file_size: int, targets: dict, last_record: Optional[dict]):
+        self.root = Path(store_root)
+        self.profile = profile
+        self.rng = rng
+        self.commitlog_file_size = commitlog_file_size
+        self.cq_file_size = cq_file_size
+        self.targets = targets            # kind -> [record dicts with commitlog_offset/size/file/file_position]
+        self.last_record = last_record
+        self.used_offsets: set = set()
+
+    def pick(self, *kinds) -> Optional[dict]:
+        for kind in kinds:
+            pool = [t for t in self.targets.get(kind, []) if t["commitlog_offset"] not in self.used_offsets]
+            if pool:
+                choice = pool[self.rng.randrange(len(pool))]
+                self.used_offsets.add(choice["commitlog_offset"])
+                return choice
+        return None
+
+
+def _flip(path: Path, position: int, bit: int) -> tuple:
+    with open(path, "r+b") as fh:
+        fh.seek(position)
+        old = fh.read(1)[0]
+        new = old ^ (1 << bit)
+        fh.seek(position)
+        fh.write(bytes([new]))
+    return old, new
+
+
+def _rel(ctx: FaultContext, path: Path) -> str:
+    return str(path.relative_to(ctx.root))
+
+
+def _record_fault(ctx, name, target, position, bit, detail, expected):
+    path = ctx.root / "commitlog" / target["file"]
+    old, new = _flip(path, position, bit)
+    return {"fault": name, "file": _rel(ctx, path), "position": position, "length": 1,
+            "detail": f"{detail}: byte 0x{old:02x} -> 0x{new:02x} (bit {bit}) in the record at file position "
+                      f"{target['file_position']} (physical offset {target['commitlog_offset']})",
+            "expected_anomalies": expected, "record_position": target["file_position"],
+            "affected": [{"record": target.get("record"), "commitlog_offset": target["commitlog_offset"],
+                          "transaction_key": target.get("transaction_key")}],
+            "effects": {"corrupted": [[target["commitlog_offset"], target["commitlog_offset"] + target["size"]]]}}
+
+
+def bitflip_commit_body(ctx: FaultContext) -> list:
+    target = ctx.pick("commit", "half")
+    if target is None:
+        return []
+    path = ctx.root / "commitlog" / target["file"]
+    with open(path, "rb") as fh:
+        fh.seek(target["file_position"])
+        head = fh.read(CL.MAX_FIXED_SIZE)
+    sys_flag = _I32.unpack_from(head, CL.SYS_FLAG_OFFSET)[0]
+    fixed = CL.LAYOUTS[CL.layout_index(sys_flag)].itemsize
+    body_len = _I32.unpack_from(head, fixed - 4)[0]
+    if body_len <= 0:
+        return []
+    position = target["file_position"] + fixed + ctx.rng.randrange(body_len)
+    return [_record_fault(ctx, "BITFLIP_COMMIT_BODY", target, position, ctx.rng.randrange(8),
+                          "flipped one bit of a record body", ["BODY_CRC_MISMATCH"])]
+
+
+def bitflip_record_header(ctx: FaultContext) -> list:
+    target = ctx.pick("ordinary", "op", "half")
+    if target is None:
+        return []
+    position = target["file_position"] + 4 + ctx.rng.randrange(4)       # MAGICCODE
+    return [_record_fault(ctx, "BITFLIP_RECORD_HEADER", target, position, ctx.rng.randrange(8),
+                          "flipped one bit of a record's MAGICCODE", ["BAD_MAGIC", "RESYNC"])]
+
+
+def _queue_files(ctx: FaultContext) -> list:
+    top = ctx.root / "consumequeue"
+    if not top.is_dir():
+        return []
+    return sorted(p for p in top.glob("*/*/*") if p.is_file())
+
+
+def bitflip_cq_unit(ctx: FaultContext) -> list:
+    files = [p for p in _queue_files(ctx) if "RMQ_SYS_TRANS" not in str(p)]
+    if not files:
+        return []
+    path = files[ctx.rng.randrange(len(files))]
+    with open(path, "rb") as fh:
+        data = fh.read()
+    written = [i for i in range(0, len(data) - CQ.CQ_UNIT_SIZE + 1, CQ.CQ_UNIT_SIZE)
+               if data[i:i + CQ.CQ_UNIT_SIZE].strip(b"\0")
+               and _I32.unpack_from(data, i + 8)[0] != CQ.PRE_BLANK_SIZE]
+    if not written:
+        return []
+    unit = written[ctx.rng.randrange(len(written))]
+    commitlog_offset = struct.unpack_from(">q", data, unit)[0]
+    position = unit + 8                                                   # size field, most significant byte
+    old, new = _flip(path, position, 7)
+    return [{"fault": "BITFLIP_CQ_UNIT", "file": _rel(ctx, path), "position": position, "length": 1,
+             "detail": f"sign bit of the size of the unit at file position {unit}: byte 0x{old:02x} -> 0x{new:02x}",
+             "expected_anomalies": ["BAD_CQ_ENTRY"], "record_position": unit,
+             "affected": [{"record": "consume queue unit", "commitlog_offset": commitlog_offset,
+                           "transaction_key": None}], "effects": {}}]
+
+
+def bitflip_checkpoint(ctx: FaultContext) -> list:
+    path = ctx.root / "checkpoint"
+    if not path.exists():
+        return []
+    old, new = _flip(path, 0, 7)
+    return [{"fault": "BITFLIP_CHECKPOINT", "file": "checkpoint", "position": 0, "length": 1,
+             "detail": f"sign bit of physicMsgTimestamp: byte 0x{old:02x} -> 0x{new:02x}",
+             "expected_anomalies": ["BAD_CHECKPOINT"], "affected": [], "effects": {}}]
+
+
+def bitflip_statetable(ctx: FaultContext) -> list:
+    top = ctx.root / "transaction" / "statetable"
+    files = sorted(top.iterdir()) if top.is_dir() else []
+    for path in files:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        units = [i for i in range(0, len(data) - CQ.STATETABLE_UNIT_SIZE + 1, CQ.STATETABLE_UNIT_SIZE)
+                 if data[i:i + CQ.STATETABLE_UNIT_SIZE].strip(b"\0")]
+        if not units:
+            continue
+        unit = units[ctx.rng.randrange(len(units))]
+        position = unit + CQ.STATETABLE_STATE_POS + 3
+        old, new = _flip(path, position, 0)
+        return [{"fault": "BITFLIP_STATETABLE", "file": _rel(ctx, path), "position": position, "length": 1,
+                 "detail": f"low bit of the state of the unit at file position {unit}: 0x{old:02x} -> 0x{new:02x}",
+                 "expected_anomalies": ["BAD_STATETABLE_UNIT"], "record_position": unit, "affected": [],
+                 "effects": {}}]
+    return []
+
+
+def truncate_commitlog(ctx: FaultContext) -> list:
+    last = ctx.last_record
+    if last is None:
+        return []
+    path = ctx.root / "commitlog" / last["file"]
+    cut = last["file_position"] + max(1, last["size"] // 2)
+    file_start = int(last["file"])
+    with open(path, "r+b") as fh:
+        fh.truncate(cut)
+    return [{"fault": "TRUNCATE_COMMITLOG", "file": _rel(ctx, path), "position": cut, "length": 0,
+             "detail": f"file truncated to {cut} bytes, inside the last record (file position "
+                       f"{last['file_position']}, {last['size']} bytes)",
+             "expected_anomalies": ["FILE_SIZE_MISMATCH", "TRUNCATED_RECORD"],
+             "record_position": last["file_position"],
+             "affected": [{"record": last.get("record"), "commitlog_offset": last["commitlog_offset"],
+                           "transaction_key": last.get("transaction_key")}],
+             "effects": {"corrupted": [[file_start + last["file_position"], file_start + ctx.commitlog_file_size]]}}]
+
+
+def truncate_config(ctx: FaultContext) -> list:
+    path = ctx.root / "config" / "consumerOffset.json"
+    if not path.exists():
+        return []
+    size = path.stat().st_size
+    cut = size // 2
+    with open(path, "r+b") as fh:
+        fh.truncate(cut)
+    return [{"fault": "TRUNCATE_CONFIG", "file": _rel(ctx, path), "position": cut, "length": 0,
+             "detail": f"consumerOffset.json cut from {size} to {cut} bytes (consumerOffset.json.bak intact)",
+             "expected_anomalies": ["BAD_JSON"], "affected": [], "effects": {}}]
+
+
+def delete_op_cq(ctx: FaultContext) -> list:
+    path = ctx.root / "consumequeue" / "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+    if not path.is_dir():
+        return []
+    shutil.rmtree(path)
+    return [{"fault": "DELETE_OP_CQ", "file": _rel(ctx, path), "position": 0, "length": 0,
+             "detail": "the op half topic's consume queue directory was deleted (ops remain in the CommitLog)",
+             "expected_anomalies": ["MISSING_FILE"], "affected": [], "effects": {"op_queue_deleted": True}}]
+
+
+def _last_unit_offset(path: Path, unit_size: int) -> Optional[int]:
+    """CommitLog offset in the file's last unit slot, None when the file is not full (never deleted)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        fh.seek(size - unit_size)
+        tail = fh.read(unit_size)
+    if not tail.strip(b"\0"):
+        return None
+    return struct.unpack_from(">q", tail, 0)[0]
+
+
+def retention(ctx: FaultContext) -> list:
+    commitlog_dir = ctx.root / "commitlog"
+    files = sorted(p for p in commitlog_dir.iterdir() if p.is_file())
+    if len(files) < 2:
+        return []
+    count = max(1, len(files) // 3)
+    doomed = files[:count]
+    min_offset = int(files[count].name)
+    for path in doomed:
+        path.unlink()
+    faults = [{"fault": "RETENTION_DELETE_COMMITLOG", "file": "commitlog/" + doomed[0].name, "position": 0,
+               "length": min_offset - int(doomed[0].name),
+               "detail": f"retention deleted {count} CommitLog file(s) {doomed[0].name}..{doomed[-1].name}; "
+                         f"the minimum physical offset is now {min_offset}",
+               "expected_anomalies": [], "affected": [],
+               "effects": {"deleted": [[int(doomed[0].name), min_offset]]}}]
+    deleted_units = []
+    queue_dirs = [d for d in (ctx.root / "consumequeue").glob("*/*") if d.is_dir()]
+    redolog = ctx.root / "transaction" / "redolog"
+    queue_dirs += [d for d in redolog.glob("*/*") if d.is_dir()] if redolog.is_dir() else []
+    for directory in queue_dirs:
+        deleted_units += _delete_expired_units(directory, CQ.CQ_UNIT_SIZE, min_offset)
+    statetable = ctx.root / "transaction" / "statetable"
+    if statetable.is_dir():
+        deleted_units += _delete_expired_units(statetable, CQ.STATETABLE_UNIT_SIZE, min_offset)
+    for path in deleted_units:
+        faults.append({"fault": "RETENTION_DELETE_QUEUE_FILE", "file": _rel(ctx, path), "position": 0,
+                       "length": 0, "detail": "queue file whose last unit points below the minimum CommitLog "
+                                              "offset was deleted with it", "expected_anomalies": [],
+                       "affected": [], "effects": {}})
+    return faults
+
+
+def _delete_expired_units(directory: Path, unit_size: int, min_offset: int) -> list:
+    files = sorted(p for p in directory.iterdir() if p.is_file())
+    deleted = []
+    for path in files[:-1]:                                  # MappedFileQueue never deletes the last file
+        last = _last_unit_offset(path, unit_size)
+        if last is None or last >= min_offset:
+            break
+        path.unlink()
+        deleted.append(path)
+    return deleted
+
+
+FAULTS: dict = {f.__name__: f for f in (retention, bitflip_commit_body, bitflip_record_header, bitflip_cq_unit,
+                                         bitflip_checkpoint, bitflip_statetable, truncate_commitlog,
+                                         truncate_config, delete_op_cq)}
+
+
+def apply_faults(names, ctx: FaultContext) -> list:
+    out = []
+    for name in names:
+        fn: Optional[Callable] = FAULTS.get(name)
+        if fn is None:
+            raise UsageError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
+        out.extend(fn(ctx))
+    return out
+
+
+__all__ = ["FAULTS", "FaultContext", "apply_faults"]

@@ -1,0 +1,272 @@
+"""``refbroker.generate``: one call from (profile, scenario, size, seed) to a store, its ledger and a summary.
+
+Layout of ``out_dir``::
+
+    store/          the broker store (storePathRootDir)
+    ledger.jsonl    ground truth, one JSON line per transaction and per injected fault (refbroker.ledger)
+    summary.json    counts per outcome / visible outcome / flag / fault, store statistics, timing
+
+The run is deterministic for a given (profile, scenario, transactions, background_messages, sizes, seed): the
+simulated clock starts at ``start_ms`` and every random choice comes from ``random.Random(seed)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from txlog_io.errors import UsageError
+
+from refbroker import ledger as L
+from refbroker.broker import Broker
+from refbroker.faults import FaultContext, apply_faults
+from refbroker.profiles import Profile, get_profile
+from refbroker.workload import Workload, WorkloadConfig, get_scenario, resolve_profiles
+
+MIB = 1 << 20
+DEFAULT_START_MS = 1_795_300_000_000      # 2026-11-21, like the fixtures' clocks
+
+
+@dataclass
+class GenerateResult:
+    store_dir: Path
+    ledger_path: Path
+    summary: dict
+
+    @property
+    def summary_path(self) -> Path:
+        return self.ledger_path.parent / "summary.json"
+
+
+def _sizes(profile: Profile, scenario, sizes: dict) -> dict:
+    merged = dict(scenario.default_sizes)
+    merged.update({k: v for k, v in sizes.items() if v is not None})
+    unknown = set(merged) - {"commitlog_file_size", "commitlog_file_mb", "consumequeue_file_size", "cq_file_units",
+                             "statetable_file_size", "redolog_file_size", "background_messages", "msg_bytes",
+                             "tx_interval_ms", "start_ms", "retry_every", "crash_downtime_ms"}
+    if unknown:
+        raise UsageError(f"unknown size option(s): {', '.join(sorted(unknown))}")
+    if "commitlog_file_mb" in merged:
+        merged["commitlog_file_size"] = int(float(merged.pop("commitlog_file_mb")) * MIB)
+    if "cq_file_units" in merged:
+        merged["consumequeue_file_size"] = int(merged.pop("cq_file_units")) * 20
+    for key in ("commitlog_file_size", "consumequeue_file_size", "statetable_file_size", "redolog_file_size",
+                "msg_bytes", "tx_interval_ms"):
+        if key in merged and (not isinstance(merged[key], int) or merged[key] <= 0):
+            raise UsageError(f"{key} must be a positive integer, got {merged[key]!r}")
+    if merged.get("commitlog_file_size", 1 << 30) < 4096:
+        raise UsageError("commitlog file size must be at least 4096 bytes")
+    return merged
+
+
+def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) -> GenerateResult:
+    """Write ``out_dir/store`` for ``scenario`` under ``profile`` with ``transactions`` transactions.
+
+    Size options: background_messages (default: 2 per transaction), msg_bytes (1024), commitlog_file_size (bytes)
+    or commitlog_file_mb, consumequeue_file_size (bytes) or cq_file_units, statetable_file_size,
+    redolog_file_size (3.x), tx_interval_ms (10), start_ms, retry_every, crash_downtime_ms.
+    An existing ``out_dir/store`` is replaced.
+    """
+    started = time.perf_counter()
+    profile = get_profile(profile)
+    scenario = get_scenario(scenario)
+    if not isinstance(transactions, int) or transactions < 0:
+        raise UsageError(f"transactions must be a non-negative integer, got {transactions!r}")
+    if not isinstance(seed, int):
+        raise UsageError(f"seed must be an integer, got {seed!r}")
+    opts = _sizes(profile, scenario, sizes)
+    start_profile, final_profile = resolve_profiles(scenario, profile)
+    out = Path(out_dir)
+    store_dir = out / "store"
+    if store_dir.exists():
+        shutil.rmtree(store_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ledger_path = out / "ledger.jsonl"
+    partial_path = out / "ledger.partial.jsonl"
+
+    faults: list = []
+
+    def collect(fault: dict) -> str:
+        fault_id = f"F{len(faults) + 1}"
+        fault["fault_id"] = fault_id
+        faults.append(fault)
+        return fault_id
+
+    writer = L.LedgerWriter(partial_path)
+    broker = Broker(store_dir, start_profile, start_ms=opts.get("start_ms", DEFAULT_START_MS), seed=seed,
+                    commitlog_file_size=opts.get("commitlog_file_size"),
+                    consumequeue_file_size=opts.get("consumequeue_file_size"),
+                    statetable_file_size=opts.get("statetable_file_size"),
+                    redolog_file_size=opts.get("redolog_file_size"), ledger=writer, on_fault=collect)
+    config = WorkloadConfig(transactions=transactions,
+                            background_messages=opts.get("background_messages", 2 * transactions),
+                            msg_bytes=opts.get("msg_bytes", 1024), tx_interval_ms=opts.get("tx_interval_ms", 10),
+                            retry_every=opts.get("retry_every", 200),
+                            crash_downtime_ms=opts.get("crash_downtime_ms", 2000))
+    workload = Workload(broker, scenario, config, seed, profiles=(final_profile, start_profile))
+    broker.start()
+    try:
+        workload.run()
+        broker.finalize_all()
+    finally:
+        writer.close()
+        if not broker.down:
+            broker.store.close_files()
+    sim_seconds = time.perf_counter() - started
+    end_offset = broker.store.commitlog.max_offset
+    for fault in faults:
+        if fault["fault"] == "TORN_TAIL":
+            fault["overwritten"] = end_offset >= fault["commitlog_offset"] + fault["length"]
+    store_bytes = _tree_bytes(store_dir)
+
+    # post-run faults on the stopped store
+    if scenario.post_faults:
+        targets = _targets(partial_path, broker)
+        ctx = FaultContext(store_dir, broker.profile, random.Random(seed * 31 + 7),
+                           commitlog_file_size=broker.store.commitlog_file_size,
+                           cq_file_size=broker.store.cq_file_size, targets=targets,
+                           last_record=broker.store.last_put)
+        for fault in apply_faults(scenario.post_faults, ctx):
+            collect(fault)
+    _write_final_ledger(partial_path, ledger_path, faults)
+    partial_path.unlink()
+
+    elapsed = time.perf_counter() - started
+    data_bytes = broker.store.bytes_written
+    summary = L.summarize(ledger_path, extra={
+        "profile": final_profile.name,
+        "start_profile": start_profile.name,
+        "scenario": scenario.name,
+        "seed": seed,
+        "requested_transactions": transactions,
+        "background_messages": config.background_messages,
+        "transaction_classes": dict(sorted(workload.class_counts.items())),
+        "broker": dict(broker.stats),
+        "store": {
+            "commitlog_file_size": broker.store.commitlog_file_size,
+            "consumequeue_file_size": broker.store.cq_file_size,
+            "commitlog_files": len(list((store_dir / "commitlog").glob("*"))) if (store_dir / "commitlog").is_dir()
+            else 0,
+            "records": broker.store.records_written,
+            "record_bytes": data_bytes,
+            "store_bytes_on_disk": store_bytes,
+            "max_physical_offset": broker.store.commitlog.max_offset,
+            "abort_present": (store_dir / "abort").exists(),
+            "simulated_ms": broker.now - opts.get("start_ms", DEFAULT_START_MS),
+        },
+        "fault_list": [{k: f.get(k) for k in ("fault_id", "fault", "file", "position", "length",
+                                                "expected_anomalies")} for f in faults],
+        "timing": {
+            "seconds": round(elapsed, 3),
+            "simulation_seconds": round(sim_seconds, 3),
+            "record_mb_per_s": round(data_bytes / MIB / max(sim_seconds, 1e-9), 2),
+        },
+        "profile_settings": final_profile.broker_defaults(),
+    })
+    L.write_json(out / "summary.json", summary)
+    return GenerateResult(store_dir, ledger_path, summary)
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def _targets(partial_path: Path, broker: Broker) -> dict:
+    """Reservoir samples of records the faults can hit, from the partial ledger and the broker."""
+    rng = random.Random(17)
+    pools: dict = {"commit": [], "half": [], "op": []}
+    seen = {k: 0 for k in pools}
+
+    def offer(kind: str, item: dict) -> None:
+        seen[kind] += 1
+        pool = pools[kind]
+        if len(pool) < 64:
+            pool.append(item)
+        else:
+            j = rng.randrange(seen[kind])
+            if j < 64:
+                pool[j] = item
+
+    for entry in L.iter_ledger(partial_path):
+        key = entry["transaction_key"]
+        for record in entry["commit_records"]:
+            offer("commit", {**record, "record": "commit", "transaction_key": key})
+        for copy in entry["half_copies"]:
+            offer("half", {**copy, "record": "half", "transaction_key": key})
+        for op in entry["op_records"]:
+            offer("op", {"commitlog_offset": op["op_commitlog_offset"], "size": op["op_size"], "file": op["file"],
+                         "file_position": op["file_position"], "record": "op", "transaction_key": key})
+    pools["ordinary"] = [dict(s, record="ordinary") for s in broker.ordinary_samples]
+    return pools
+
+
+def _in_ranges(offset, ranges) -> bool:
+    return offset is not None and any(start <= offset < end for start, end in ranges)
+
+
+def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> None:
+    deleted, corrupted, op_queue_faults = [], [], []
+    for fault in faults:
+        effects = fault.get("effects") or {}
+        deleted += [(tuple(r), fault["fault_id"]) for r in effects.get("deleted", [])]
+        corrupted += [(tuple(r), fault["fault_id"]) for r in effects.get("corrupted", [])]
+        if effects.get("op_queue_deleted"):
+            op_queue_faults.append(fault["fault_id"])
+    writer = L.LedgerWriter(ledger_path)
+    try:
+        for entry in L.iter_ledger(partial_path):
+            if deleted or corrupted or op_queue_faults:
+                _annotate(entry, deleted, corrupted, op_queue_faults)
+            writer.write(entry)
+        for fault in faults:
+            line = {"kind": "fault", "fault_id": fault["fault_id"]}
+            line.update((k, v) for k, v in fault.items() if k not in line)
+            writer.write(line)
+    finally:
+        writer.close()
+
+
+def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list) -> None:
+    flags, fault_ids = set(entry["flags"]), set(entry["faults"])
+
+    def mark(record: dict, offset_key: str = "commitlog_offset") -> None:
+        offset = record.get(offset_key)
+        if not record.get("present", False) or offset is None:
+            return
+        for (start, end), fault_id in deleted:
+            if start <= offset < end:
+                record["present"] = False
+                flags.add(L.RECORD_DELETED)
+                fault_ids.add(fault_id)
+        for (start, end), fault_id in corrupted:
+            if start <= offset < end:
+                record["present"] = False
+                flags.add(L.RECORD_CORRUPTED)
+                fault_ids.add(fault_id)
+
+    for group in ("half_copies", "commit_records", "rollback_records", "discard_records"):
+        for record in entry[group]:
+            mark(record)
+    for op in entry["op_records"]:
+        mark(op, "op_commitlog_offset")
+    if op_queue_faults and entry["op_records"]:
+        flags.add(L.OP_QUEUE_DELETED)
+        fault_ids.update(op_queue_faults)
+    entry["flags"] = sorted(flags)
+    entry["faults"] = sorted(fault_ids, key=lambda f: int(f[1:]))
+    entry["visible_outcome"] = L.entry_outcome(entry, True)
+
+
+__all__ = ["generate", "GenerateResult"]
