@@ -55,6 +55,7 @@ WRITERS = ("auto", "delta-rs", "spark")
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 STATS_STRING_PREFIX = 32          # like Delta Spark: string stats are limited to a 32-character prefix
 DEFAULT_MAX_ROWS_PER_FILE = 4_000_000
+DEFAULT_MAX_BYTES_PER_FILE = 512 * 1024 * 1024   # Arrow (uncompressed) bytes per data file before rolling over
 
 # metadata row each write task returns per data file (the only thing collected to the driver)
 _FILE_META_SCHEMA = pa.schema([
@@ -188,39 +189,66 @@ def _stats_value(t: pa.DataType, v):
     return None
 
 
-def _file_stats(batch_table: pa.Table) -> str:
-    """Delta ``stats`` JSON (numRecords, min/max for numbers, dates and short strings, nullCount for flat columns).
+def _stats_eligible(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_date32(t) or pa.types.is_string(t)
+
+
+class _StatsAccumulator:
+    """Delta ``stats`` of one data file, merged batch by batch (no rows are kept): numRecords, min/max for numbers,
+    dates and short strings, nullCount for flat columns.
 
     Strings follow Delta Spark's rule: the minimum is cut to a 32-character prefix (still a lower bound); a maximum
-    longer than 32 characters is left out (a prefix would not be an upper bound)."""
-    import pyarrow.compute as pc
+    longer than 32 characters is left out (a prefix would not be an upper bound).  Floats with NaN get no min/max."""
 
-    mins, maxs, nulls = {}, {}, {}
-    for name in batch_table.column_names:
-        col = batch_table.column(name)
-        t = col.type
-        if pa.types.is_nested(t):
-            continue
-        nulls[name] = col.null_count
-        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_date32(t)
-                or pa.types.is_string(t)):
-            continue
-        if col.null_count == len(col):
-            continue
-        mm = pc.min_max(col)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        lo, hi = _stats_value(t, lo), _stats_value(t, hi)
-        if pa.types.is_string(t):
-            if lo is not None:
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.rows = 0
+        self.nulls = {f.name: 0 for f in schema if not pa.types.is_nested(f.type)}
+        self.mins: dict = {}
+        self.maxs: dict = {}
+        self.no_minmax: set = set()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        self.rows += batch.num_rows
+        for f in self.schema:
+            if pa.types.is_nested(f.type):
+                continue
+            col = batch.column(batch.schema.get_field_index(f.name))
+            self.nulls[f.name] += col.null_count
+            if not _stats_eligible(f.type) or f.name in self.no_minmax or col.null_count == len(col):
+                continue
+            if pa.types.is_floating(f.type) and pc.any(pc.is_nan(col)).as_py():
+                self.no_minmax.add(f.name)
+                self.mins.pop(f.name, None)
+                self.maxs.pop(f.name, None)
+                continue
+            mm = pc.min_max(col)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if lo is not None and (f.name not in self.mins or lo < self.mins[f.name]):
+                self.mins[f.name] = lo
+            if hi is not None and (f.name not in self.maxs or hi > self.maxs[f.name]):
+                self.maxs[f.name] = hi
+
+    def to_json(self) -> str:
+        mins, maxs = {}, {}
+        for name, v in self.mins.items():
+            t = self.schema.field(name).type
+            lo = _stats_value(t, v)
+            if lo is not None and pa.types.is_string(t):
                 lo = lo[:STATS_STRING_PREFIX]
-            if hi is not None and len(hi) > STATS_STRING_PREFIX:
+            if lo is not None:
+                mins[name] = lo
+        for name, v in self.maxs.items():
+            t = self.schema.field(name).type
+            hi = _stats_value(t, v)
+            if hi is not None and pa.types.is_string(t) and len(hi) > STATS_STRING_PREFIX:
                 hi = None
-        if lo is not None:
-            mins[name] = lo
-        if hi is not None:
-            maxs[name] = hi
-    return json.dumps({"numRecords": batch_table.num_rows, "minValues": mins, "maxValues": maxs,
-                       "nullCount": nulls}, separators=(",", ":"))
+            if hi is not None:
+                maxs[name] = hi
+        return json.dumps({"numRecords": self.rows, "minValues": mins, "maxValues": maxs,
+                           "nullCount": self.nulls}, separators=(",", ":"))
 
 
 def _conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -243,14 +271,15 @@ class _PartitionFileWriter:
     """Writes one task's rows into per-partition Parquet files under the table root."""
 
     def __init__(self, root: str, schema: pa.Schema, partition_by: Sequence[str], task_tag: str,
-                 max_rows_per_file: int):
+                 max_rows_per_file: int, max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE):
         self.root = root
         self.schema = schema
         self.partition_by = list(partition_by)
         self.data_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         self.task_tag = task_tag
         self.max_rows = max_rows_per_file
-        self.open = {}          # partition key tuple -> [writer, rel_path, abs_path, rows, chunks]
+        self.max_bytes = max_bytes_per_file
+        self.open = {}          # partition key tuple -> [writer, rel_path, abs_path, rows, stats, arrow_bytes]
         self.done: List[_FileMeta] = []
         self.seq = 0
 
@@ -270,17 +299,15 @@ class _PartitionFileWriter:
         os.makedirs(os.path.dirname(abs_path), exist_ok=True)
         writer = pq.ParquetWriter(abs_path, self.data_schema, compression="snappy", coerce_timestamps="us",
                                   allow_truncated_timestamps=False)
-        state = [writer, rel, abs_path, 0, []]
+        state = [writer, rel, abs_path, 0, _StatsAccumulator(self.data_schema), 0]
         self.open[key] = state
         return state
 
     def _finish(self, key):
-        writer, rel, abs_path, rows, chunks = self.open.pop(key)
+        writer, rel, abs_path, rows, stats, _ = self.open.pop(key)
         writer.close()
         st = os.stat(abs_path)
-        stats = _file_stats(pa.Table.from_batches(chunks, schema=self.data_schema)) if chunks else \
-            json.dumps({"numRecords": 0})
-        self.done.append(_FileMeta(rel, st.st_size, dict(zip(self.partition_by, key)), rows, stats,
+        self.done.append(_FileMeta(rel, st.st_size, dict(zip(self.partition_by, key)), rows, stats.to_json(),
                                    int(st.st_mtime * 1000)))
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -313,9 +340,10 @@ class _PartitionFileWriter:
                 chunk = data.slice(start, take)
                 state[0].write_batch(chunk)
                 state[3] += take
-                state[4].append(chunk)
+                state[4].add(chunk)
+                state[5] += chunk.nbytes
                 start += take
-                if state[3] >= self.max_rows:
+                if state[3] >= self.max_rows or state[5] >= self.max_bytes:
                     self._finish(key)
 
     def close(self) -> List[_FileMeta]:

@@ -274,3 +274,26 @@ def test_writer_choice_with_delta_configured(monkeypatch):
     assert delta_sink.choose_writer(_Spark(ext, True)) == "spark"
     assert delta_sink.choose_writer(_Spark(ext, False)) == "delta-rs"      # configured, jar missing
     assert delta_sink.choose_writer(_Spark("", True)) == "delta-rs"        # jar present, not configured
+
+
+def test_files_roll_over_and_stats_describe_each_file(spark, tmp_path):
+    import pyarrow.parquet as pq
+
+    rows = _rows(50)
+    res = write_table(_df(spark, rows, partitions=1), tmp_path, TINY, "run-1", spark=spark, run_date=RUN_DAY,
+                      max_rows_per_file=7)
+    assert res.files == 8 and res.rows == 50 and res.version == 0
+    with open(os.path.join(res.path, "_delta_log", "00000000000000000000.json")) as fh:
+        adds = [json.loads(line)["add"] for line in fh if '"add"' in line]
+    assert len(adds) == 8
+    for a in adds:
+        stats = json.loads(a["stats"])
+        from urllib.parse import unquote
+        data = pq.read_table(os.path.join(res.path, unquote(a["path"])))
+        offs = data.column("commitlog_offset").to_pylist()
+        assert stats["numRecords"] == data.num_rows == len(offs) <= 7
+        assert (stats["minValues"]["commitlog_offset"], stats["maxValues"]["commitlog_offset"]) == (min(offs),
+                                                                                                   max(offs))
+        assert stats["nullCount"]["state"] == data.column("state").null_count
+        assert RUN_ID not in stats["nullCount"]            # partition columns are not in the data files
+        assert "props" not in stats["nullCount"]           # nested: no stats
