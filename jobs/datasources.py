@@ -1,0 +1,552 @@
+"""Spark Python data sources over RocketMQ broker store files (``pyspark.sql.datasource``, Spark 4.1+).
+
+``register(spark)`` registers six batch formats; each reads one or several store roots and puts a ``broker`` column
+first (schemas: :mod:`schemas.sources`, i.e. ``broker`` + the store table of :mod:`schemas.store`, exactly):
+
+=============================  ========================================  ===========================================
+format                         rows                                      partitions (``InputPartition`` dataclasses)
+=============================  ========================================  ===========================================
+``rocketmq_commitlog``         ``txlog_io.commitlog.decode_range``       one :class:`CommitLogRange` per
+                                                                         ``split_bytes`` byte range of every file
+``rocketmq_consumequeue``      ``txlog_io.consumequeue``                 :class:`UnitFiles`: ConsumeQueue files (or
+                               ``.decode_consumequeue``                  ranges of big ones) packed up to
+                                                                         ``split_bytes`` per partition
+``rocketmq_statetable``        ``...decode_statetable`` (3.x stores)     :class:`UnitFiles`
+``rocketmq_redolog``           ``...decode_redolog`` (3.x stores)        :class:`UnitFiles`
+``rocketmq_consumer_offsets``  ``txlog_io.config.read_consumer_offsets`` one :class:`StoreFiles` per store
+``rocketmq_anomalies``         the anomalies of all of the above plus    the union of the partitions above
+                               store discovery (``mappedfile``)
+=============================  ========================================  ===========================================
+
+Options are parsed once, on the driver, into :class:`jobs.options.SourceOptions` (``DataSource.schema()`` runs first
+and keeps the result on the data source instance, which Spark pickles into the plan; ``reader()`` reuses it).  A bad
+option fails the ``load()`` with a one-line ``TXAUDIT_BAD_OPTION <format>: option '<name>': ...`` message.
+
+The driver only lists directories and stats files (``partitions()``); every file is opened inside ``read()`` on an
+executor.  ``read()`` yields Arrow RecordBatches whose schema equals the Spark schema exactly (Spark checks it).
+
+Anomalies: a separate source that re-runs the same partition plan
+-----------------------------------------------------------------
+Integrity findings (txlog_io ``Anomaly`` values) come out of the same decoders that produce the rows.  They reach
+Spark through ``rocketmq_anomalies``, whose partitions are the very same :class:`CommitLogRange` / :class:`UnitFiles`
+/ :class:`StoreFiles` values the row sources plan (one planner, ``plan_partitions``), decoded again on the executors
+with only the anomalies kept.  Chosen over one combined scan (record rows + anomaly rows + a discriminator, split by
+the caller after ``.cache()``) because:
+
+* every row source keeps its exact, non-nullable schema; a combined scan needs nullable record columns (or a
+  nullable struct) that no longer equal ``schemas.COMMITLOG`` after the split;
+* nothing has to be cached: caching a whole CommitLog scan (bodies included) to save a second pass costs more
+  memory/disk than the second pass costs CPU, and the cache's lifetime would leak into every caller;
+* anomalies are still produced by executors (never collected on the driver), including store-level findings
+  (file-name / size / gap checks of ``discover_store``), which a :class:`StoreFiles` partition recomputes;
+* the anomaly pass skips bodies and topic filters, so it sees every record, whatever the row query pushed down.
+
+Ranges own what starts in them (records and anomalies alike, see ``txlog_io.commitlog_decode``), so neither rows
+nor findings are duplicated or lost at split points.
+
+Filter pushdown (option ``pushdown=true`` + ``spark.sql.python.filterPushdown.enabled``)
+-------------------------------------------------------------------------------------
+With option ``pushdown=true`` the reader takes ``EqualTo`` / ``EqualNullSafe`` / ``In`` filters with string
+literals on ``topic`` (CommitLog: passed to the decoder as ``topics=``, so other records are dropped before their
+properties and bodies are cut; ConsumeQueue: prunes queue directories) and on ``broker`` (prunes whole stores).
+Those are handled exactly and Spark does not re-evaluate them; every other filter is returned to Spark.
+
+It is off by default because of a Spark 4.2 defect (observed on 4.2.0, see tests/test_datasources.py): the JVM
+keeps ONE planned reader per loaded DataFrame (``PythonDataSourceV2.readInfo``), overwritten by every
+``pushFilters`` call and reused as-is by any later scan that pushes nothing.  So with pushdown, ``df.where("topic
+= 'X'").count()`` followed by ``df.count()`` counts only X, and a union/join of two differently filtered uses of
+the same ``df`` reads both with the last reader.  Without the option the reader never narrows itself, so reuse is
+safe; the ``topics`` option gives the same early drop per ``load()`` (what :mod:`jobs.store_frames` uses).  Use
+``pushdown=true`` only on a DataFrame that is read by a single scan.
+
+Spark refuses to plan a reader that overrides ``pushFilters`` while the conf is off
+(``DATA_SOURCE_PUSHDOWN_DISABLED``), so ``DataSource.reader()`` returns the plain reader when it is called from
+Spark's non-pushdown planning worker (``plan_data_source_read._main``, which never calls ``pushFilters``); results
+are identical with the conf on or off.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, EqualNullSafe, EqualTo, Filter, In, InputPartition,
+)
+
+from jobs.options import OptionError, SourceOptions, parse_options
+from schemas.sources import SOURCE_TABLES
+from schemas.store import ANOMALIES, COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE
+from txlog_io.errors import Anomaly, TxlogError, UsageError
+
+COMMITLOG_FORMAT = "rocketmq_commitlog"
+CONSUMEQUEUE_FORMAT = "rocketmq_consumequeue"
+STATETABLE_FORMAT = "rocketmq_statetable"
+REDOLOG_FORMAT = "rocketmq_redolog"
+CONSUMER_OFFSETS_FORMAT = "rocketmq_consumer_offsets"
+ANOMALIES_FORMAT = "rocketmq_anomalies"
+FORMATS = (COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT, STATETABLE_FORMAT, REDOLOG_FORMAT, CONSUMER_OFFSETS_FORMAT,
+           ANOMALIES_FORMAT)
+
+#: columns whose EqualTo/In filters each format handles itself
+PUSHABLE_COLUMNS = {
+    COMMITLOG_FORMAT: ("broker", "topic"),
+    CONSUMEQUEUE_FORMAT: ("broker", "topic"),
+    STATETABLE_FORMAT: ("broker",),
+    REDOLOG_FORMAT: ("broker",),
+    CONSUMER_OFFSETS_FORMAT: ("broker",),
+    ANOMALIES_FORMAT: ("broker",),
+}
+
+ANOMALY_FLUSH_ROWS = 8192
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Partitions (small, picklable; built on the driver from listings only)
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CommitLogRange(InputPartition):
+    """Byte range ``[start, end)`` of one CommitLog file; owns the records whose start lies in it."""
+
+    broker: str
+    path: str
+    base_offset: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class UnitSlice:
+    """Byte range of one fixed-unit file (ConsumeQueue, statetable or redolog)."""
+
+    kind: str                  # consumequeue | statetable | redolog
+    path: str
+    base_offset: int
+    start: int
+    end: int
+    topic: Optional[str] = None
+    queue_id: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class UnitFiles(InputPartition):
+    """Several small unit-file slices of one store read by one task (their sizes add up to about ``split_bytes``)."""
+
+    broker: str
+    slices: tuple
+
+
+@dataclass(frozen=True)
+class StoreFiles(InputPartition):
+    """Per-store work that is not a byte range: consumerOffset.json, store discovery findings."""
+
+    broker: str
+    root: str
+    commitlog_dirs: Optional[tuple] = None
+    consumer_offsets_path: Optional[str] = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Store listing (driver side: directory listing and stat only)
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    base_offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class StoreListing:
+    root: str
+    commitlog: tuple                                  # FileInfo, in offset order
+    consume_queues: dict = field(default_factory=dict)  # (topic, queue_id) -> tuple of FileInfo
+    statetable: tuple = ()
+    redolog: tuple = ()
+    consumer_offsets_path: Optional[str] = None
+
+
+def store_listing(root: str, commitlog_dirs: Optional[Sequence[str]] = None) -> StoreListing:
+    """List a store's mapped files through ``txlog_io.mappedfile.discover_store`` (no file content is read)."""
+    from txlog_io.mappedfile import discover_store
+
+    layout = discover_store(root, commitlog_dirs=list(commitlog_dirs) if commitlog_dirs else None)
+    return _listing_of(root, layout)
+
+
+def _file_info(f) -> FileInfo:
+    return FileInfo(str(f.path), int(f.base_offset), int(f.size))
+
+
+def _listing_of(root: str, layout) -> StoreListing:
+    cqs = {(str(t), int(q)): tuple(_file_info(f) for f in files)
+           for (t, q), files in sorted(layout.consume_queues.items())}
+    offsets_path = layout.consumer_offset_path
+    return StoreListing(root=root, commitlog=tuple(_file_info(f) for f in layout.commitlog),
+                        consume_queues=cqs, statetable=tuple(_file_info(f) for f in layout.statetable),
+                        redolog=tuple(_file_info(f) for f in layout.redolog),
+                        consumer_offsets_path=None if offsets_path is None else str(offsets_path))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Planning
+# ---------------------------------------------------------------------------------------------------------------
+
+def commitlog_ranges(broker: str, files: Iterable[FileInfo], split_bytes: int) -> list:
+    parts = []
+    for f in files:
+        for start in range(0, f.size, split_bytes):
+            parts.append(CommitLogRange(broker, f.path, f.base_offset, start, min(start + split_bytes, f.size)))
+    return parts
+
+
+def _unit_slices(kind: str, files: Iterable[FileInfo], split_bytes: int, topic=None, queue_id=None) -> list:
+    out = []
+    for f in files:
+        for start in range(0, f.size, split_bytes):
+            out.append(UnitSlice(kind, f.path, f.base_offset, start, min(start + split_bytes, f.size), topic,
+                                 queue_id))
+    return out
+
+
+def pack_slices(broker: str, slices: Sequence[UnitSlice], split_bytes: int) -> list:
+    """Greedy, order-preserving packing of slices into partitions of at most ``split_bytes`` (>= 1 slice each)."""
+    parts, group, size = [], [], 0
+    for s in slices:
+        n = s.end - s.start
+        if group and size + n > split_bytes:
+            parts.append(UnitFiles(broker, tuple(group)))
+            group, size = [], 0
+        group.append(s)
+        size += n
+    if group:
+        parts.append(UnitFiles(broker, tuple(group)))
+    return parts
+
+
+def plan_partitions(fmt: str, opts: SourceOptions, brokers: Optional[frozenset] = None,
+                    topics: Optional[frozenset] = None, listings: Optional[dict] = None) -> list:
+    """The partitions of format ``fmt``: the one planner every source (and the anomalies source) uses.
+
+    ``brokers`` / ``topics``: pushed-down filters (None = all).  ``listings``: broker -> StoreListing, to reuse a
+    listing the caller already made.
+    """
+    want = {
+        "commitlog": fmt == COMMITLOG_FORMAT or (fmt == ANOMALIES_FORMAT and "commitlog" in opts.sources),
+        "consumequeue": fmt == CONSUMEQUEUE_FORMAT or (fmt == ANOMALIES_FORMAT and "consumequeue" in opts.sources),
+        "statetable": fmt == STATETABLE_FORMAT or (fmt == ANOMALIES_FORMAT and "statetable" in opts.sources),
+        "redolog": fmt == REDOLOG_FORMAT or (fmt == ANOMALIES_FORMAT and "redolog" in opts.sources),
+        "store": fmt == CONSUMER_OFFSETS_FORMAT or (fmt == ANOMALIES_FORMAT
+                                                    and bool({"config", "store"} & opts.sources)),
+    }
+    split = opts.split_bytes
+    parts: list = []
+    for broker, root in opts.stores:
+        if brokers is not None and broker not in brokers:
+            continue
+        listing = (listings or {}).get(broker) or store_listing(root, opts.commitlog_dirs_of(root))
+        if want["commitlog"]:
+            parts.extend(commitlog_ranges(broker, listing.commitlog, split))
+        if want["consumequeue"]:
+            slices = []
+            for (topic, queue_id), files in listing.consume_queues.items():
+                if topics is None or topic in topics:
+                    slices.extend(_unit_slices("consumequeue", files, split, topic, queue_id))
+            parts.extend(pack_slices(broker, slices, split))
+        if want["statetable"]:
+            parts.extend(pack_slices(broker, _unit_slices("statetable", listing.statetable, split), split))
+        if want["redolog"]:
+            parts.extend(pack_slices(broker, _unit_slices("redolog", listing.redolog, split), split))
+        if want["store"]:
+            parts.append(StoreFiles(broker, root, opts.commitlog_dirs_of(root), listing.consumer_offsets_path))
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Executor side: decoding a partition
+# ---------------------------------------------------------------------------------------------------------------
+
+class DecoderContractError(TxlogError):
+    """A txlog_io decoder yielded a batch whose schema is not the table's (a bug, not a data problem)."""
+
+
+def prepend_broker(batch: pa.RecordBatch, broker: str, inner: pa.Schema, target: pa.Schema) -> pa.RecordBatch:
+    if not batch.schema.equals(inner):
+        raise DecoderContractError(f"decoder batch schema differs from {target.names[1:]}: {batch.schema}")
+    col = pa.repeat(pa.scalar(broker, pa.string()), batch.num_rows)
+    return pa.RecordBatch.from_arrays([col, *batch.columns], schema=target)
+
+
+_ANOMALY_INNER = ANOMALIES.arrow_schema()
+_ANOMALY_TARGET = SOURCE_TABLES[ANOMALIES_FORMAT].arrow_schema()
+
+
+def anomalies_batch(broker: str, anomalies: Sequence[Anomaly], default_source: str = "",
+                    default_file: str = "") -> pa.RecordBatch:
+    """Anomaly values -> one RecordBatch of ``broker`` + ``schemas.ANOMALIES`` (required fields never null)."""
+    cols = {name: [] for name in _ANOMALY_TARGET.names}
+    for a in anomalies:
+        cols["broker"].append(broker)
+        cols["kind"].append(str(a.kind))
+        cols["file"].append(str(a.file) if a.file is not None else default_file)
+        cols["position"].append(int(a.position) if a.position is not None else -1)
+        cols["detail"].append(str(a.detail) if a.detail is not None else "")
+        cols["expected"].append(None if a.expected is None else str(a.expected))
+        cols["actual"].append(None if a.actual is None else str(a.actual))
+        cols["source"].append(str(a.source) if a.source else default_source)
+        cols["physical_offset"].append(None if a.physical_offset is None else int(a.physical_offset))
+    return pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in _ANOMALY_TARGET],
+                                      schema=_ANOMALY_TARGET)
+
+
+def _decode_unit_slice(s: UnitSlice) -> Iterator[tuple]:
+    from txlog_io import consumequeue as CQ
+
+    if s.kind == "consumequeue":
+        return CQ.decode_consumequeue(s.path, topic=s.topic, queue_id=s.queue_id, base_offset=s.base_offset,
+                                      start=s.start, end=s.end)
+    if s.kind == "statetable":
+        return CQ.decode_statetable(s.path, base_offset=s.base_offset, start=s.start, end=s.end)
+    if s.kind == "redolog":
+        return CQ.decode_redolog(s.path, base_offset=s.base_offset, start=s.start, end=s.end)
+    raise UsageError(f"unknown unit file kind {s.kind!r}")
+
+
+def _store_anomalies(p: StoreFiles, sources: frozenset) -> list:
+    found: list = []
+    if "store" in sources:
+        from txlog_io.mappedfile import discover_store
+
+        layout = discover_store(p.root, commitlog_dirs=list(p.commitlog_dirs) if p.commitlog_dirs else None)
+        found.extend(layout.anomalies)
+    if "config" in sources:
+        path = _consumer_offsets_path(p)
+        if path is not None:
+            from txlog_io.config import read_consumer_offsets
+
+            _, config_anomalies = read_consumer_offsets(path)
+            found.extend(config_anomalies)
+    return found
+
+
+def _consumer_offsets_path(p: StoreFiles) -> Optional[str]:
+    return p.consumer_offsets_path
+
+
+def _consumer_offsets_batch(broker: str, rows, path: str) -> Optional[pa.RecordBatch]:
+    inner = CONSUMER_OFFSETS.arrow_schema()
+    if isinstance(rows, pa.Table):
+        table = rows
+    elif isinstance(rows, pa.RecordBatch):
+        table = pa.Table.from_batches([rows])
+    else:
+        table = pa.Table.from_pylist([dict(r, file=r.get("file", path)) if isinstance(r, dict) else r._asdict()
+                                      for r in rows], schema=inner)
+    table = table.select(inner.names).cast(inner)
+    if table.num_rows == 0:
+        return None
+    batch = table.combine_chunks().to_batches()[0]
+    return prepend_broker(batch, broker, inner, SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Readers
+# ---------------------------------------------------------------------------------------------------------------
+
+class StoreReader(DataSourceReader):
+    """Reader of one ``rocketmq_*`` format (no filter pushdown; see :class:`FilteringStoreReader`)."""
+
+    def __init__(self, fmt: str, opts: SourceOptions):
+        self.fmt = fmt
+        self.opts = opts
+        self.brokers: Optional[frozenset] = None   # pushed broker filter
+        self.topics: Optional[frozenset] = opts.topics  # option topics, narrowed by pushed topic filters
+
+    def partitions(self) -> list:
+        return plan_partitions(self.fmt, self.opts, brokers=self.brokers, topics=self.topics)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.fmt == ANOMALIES_FORMAT:
+            return self._read_anomalies(partition)
+        if isinstance(partition, CommitLogRange):
+            return self._read_commitlog(partition)
+        if isinstance(partition, UnitFiles):
+            return self._read_units(partition)
+        if isinstance(partition, StoreFiles):
+            return self._read_consumer_offsets(partition)
+        return iter(())  # InputPartition(None): Spark's stand-in for an empty plan
+
+    # -- rows ---------------------------------------------------------------------------------------------------
+    def _read_commitlog(self, p: CommitLogRange) -> Iterator[pa.RecordBatch]:
+        from txlog_io.commitlog import decode_range
+
+        if self.topics is not None and not self.topics:
+            return
+        inner, target = COMMITLOG.arrow_schema(), SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema()
+        for batch, _ in decode_range(p.path, base_offset=p.base_offset, start=p.start, end=p.end,
+                                     with_body=self.opts.include_bodies,
+                                     topics=None if self.topics is None else sorted(self.topics)):
+            if batch.num_rows:
+                yield prepend_broker(batch, p.broker, inner, target)
+
+    def _read_units(self, p: UnitFiles) -> Iterator[pa.RecordBatch]:
+        table = {CONSUMEQUEUE_FORMAT: CONSUMEQUEUE, STATETABLE_FORMAT: STATETABLE, REDOLOG_FORMAT: REDOLOG}[self.fmt]
+        inner, target = table.arrow_schema(), SOURCE_TABLES[self.fmt].arrow_schema()
+        for s in p.slices:
+            for batch, _ in _decode_unit_slice(s):
+                if batch.num_rows:
+                    yield prepend_broker(batch, p.broker, inner, target)
+
+    def _read_consumer_offsets(self, p: StoreFiles) -> Iterator[pa.RecordBatch]:
+        path = _consumer_offsets_path(p)
+        if path is None:
+            return
+        from txlog_io.config import read_consumer_offsets
+
+        rows, _ = read_consumer_offsets(path)
+        batch = _consumer_offsets_batch(p.broker, rows, path)
+        if batch is not None:
+            yield batch
+
+    # -- anomalies ----------------------------------------------------------------------------------------------
+    def _read_anomalies(self, p: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(p, CommitLogRange):
+            from txlog_io.commitlog import decode_range
+
+            pairs = decode_range(p.path, base_offset=p.base_offset, start=p.start, end=p.end, with_body=False)
+            yield from _anomaly_batches(p.broker, (a for _, found in pairs for a in found), "commitlog", p.path)
+        elif isinstance(p, UnitFiles):
+            def found() -> Iterator[Anomaly]:
+                for s in p.slices:
+                    for _, anomalies in _decode_unit_slice(s):
+                        yield from anomalies
+            yield from _anomaly_batches(p.broker, found(), "", p.slices[0].path if p.slices else "")
+        elif isinstance(p, StoreFiles):
+            yield from _anomaly_batches(p.broker, iter(_store_anomalies(p, self.opts.sources)), "store", p.root)
+
+
+def _anomaly_batches(broker: str, anomalies: Iterator[Anomaly], default_source: str,
+                     default_file: str) -> Iterator[pa.RecordBatch]:
+    pending: list = []
+    for a in anomalies:
+        pending.append(a)
+        if len(pending) >= ANOMALY_FLUSH_ROWS:
+            yield anomalies_batch(broker, pending, default_source, default_file)
+            pending = []
+    if pending:
+        yield anomalies_batch(broker, pending, default_source, default_file)
+
+
+def _string_values(f: Filter) -> Optional[frozenset]:
+    """The string set an EqualTo / EqualNullSafe / In filter admits; None when it is not such a filter."""
+    if isinstance(f, (EqualTo, EqualNullSafe)):
+        return frozenset([f.value]) if isinstance(f.value, str) else None
+    if isinstance(f, In):
+        values = tuple(f.value)
+        if all(isinstance(v, str) or v is None for v in values):
+            return frozenset(v for v in values if v is not None)   # NULL never equals a non-null column value
+    return None
+
+
+class FilteringStoreReader(StoreReader):
+    """:class:`StoreReader` that takes EqualTo / EqualNullSafe / In on ``broker`` and ``topic`` itself."""
+
+    def pushFilters(self, filters: list) -> Iterable[Filter]:
+        pushable = PUSHABLE_COLUMNS[self.fmt]
+        for f in filters:
+            column = getattr(f, "attribute", None)
+            values = _string_values(f)
+            if values is None or column is None or len(column) != 1 or column[0] not in pushable:
+                yield f
+                continue
+            if column[0] == "broker":
+                self.brokers = values if self.brokers is None else self.brokers & values
+            else:
+                self.topics = values if self.topics is None else self.topics & values
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data sources
+# ---------------------------------------------------------------------------------------------------------------
+
+def _called_from_non_pushdown_planner(depth: int = 2) -> bool:
+    """True when Spark's ``plan_data_source_read._main`` (the planner that never calls pushFilters) is our caller."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    code = frame.f_code
+    return code.co_name == "_main" and os.path.basename(code.co_filename) == "plan_data_source_read.py"
+
+
+class _RocketMQSource(DataSource):
+    FORMAT = ""
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.FORMAT
+
+    def _options(self) -> SourceOptions:
+        parsed = self.__dict__.get("_parsed")
+        if parsed is None:
+            parsed = parse_options(self.FORMAT, self.options)
+            self._parsed = parsed
+        return parsed
+
+    def schema(self):
+        self._options()  # validate at load() time, on the driver
+        return SOURCE_TABLES[self.FORMAT].spark_schema()
+
+    def reader(self, schema) -> DataSourceReader:
+        opts = self._options()
+        expected = SOURCE_TABLES[self.FORMAT].spark_schema()
+        if schema is not None and [(f.name, f.dataType) for f in schema.fields] != \
+                [(f.name, f.dataType) for f in expected.fields]:
+            raise OptionError(self.FORMAT, "schema", f"the schema of {self.FORMAT} is fixed "
+                                                     f"({expected.simpleString()}); do not pass another one")
+        cls = FilteringStoreReader if opts.pushdown and not _called_from_non_pushdown_planner() else StoreReader
+        return cls(self.FORMAT, opts)
+
+
+class CommitLogSource(_RocketMQSource):
+    FORMAT = COMMITLOG_FORMAT
+
+
+class ConsumeQueueSource(_RocketMQSource):
+    FORMAT = CONSUMEQUEUE_FORMAT
+
+
+class StateTableSource(_RocketMQSource):
+    FORMAT = STATETABLE_FORMAT
+
+
+class RedoLogSource(_RocketMQSource):
+    FORMAT = REDOLOG_FORMAT
+
+
+class ConsumerOffsetsSource(_RocketMQSource):
+    FORMAT = CONSUMER_OFFSETS_FORMAT
+
+
+class AnomaliesSource(_RocketMQSource):
+    FORMAT = ANOMALIES_FORMAT
+
+
+SOURCES = (CommitLogSource, ConsumeQueueSource, StateTableSource, RedoLogSource, ConsumerOffsetsSource,
+           AnomaliesSource)
+
+
+def register(spark) -> None:
+    """Register every ``rocketmq_*`` format with ``spark`` (idempotent)."""
+    for cls in SOURCES:
+        spark.dataSource.register(cls)
+
+
+__all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "UnitSlice", "UnitFiles", "StoreFiles",
+           "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch", "prepend_broker", "StoreReader",
+           "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT", "STATETABLE_FORMAT", "REDOLOG_FORMAT",
+           "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT"]
