@@ -28,6 +28,7 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.pa
 from txlog_io.errors import UsageError  # noqa: E402
 
 from jobs.config import MODES, AuditConfig, load_audit_config  # noqa: E402
+from jobs.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
 
 PROG = "txaudit"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -137,16 +138,6 @@ def parse_as_of(value: Optional[str], now: Optional[dt.datetime] = None) -> dt.d
 
 def default_run_id(as_of: dt.datetime) -> str:
     return as_of.strftime("%Y%m%dT%H%M%SZ")
-
-
-def default_broker_name(root: str) -> str:
-    """Directory name of the root, or its parent's name when the root is literally called ``store``
-    (the data sources' rule, jobs.options)."""
-    norm = os.path.normpath(os.path.abspath(root))
-    base = os.path.basename(norm)
-    if base == "store":
-        return os.path.basename(os.path.dirname(norm)) or base
-    return base
 
 
 def _check_store(root: str) -> str:
