@@ -621,15 +621,14 @@ class Broker:
         return result
 
     def _sample_ordinary(self, result: PutResult, topic: str) -> None:
+        """Keep a few ordinary records as fault targets: every 97th, the newest 64."""
         self._ordinary_seen += 1
-        item = {"commitlog_offset": result.physical_offset, "size": result.size, "file": result.file,
-                "file_position": result.file_position, "topic": topic}
-        if len(self.ordinary_samples) < 64:
-            self.ordinary_samples.append(item)
-        else:
-            j = self.rng.randrange(self._ordinary_seen)
-            if j < 64:
-                self.ordinary_samples[j] = item
+        if self._ordinary_seen % 97 != 1:
+            return
+        self.ordinary_samples.append({"commitlog_offset": result.physical_offset, "size": result.size,
+                                      "file": result.file, "file_position": result.file_position, "topic": topic})
+        if len(self.ordinary_samples) > 64:
+            del self.ordinary_samples[0]
 
     def consumer_retry(self, group: str, original: CL.Message, original_offset: int,
                        delay_level: int = 3) -> Optional[PutResult]:

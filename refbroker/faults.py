@@ -192,7 +192,7 @@ def truncate_commitlog(ctx: FaultContext) -> list:
     return [{"fault": "TRUNCATE_COMMITLOG", "file": _rel(ctx, path), "position": cut, "length": 0,
              "detail": f"file truncated to {cut} bytes, inside the last record (file position "
                        f"{last['file_position']}, {last['size']} bytes)",
-             "expected_anomalies": ["FILE_SIZE_MISMATCH", "TRUNCATED_RECORD"],
+             "expected_anomalies": ["FILE_SIZE_MISMATCH", "TRUNCATED_RECORD", "BAD_TOTAL_SIZE"],
              "record_position": last["file_position"],
              "affected": [{"record": last.get("record"), "commitlog_offset": last["commitlog_offset"],
                            "transaction_key": last.get("transaction_key")}],

@@ -134,7 +134,6 @@ def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) 
         for fault in apply_faults(scenario.post_faults, ctx):
             collect(fault)
     _write_final_ledger(partial_path, ledger_path, faults)
-    partial_path.unlink()
 
     elapsed = time.perf_counter() - started
     data_bytes = broker.store.bytes_written
@@ -224,12 +223,17 @@ def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> 
         corrupted += [(tuple(r), fault["fault_id"]) for r in effects.get("corrupted", [])]
         if effects.get("op_queue_deleted"):
             op_queue_faults.append(fault["fault_id"])
-    writer = L.LedgerWriter(ledger_path)
-    try:
+    if not (deleted or corrupted or op_queue_faults):
+        # nothing to mark: keep the transaction lines as written and append the fault lines
+        os.replace(partial_path, ledger_path)
+        writer = L.LedgerWriter(ledger_path, append=True)
+    else:
+        writer = L.LedgerWriter(ledger_path)
         for entry in L.iter_ledger(partial_path):
-            if deleted or corrupted or op_queue_faults:
-                _annotate(entry, deleted, corrupted, op_queue_faults)
+            _annotate(entry, deleted, corrupted, op_queue_faults)
             writer.write(entry)
+        partial_path.unlink()
+    try:
         for fault in faults:
             line = {"kind": "fault", "fault_id": fault["fault_id"]}
             line.update((k, v) for k, v in fault.items() if k not in line)

@@ -285,10 +285,10 @@ class Transaction:
 class LedgerWriter:
     """Streams transaction lines to a JSON-lines file; counts outcomes and flags for the summary."""
 
-    def __init__(self, path):
+    def __init__(self, path, append: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "w", encoding="utf-8", buffering=1 << 20)
+        self._fh = open(self.path, "a" if append else "w", encoding="utf-8", buffering=1 << 20)
         self.count = 0
 
     def write(self, entry: dict) -> None:

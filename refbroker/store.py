@@ -46,6 +46,7 @@ COMMITLOG_BUFFER = 8 << 20
 QUEUE_BUFFER = 64 << 10
 MAX_OPEN_QUEUES = 128
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+_TAGS_CODES: dict = {}          # TAGS -> tagsCode (String.hashCode), a small cache
 
 
 class InternalError(RuntimeError):
@@ -92,6 +93,11 @@ class MappedQueueWriter:
     def current_path(self) -> Path:
         return self.path_for(self.file_start)
 
+    @property
+    def current_name(self) -> str:
+        """Name of the open file (cached: asked for on every append)."""
+        return self._current_name
+
     # -- opening ---------------------------------------------------------------------------------------------
     def open_at(self, global_offset: int) -> None:
         """Continue writing at ``global_offset`` (creating its file at full size if it does not exist)."""
@@ -106,6 +112,7 @@ class MappedQueueWriter:
             fh.truncate(self.file_size)
         fh.seek(global_offset - file_start)
         self._fh = fh
+        self._current_name = path.name
         self.file_start = file_start
         self.pos_in_file = global_offset - file_start
 
@@ -182,7 +189,7 @@ class CommitLogWriter:
             self._write_blank()
             offset = q.position
             data = CL.encode_record(msg, offset)
-        file_name, file_pos = q.current_path.name, q.pos_in_file
+        file_name, file_pos = q.current_name, q.pos_in_file
         if torn_keep is not None:
             q.write(data[:torn_keep])
             q.flush()
@@ -249,7 +256,7 @@ class UnitQueueWriter:
             q.open_at(index * self.UNIT)
         elif q.bytes_left == 0:
             q.next_file()
-        where = (q.current_path.name, q.pos_in_file)
+        where = (q.current_name, q.pos_in_file)
         q.write(unit)
         self.next_index = index + 1
         return where
@@ -269,6 +276,80 @@ class UnitQueueWriter:
 
     def close(self) -> None:
         self.queue.close()
+
+
+class ConsumeQueueWriter(UnitQueueWriter):
+    """A consume queue whose units are collected and written in batches with ``encode_cq_units``.
+
+    The batch is only Python-side buffering of what the broker has already dispatched (in RocketMQ the unit is in
+    the mapped page at once), so every flush/close/crash writes it out; the queue's max offset counts it."""
+
+    BATCH = 2048
+
+    def __init__(self, directory: Path, file_size: int):
+        super().__init__(directory, file_size)
+        self._offsets: list = []
+        self._sizes: list = []
+        self._tags: list = []
+        self._first_pending: Optional[int] = None
+
+    def append(self, index: int, commitlog_offset: int, size: int, tags_code: int) -> None:
+        if self.next_index is not None and index != self.next_index:
+            raise InternalError(f"{self.queue.directory}: unit {index} written after {self.next_index - 1}")
+        if self._first_pending is None:
+            self._first_pending = index
+        self._offsets.append(commitlog_offset)
+        self._sizes.append(size)
+        self._tags.append(tags_code)
+        self.next_index = index + 1
+        if len(self._offsets) >= self.BATCH:
+            self.write_pending()
+
+    def write_pending(self) -> None:
+        if self._first_pending is None:
+            return
+        index = self._first_pending
+        offsets, sizes, tags = self._offsets, self._sizes, self._tags
+        self._offsets, self._sizes, self._tags, self._first_pending = [], [], [], None
+        q = self.queue
+        if not q.is_open or (q.file_start is not None and q.position != index * self.UNIT):
+            self._open_for(index)
+        done = 0
+        while done < len(offsets):
+            if q.bytes_left == 0:
+                q.next_file()
+            take = min(len(offsets) - done, q.bytes_left // self.UNIT)
+            q.write(CQ.encode_cq_units({"commitlog_offset": offsets[done:done + take],
+                                        "size": sizes[done:done + take], "tags_code": tags[done:done + take]}))
+            done += take
+
+    def _open_for(self, index: int) -> None:
+        """Open the file holding unit ``index``; a queue's first file gets pre-blank units up to it."""
+        q = self.queue
+        target = index * self.UNIT
+        file_start = target - target % q.file_size
+        if not q.path_for(file_start).exists() and self.pre_blank_file is None and self.min_index == 0 \
+                and target > file_start:
+            q.open_at(file_start)
+            self.min_index = index
+            while q.position < target:                  # ConsumeQueue.fillPreBlank
+                q.write(CQ.encode_pre_blank())
+                self.pre_blank_units += 1
+            self.pre_blank_file = q.current_name
+        else:
+            q.open_at(target)
+
+    def forget_files(self) -> None:
+        self.write_pending()
+        super().forget_files()
+
+    def flush(self) -> None:
+        self.write_pending()
+        super().flush()
+
+    def close(self) -> None:
+        self.write_pending()
+        super().close()
 
 
 class StateTableWriter:
@@ -366,7 +447,7 @@ class MessageStore:
         self.statetable_file_size = statetable_file_size or profile.tranStateTableMapedFileSize
         self.redolog_file_size = redolog_file_size or profile.tranRedoLogMapedFileSize
         self.commitlog = CommitLogWriter(self.root / "commitlog", self.commitlog_file_size, profile.blank_fill)
-        self.queues: "OrderedDict[tuple, UnitQueueWriter]" = OrderedDict()
+        self.queues: "OrderedDict[tuple, ConsumeQueueWriter]" = OrderedDict()
         self.queue_next: dict = {}            # CommitLog.topicQueueTable: (topic, qid) -> next offset
         self.tran_state_table_offset = 0      # 3.x TransactionStateService.tranStateTableOffset
         self.statetable: Optional[StateTableWriter] = None
@@ -480,7 +561,12 @@ class MessageStore:
                          "record": msg.topic}
         self.last_store_timestamp = msg.store_timestamp
         if cq_tags_code is None:
-            cq_tags_code = tags_hash_code(msg.properties.get("TAGS")) if msg.properties else 0
+            tags = msg.properties.get("TAGS") if msg.properties else None
+            cq_tags_code = _TAGS_CODES.get(tags)
+            if cq_tags_code is None:
+                cq_tags_code = tags_hash_code(tags)
+                if len(_TAGS_CODES) < 4096:
+                    _TAGS_CODES[tags] = cq_tags_code
         self.dispatch_backlog.append(DispatchRequest(
             msg.topic, msg.queue_id, offset, size, cq_tags_code, msg.store_timestamp, msg.queue_offset,
             msg.sys_flag, tran_state_table_offset, msg.prepared_transaction_offset, producer_group))
@@ -497,8 +583,8 @@ class MessageStore:
     def _dispatch(self, req: DispatchRequest) -> None:
         tx_type = req.sys_flag & CL.TRANSACTION_MASK
         if tx_type in (CL.TX_NOT, CL.TX_COMMIT):
-            self._queue(req.topic, req.queue_id).put(
-                req.queue_offset, CQ.encode_cq_unit(req.physical_offset, req.size, req.tags_code))
+            self._queue(req.topic, req.queue_id).append(req.queue_offset, req.physical_offset, req.size,
+                                                        req.tags_code)
             self.last_dispatched_timestamp = req.store_timestamp
         if self.statetable is None:
             return
@@ -519,23 +605,22 @@ class MessageStore:
         self.redolog.put(index, CQ.encode_redolog_unit(offset, size, tags_code))
         self.redolog_units.append((offset, size, tags_code))
 
-    def _queue(self, topic: str, queue_id: int) -> UnitQueueWriter:
+    def _queue(self, topic: str, queue_id: int) -> "ConsumeQueueWriter":
         key = (topic, queue_id)
         q = self.queues.get(key)
         if q is None:
-            q = UnitQueueWriter(self.root / "consumequeue" / topic / str(queue_id), self.cq_file_size)
+            q = ConsumeQueueWriter(self.root / "consumequeue" / topic / str(queue_id), self.cq_file_size)
             self.queues[key] = q
-        else:
+            if len(self.queues) > MAX_OPEN_QUEUES:      # bound open handles: close the least recently used
+                for other_key, other in self.queues.items():
+                    if other_key != key and other.queue.is_open:
+                        other.close()
+                        break
+        elif len(self.queues) > MAX_OPEN_QUEUES:
             self.queues.move_to_end(key)
-        open_count = sum(1 for w in self.queues.values() if w.queue.is_open)
-        if open_count > MAX_OPEN_QUEUES:
-            for other_key, other in self.queues.items():
-                if other_key != key and other.queue.is_open:
-                    other.close()
-                    break
         return q
 
-    def queue_writer(self, topic: str, queue_id: int) -> Optional[UnitQueueWriter]:
+    def queue_writer(self, topic: str, queue_id: int) -> Optional["ConsumeQueueWriter"]:
         return self.queues.get((topic, queue_id))
 
     # -- checkpoint / abort -------------------------------------------------------------------------------------
@@ -561,5 +646,5 @@ class MessageStore:
         write_config_file(self.root / "config" / name, write_fastjson(obj))
 
 
-__all__ = ["MessageStore", "PutResult", "DispatchRequest", "CommitLogWriter", "UnitQueueWriter",
+__all__ = ["MessageStore", "PutResult", "DispatchRequest", "CommitLogWriter", "UnitQueueWriter", "ConsumeQueueWriter",
            "StateTableWriter", "MappedQueueWriter", "InternalError", "SCHEDULE_TOPIC"]

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Optional
 
 from txlog_io.commitlog_decode import decode_file
-from txlog_io.config import read_consumer_offsets
+from txlog_io.config import decode_checkpoint, read_consumer_offsets
 from txlog_io.consumequeue import decode_consumequeue, decode_redolog, decode_statetable
-from txlog_io.mappedfile import REDOLOG_TOPIC
+from txlog_io.mappedfile import REDOLOG_TOPIC, discover_store
 
 from refbroker import ledger as L
 
@@ -84,6 +84,16 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
     transactions = [e for e in entries if e["kind"] == "transaction"]
     faults = [e for e in entries if e["kind"] == "fault"]
 
+    # ---- mapped-file queues (names, sizes, gaps) and the checkpoint -----------------------------------------
+    layout = discover_store(root)
+    for a in layout.anomalies:
+        report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
+                                 "detail": a.detail})
+    if (root / "checkpoint").exists():
+        for a in decode_checkpoint(root / "checkpoint")["anomalies"]:
+            report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
+                                     "detail": a.detail})
+
     # ---- CommitLog -------------------------------------------------------------------------------------------
     records: dict = {}
     for path in sorted((root / "commitlog").glob("*")) if (root / "commitlog").is_dir() else []:
@@ -110,6 +120,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
     for fault in faults:
         if fault["fault"] == "RETENTION_DELETE_COMMITLOG":
             retention_min = int(Path(fault["file"]).name) + fault["length"]
+    damaged_queues = {str(Path(f["file"]).parent) for f in faults if f["fault"] == "BITFLIP_CQ_UNIT"}
     cq_seen = set()
     queue_max: dict = {}
     cq_root = root / "consumequeue"
@@ -140,7 +151,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
                             (topic, queue_id, unit["queue_offset"], unit["size"], unit["tags_code"]):
                         report.problems.append(f"CQ {topic}/{queue_id}#{unit['queue_offset']} disagrees with the "
                                                f"record at {rec['physical_offset']}")
-        if indexes:
+        damaged = f"consumequeue/{topic}/{queue_id}" in damaged_queues
+        if indexes and not damaged:
             queue_max[(topic, queue_id)] = max(indexes) + 1
             if sorted(indexes) != list(range(min(indexes), max(indexes) + 1)):
                 report.problems.append(f"CQ {topic}/{queue_id}: queue offsets not contiguous")
@@ -189,6 +201,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
             report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
                                      "detail": a.detail})
         for r in rows:
+            if f"consumequeue/{r['topic']}/{r['queue_id']}" in damaged_queues:
+                continue
             limit = queue_max.get((r["topic"], r["queue_id"]), 0)
             if r["offset"] > limit and f"consumequeue/{r['topic']}" not in deleted_queues:
                 report.problems.append(f"consumer offset {r['topic']}@{r['group']}/{r['queue_id']} = {r['offset']} "
@@ -258,6 +272,12 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
             report.unexplained.append(anomaly)
         else:
             report.explained_faults.add(fault_id)
+    for fault in faults:
+        region = _fault_region(fault)
+        if region is not None and fault.get("expected_anomalies") and fault["fault_id"] not in \
+                report.explained_faults and fault["fault"] != "DELETE_OP_CQ":
+            report.problems.append(f"fault {fault['fault_id']} {fault['fault']} at {fault['file']}@"
+                                   f"{fault.get('position')} produced no decoder finding")
     return report
 
 
@@ -288,7 +308,7 @@ def _fault_region(fault: dict) -> Optional[tuple]:
     if name == "TORN_TAIL":
         return None if fault.get("overwritten") else (file, start, 1 << 62)
     if name == "TRUNCATE_COMMITLOG":
-        return file, start, 1 << 62
+        return file, 0, 1 << 62          # FILE_SIZE_MISMATCH is reported at 0, the cut record at its start
     if name in ("BITFLIP_CHECKPOINT", "TRUNCATE_CONFIG", "DELETE_OP_CQ"):
         return file, 0, 1 << 62
     return None

@@ -33,6 +33,7 @@ TX_GROUP = "PID_TX_ORDERS"
 GONE_GROUP = "PID_TX_GONE"
 LONG_GROUP = "CID_LONG_GROUP_" + "-".join(["abcdefghij"] * 12) + "-a"      # retry topic of 157 chars
 COMPRESS_OVER = 4096                      # DefaultMQProducer.compressMsgBodyOverHowmuch
+_EVENT_TAGS = ("TagA", "TagB", "TagC")
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,10 @@ class Workload:
 
     def _advance(self, until: int) -> None:
         b = self.broker
+        if not b.down and (not b.events or b.events[0].time > until):
+            if until > b.clock.now:
+                b.clock.now = until
+            return
         while True:
             b.run_until(until)
             if not b.down:
@@ -278,30 +283,35 @@ class Workload:
 
     # -- sends ----------------------------------------------------------------------------------------------
     def send_ordinary(self) -> None:
-        b, rng, p = self.broker, self.rng, self.broker.profile
+        """One ordinary message; a single random draw picks topic, queue, tag, body, producer and extras."""
+        b, p = self.broker, self.broker.profile
         self.ordinary_sent += 1
-        roll = rng.random()
-        if roll < 0.08 and p.compression_types:
-            body = rng.choice(self.bodies.large)
-            kind = p.compression_types[self.ordinary_sent % len(p.compression_types)]
-            topic, queue_id, tags = LOGS_TOPIC, rng.randrange(2), "TagLog"
-        else:
-            body = rng.choice(self.bodies.plain)
-            kind = CMP.NONE
-            topic, queue_id, tags = EVENTS_TOPIC, rng.randrange(4), ("TagA", "TagB", "TagC")[rng.randrange(3)]
-        producer = self.v6_producer if (p.ipv6_hosts and roll > 0.96) else self.event_producer
-        user = {"traceId": f"T{self.ordinary_sent:08d}"} if roll < 0.03 else None
-        keys = f"EV-{self.ordinary_sent}"
+        n = self.ordinary_sent
+        draw = self.rng.getrandbits(32)
+        roll = (draw & 0xFFFF) / 65536.0
+        high = draw >> 16
         delay = None
-        if 0.08 <= roll < 0.09 and p.name != "3.x":
-            topic, queue_id, tags, delay = DELAY_TOPIC, rng.randrange(2), "TagD", 1 + rng.randrange(2)
-        result = b.send_message(producer, topic, queue_id, body, tags=tags, keys=keys, user_props=user,
+        if roll < 0.08:
+            large = self.bodies.large
+            body = large[high % len(large)]
+            kind = p.compression_types[n % len(p.compression_types)]
+            topic, queue_id, tags = LOGS_TOPIC, high & 1, "TagLog"
+        else:
+            plain = self.bodies.plain
+            body = plain[high % len(plain)]
+            kind = CMP.NONE
+            topic, queue_id, tags = EVENTS_TOPIC, high & 3, _EVENT_TAGS[(high >> 2) % 3]
+            if roll < 0.09 and p.name != "3.x":
+                topic, queue_id, tags, delay = DELAY_TOPIC, high & 1, "TagD", 1 + ((high >> 1) & 1)
+        producer = self.v6_producer if (roll > 0.96 and p.ipv6_hosts) else self.event_producer
+        user = {"traceId": f"T{n:08d}"} if roll < 0.03 else None
+        result = b.send_message(producer, topic, queue_id, body, tags=tags, keys=f"EV-{n}", user_props=user,
                                 stored_body=self.bodies.stored(body, kind), delay_level=delay)
         if result is None:
             self._ensure_running()
             return
         every = self.config.retry_every
-        if every and self.ordinary_sent % every == 0 and topic == EVENTS_TOPIC and p.name != "3.x":
+        if every and n % every == 0 and topic == EVENTS_TOPIC and p.name != "3.x":
             group = LONG_GROUP if p.magic_v2 else "CID_EVENTS"
             b.consumer_retry(group, b.last_message, result.physical_offset)
 
