@@ -504,3 +504,22 @@ def test_decoder_never_writes_its_input(tmp_path):
     before = copy.read_bytes()
     rows, _ = decode_all(copy, with_body=True)
     assert len(rows) == 191 and copy.read_bytes() == before
+
+
+def test_property_crc_5_2(tmp_path):
+    """enabledAppendPropCRC: the last 20 property bytes are "__CRC32#" 0x01 + digits LSB-first + 0x02."""
+    from txlog_io.commitlog import parse_prop_crc, prop_crc_entry
+
+    assert prop_crc_entry(123) == b"__CRC32#\x013210000000\x02" and parse_prop_crc("3210000000") == 123
+    good = encode_record(Message(topic="T", body=b"abc", properties={"A": "1"}, append_prop_crc=True,
+                                 properties_trailing_separator=False), 0)
+    assert good[-20:-11] == b"__CRC32#\x01" and good[-21:-20] == b"\x02"   # separator added before the entry
+    crc = zlib.crc32(good[:-20]) & 0x7FFFFFFF
+    assert parse_prop_crc(good[-11:-1].decode()) == crc
+    bad = bytearray(encode_record(Message(topic="T", body=b"abd", properties={"A": "1"}, append_prop_crc=True),
+                                  len(good)))
+    bad[-11:-1] = good[-11:-1]                  # a stale CRC: covers other bytes
+    f = _write(tmp_path, "00000000000000000000", good + bytes(bad), 512)
+    rows, anomalies = decode_all(f)
+    assert len(rows) == 2 and dict(rows[0]["properties"])["__CRC32#"] == good[-11:-1].decode()
+    assert [(a.kind, a.position) for a in anomalies] == [(AnomalyKind.PROPERTY_CRC_MISMATCH, len(good))]

@@ -39,6 +39,7 @@ columns with one numpy dtype per host layout and no per-record Python work on th
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -53,6 +54,8 @@ from txlog_io.commitlog_layout import (
     MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH_V1, MAX_TOPIC_LENGTH_V2, STOREHOST_V6_FLAG, TRANSACTION_MASK,
     TRANSACTION_TYPE_NAMES, BLANK_MAGIC, body_crc, layout_index,
 )
+
+PROP_CRC_RESERVED_LEN = len(P.CRC32) + 1 + 10 + 1   # CommitLog.CRC32_RESERVED_LEN = 20
 
 # --- encoder -----------------------------------------------------------------------------------------------
 @dataclass
@@ -81,6 +84,7 @@ class Message:
     body_crc: Optional[int] = None           # None: computed; set it to write a deliberately wrong CRC
     properties_raw: Optional[bytes] = None   # exact PROPERTIES bytes, overriding ``properties``
     properties_trailing_separator: bool = True  # False: 4.9.x style, no 0x02 after the last entry
+    append_prop_crc: bool = False            # 5.2+ enabledAppendPropCRC: trailing "__CRC32#" entry over the record
 
     def properties_bytes(self) -> bytes:
         if self.properties_raw is not None:
@@ -116,6 +120,12 @@ def encode_record(msg: Message, physical_offset: int) -> bytes:
     if not 0 < len(topic) <= limit:
         raise EncodeError("topic", f"1..{limit} UTF-8 bytes for magic V{version}", len(topic))
     props = msg.properties_bytes()
+    if msg.append_prop_crc:
+        # CommitLog.doAppend: a 0x02 is added when the properties do not end with one, then
+        # CRC32_RESERVED_LEN bytes are reserved and filled once the record bytes before them are final
+        if props and not props.endswith(P.PROPERTY_SEPARATOR):
+            props += P.PROPERTY_SEPARATOR
+        props += bytes(PROP_CRC_RESERVED_LEN)
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise EncodeError("properties", f"at most {MAX_PROPERTIES_LENGTH} bytes", len(props))
     crc = body_crc(msg.body) if msg.body_crc is None else msg.body_crc
@@ -126,7 +136,27 @@ def encode_record(msg: Message, physical_offset: int) -> bytes:
         physical_offset, sys_flag, msg.born_timestamp, born_ip, born_port, msg.store_timestamp, store_ip,
         store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(msg.body))
     topic_len = _I8.pack(len(topic)) if version == 1 else _I16.pack(len(topic))
-    return b"".join((fixed, msg.body, topic_len, topic, _I16.pack(len(props)), props))
+    record = b"".join((fixed, msg.body, topic_len, topic, _I16.pack(len(props)), props))
+    if msg.append_prop_crc:
+        head = record[:-PROP_CRC_RESERVED_LEN]
+        record = head + prop_crc_entry(zlib.crc32(head) & 0x7FFFFFFF)
+    return record
+
+
+def prop_crc_entry(crc: int) -> bytes:
+    """MessageDecoder.createCrc32: "__CRC32#" 0x01, ten decimal digits least-significant first, 0x02."""
+    digits = bytearray()
+    for _ in range(10):
+        digits.append(ord("0") + (crc % 10 if crc > 0 else 0))
+        crc //= 10
+    return P.CRC32.encode() + P.NAME_VALUE_SEPARATOR + bytes(digits) + P.PROPERTY_SEPARATOR
+
+
+def parse_prop_crc(value: str):
+    """The CRC a "__CRC32#" value holds (digits are least-significant first), None if it is not 10 digits."""
+    if len(value) != 10 or not value.isdigit():
+        return None
+    return int(value[::-1])
 
 
 def encode_blank(bytes_left: int) -> bytes:

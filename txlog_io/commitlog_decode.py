@@ -920,6 +920,7 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, file_pos: np.ndarray, path: st
                                       "BODYCRC does not match the stored body", int(body_crc[i]), int(computed[i])))
     else:
         crc_ok = np.ones(n, bool)
+    _check_prop_crc(buf, pos, sizes, props, n, path, base, file_pos, anomalies)
     # hosts and offsetMsgId
     born_host = hdr.hosts("born")
     store_host = hdr.hosts("store")
@@ -975,6 +976,28 @@ def _decode_rows(buf: bytearray, pos: np.ndarray, file_pos: np.ndarray, path: st
         "body": body,
     }
     return pa.RecordBatch.from_arrays([cols[f.name] for f in _SCHEMA], schema=_SCHEMA), anomalies
+
+
+def _check_prop_crc(buf, pos, sizes, props, n, path, base, file_pos, anomalies) -> None:
+    """5.2+ enabledAppendPropCRC records end with "__CRC32#" 0x01 <10 digits> 0x02; the CRC covers every byte
+    of the record before those 20 (CommitLog.doAppend / checkMessageAndReturnSize with forceVerifyPropCRC)."""
+    if P.CRC32 not in props.dictionary:
+        return
+    from txlog_io.commitlog import PROP_CRC_RESERVED_LEN, parse_prop_crc
+
+    values = _prop_column(props, n, P.CRC32)
+    marker = P.CRC32.encode() + P.NAME_VALUE_SEPARATOR
+    for i in np.flatnonzero(np.asarray(values.is_valid())).tolist():
+        start, total = int(pos[i]), int(sizes[i])
+        tail = bytes(buf[start + total - PROP_CRC_RESERVED_LEN:start + total])
+        if not (tail.startswith(marker) and tail.endswith(P.PROPERTY_SEPARATOR)):
+            continue            # a property of that name, but not the broker's reserved trailing entry
+        expected = parse_prop_crc(values[i].as_py())
+        actual = zlib.crc32(memoryview(buf)[start:start + total - PROP_CRC_RESERVED_LEN]) & 0x7FFFFFFF
+        if expected != actual:
+            anomalies.append(_anomaly(AnomalyKind.PROPERTY_CRC_MISMATCH, path, int(file_pos[i]), base,
+                                      "__CRC32# property does not match the record bytes before it",
+                                      values[i].as_py(), str(actual)))
 
 
 def _tags_codes(tags: pa.Array) -> np.ndarray:
