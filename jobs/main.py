@@ -238,25 +238,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _usage_error(str(e))
     except SystemExit as e:              # --help printed the usage
         return int(e.code or 0)
+    command = "audit" if isinstance(opts, AuditOptions) else "demo"
+    if command == "demo":
+        import importlib.util
+
+        if importlib.util.find_spec("jobs.demo") is None:
+            print(f"{PROG}: error: demo failed: jobs.demo is not available yet", file=sys.stderr)
+            return EXIT_FAILURE
     if validate_only:
         return EXIT_OK
 
+    # the job modules are imported before Spark starts, so a broken import fails fast
+    if command == "audit":
+        from jobs.audit import run_audit as run
+    else:
+        from jobs.demo import run_demo as run
     from jobs.session import build_session
 
-    command = "audit" if isinstance(opts, AuditOptions) else "demo"
     spark = build_session(app_name=f"txaudit-{command}")
     try:
-        if command == "audit":
-            from jobs.audit import run_audit
-
-            run_audit(spark, opts)
-        else:
-            try:
-                from jobs.demo import run_demo
-            except ImportError as e:
-                print(f"{PROG}: error: demo failed: jobs.demo is not available yet ({e})", file=sys.stderr)
-                return EXIT_FAILURE
-            run_demo(spark, opts)
+        run(spark, opts)
     except UsageError as e:
         return _usage_error(str(e))
     except NotImplementedError as e:
