@@ -14,9 +14,9 @@ Entry points:
 * ``refbroker.Broker`` + ``refbroker.Producer`` for hand-written sequences (the tests' hypothesis machine).
 """
 from refbroker.broker import COMMIT, ROLLBACK, UNKNOWN, Broker, CheckRequest, Producer
-from refbroker.generate import GenerateResult, generate
+from refbroker.generate import GenerateResult, Run, generate
 from refbroker.profiles import PROFILE_NAMES, PROFILES, Profile, get_profile
 from refbroker.workload import SCENARIOS, get_scenario
 
-__all__ = ["generate", "GenerateResult", "Broker", "Producer", "CheckRequest", "Profile", "PROFILES",
+__all__ = ["generate", "GenerateResult", "Run", "Broker", "Producer", "CheckRequest", "Profile", "PROFILES",
            "PROFILE_NAMES", "get_profile", "SCENARIOS", "get_scenario", "COMMIT", "ROLLBACK", "UNKNOWN"]

@@ -193,6 +193,7 @@ class Broker:
         self.op_pending: list = []             # 5.1+: [(text, HalfCopy)] not yet written
         self.op_pending_chars = 0
         self.op_last_write = start_ms
+        self._op_context_created = False
         self.crash_after_next_commit = False   # crash between the commit record and its op
         self.tear_next_put: Optional[float] = None
         self.statetable_timers: dict = {}      # 3.x: file number -> active
@@ -205,6 +206,7 @@ class Broker:
         self.last_message: Optional[CL.Message] = None   # the last ordinary message written (retry source)
         self._lost_dispatch: list = []
         self._lag_fault: Optional[dict] = None
+        self._deleted_queues: list = []
         self.retry_commit_every = 0                      # a consumer retry for every n-th commit (0: none)
         self.retry_commit_group = "CID_ORDERS"
         self._commits_written = 0
@@ -298,9 +300,9 @@ class Broker:
         if self.op_pending:
             self._flush_ops(force=True)
         self.store.dispatch_all()
-        self._persist_offsets()
-        self._persist_topics()
-        self._persist_delay_offsets()
+        self._persist_offsets(force=True)          # BrokerController.shutdown persists every config once more
+        self._persist_topics(force=True)
+        self._persist_delay_offsets(force=True)
         self.store.write_checkpoint()
         self.store.shutdown()
         self.down = True
@@ -347,6 +349,8 @@ class Broker:
         if lost and self._lag_fault is not None:
             self._lag_fault["redispatched"] = True      # recovery rebuilt the missing units
         self._lag_fault = None
+        if abnormal and self._deleted_queues:
+            self._rebuild_deleted_queues()
         for req in lost:                            # recoverAbnormally re-dispatches what the CQs miss
             req.producer_group = None               # 3.x: no statetable update during recovery
             if self.store.statetable is not None and (req.sys_flag & CL.TRANSACTION_MASK) == CL.TX_PREPARED:
@@ -362,6 +366,56 @@ class Broker:
         self.epoch += 1
         self.stats["restarts"] += 1
         self._start_services()
+
+    def delete_consume_queue(self, topic: str, queue_id: int) -> None:
+        """An operator removes a consume-queue directory while the broker is down (a common "repair")."""
+        if not self.down:
+            raise UsageError("delete_consume_queue needs a stopped broker")
+        import shutil
+
+        writer = self.store.queue_writer(topic, queue_id)
+        if writer is not None:
+            writer.forget_files()
+            writer.min_index = 0
+            writer.pre_blank_file = None
+        directory = self.store.root / "consumequeue" / topic / str(queue_id)
+        if directory.is_dir():
+            shutil.rmtree(directory)
+        self._deleted_queues.append((topic, queue_id))
+
+    def _rebuild_deleted_queues(self) -> None:
+        """recoverAbnormally re-dispatches the CommitLog from its recovery start (here: the newest CommitLog file;
+        RocketMQ picks it from the checkpoint).  A deleted queue is rebuilt from that point only: its first file
+        is created at the first re-dispatched offset and filled with pre-blank units before it (fillPreBlank);
+        older units are gone."""
+        from txlog_io.commitlog_decode import decode_file
+
+        store = self.store
+        recovery_start = store.commitlog.queue.file_start
+        wanted = {key: store._queue(*key) for key in self._deleted_queues}
+        for path in sorted((store.root / "commitlog").iterdir()):
+            if int(path.name) < recovery_start:
+                continue
+            for batch, _anomalies in decode_file(str(path)):
+                cols = batch.select(["topic", "queue_id", "queue_offset", "physical_offset", "total_size",
+                                     "tags_code", "transaction_type"]).to_pylist()
+                for row in cols:
+                    writer = wanted.get((row["topic"], row["queue_id"]))
+                    if writer is None or row["transaction_type"] not in ("NOT", "COMMIT"):
+                        continue
+                    if writer.next_index is not None and row["queue_offset"] < writer.next_index:
+                        continue
+                    writer.append(row["queue_offset"], row["physical_offset"], row["total_size"], row["tags_code"])
+        for (topic, queue_id), writer in wanted.items():
+            writer.write_pending()
+            self._fault({"fault": "CQ_DELETED_AND_REBUILT", "file": f"consumequeue/{topic}/{queue_id}",
+                         "position": writer.min_index * 20 % store.cq_file_size, "length": writer.pre_blank_units,
+                         "detail": f"consume queue {topic}/{queue_id} deleted while the broker was down; abnormal "
+                                   f"recovery rebuilt it from CommitLog offset {recovery_start}: first unit "
+                                   f"{writer.min_index}, {writer.pre_blank_units} pre-blank units before it",
+                         "expected_anomalies": [], "recovery_start": recovery_start, "topic": topic,
+                         "queue_id": queue_id, "first_queue_offset": writer.min_index})
+        self._deleted_queues = []
 
     def switch_profile(self, profile: Profile) -> None:
         """Upgrade in place: only while stopped, only between half/op profiles."""
@@ -407,7 +461,7 @@ class Broker:
         version[p.data_version_timestamp_key] = timestamp
         return version
 
-    def _persist_topics(self) -> None:
+    def _persist_topics(self, force: bool = False) -> None:
         from refbroker.javaorder import concurrent_hashmap_order
 
         p = self.profile
@@ -430,7 +484,7 @@ class Broker:
                 table[name] = self._topic_config(name, queues)
         obj = {"dataVersion": self._data_version(self.topics_version, self.topics_timestamp),
                "topicConfigTable": concurrent_hashmap_order(table, 1024)}
-        self.store.write_config("topics.json", obj)
+        self.store.write_config("topics.json", obj, force=force)
 
     def commit_offset(self, topic: str, group: str, queue_id: int, offset: int) -> None:
         self.offsets.setdefault((topic, group), {})[queue_id] = offset
@@ -454,7 +508,7 @@ class Broker:
                 if target > current:
                     self.commit_offset(topic, group, qid, target)
 
-    def _persist_offsets(self) -> None:
+    def _persist_offsets(self, force: bool = False) -> None:
         from refbroker.javaorder import concurrent_hashmap_order, hashmap_order
 
         self._advance_consumers()
@@ -472,16 +526,17 @@ class Broker:
                    "offsetTable": table}
         else:
             obj = {"offsetTable": table}
-        self.store.write_config("consumerOffset.json", obj)
+        self.store.write_config("consumerOffset.json", obj, force=force)
 
-    def _persist_delay_offsets(self) -> None:
+    def _persist_delay_offsets(self, force: bool = False) -> None:
         obj = {"offsetTable": dict(sorted(self.delay_offsets.items()))}
         if self.profile.consumer_offset_data_version:
             obj = {"dataVersion": self._data_version(0, self.started_at), **obj}
-        self.store.write_config("delayOffset.json", obj)
+        self.store.write_config("delayOffset.json", obj, force=force)
 
     def _persist_tick(self) -> None:
         self._persist_offsets()
+        self._persist_delay_offsets()
         self.store.write_checkpoint()
         self._finalize_ready()
         self.schedule(self.clock.now + self.profile.flushConsumerOffsetInterval, self._persist_tick, internal=True)
@@ -856,6 +911,9 @@ class Broker:
     # =============================================================================================================
     def _delete_prepare(self, copy: L.HalfCopy) -> None:
         if self.profile.op_body_format == OP_BODY_COMMA_BATCH:
+            if not self._op_context_created:        # MessageQueueOpContext(lastWriteTimestamp = now)
+                self._op_context_created = True
+                self.op_last_write = self.clock.now
             text = f"{copy.queue_offset},"
             self.op_pending.append((text, copy))
             self.op_pending_chars += len(text)
@@ -926,6 +984,10 @@ class Broker:
     def _fill_op_remove_map(self, remove_map: dict, op_msg_map: dict, done_op: list, pull_offset: int,
                             mini_offset: int) -> _Pull:
         op_max = self.store.max_offset_in_queue(OP_TOPIC, 0)
+        op_min = self.store.min_offset_in_queue(OP_TOPIC, 0)
+        if pull_offset < op_min:                        # OFFSET_ILLEGAL: the checker jumps to the min offset
+            self.commit_offset(OP_TOPIC, CHECK_GROUP, 0, op_min)
+            return _Pull(None, op_min)
         msgs = [self.ops[q] for q in range(pull_offset, min(pull_offset + OP_PULL_BATCH, op_max)) if q in self.ops]
         if not msgs:
             return _Pull(None, pull_offset)

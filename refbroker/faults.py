@@ -29,12 +29,13 @@ Every fault returns a dict (a ledger "fault" line) with ``effects`` the ledger u
 """
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import struct
 from pathlib import Path
 from typing import Callable, Optional
+
+import numpy as np
 
 from txlog_io import commitlog as CL
 from txlog_io import consumequeue as CQ
@@ -65,6 +66,18 @@ class FaultContext:
                 self.used_offsets.add(choice["commitlog_offset"])
                 return choice
         return None
+
+
+def _written_units(path: Path, dtype: np.dtype) -> list:
+    """[{position, size}] of the units of a fixed-unit file that are not all zero (numpy scan, any file size)."""
+    raw = np.fromfile(path, dtype=np.uint8)
+    count = len(raw) // dtype.itemsize
+    if count == 0:
+        return []
+    rows = raw[:count * dtype.itemsize].reshape(count, dtype.itemsize)
+    nonzero = np.flatnonzero(rows.any(axis=1))
+    sizes = raw[:count * dtype.itemsize].view(dtype)["size"]
+    return [{"position": int(i) * dtype.itemsize, "size": int(sizes[i])} for i in nonzero]
 
 
 def _flip(path: Path, position: int, bit: int) -> tuple:
@@ -132,14 +145,13 @@ def bitflip_cq_unit(ctx: FaultContext) -> list:
     if not files:
         return []
     path = files[ctx.rng.randrange(len(files))]
-    with open(path, "rb") as fh:
-        data = fh.read()
-    written = [i for i in range(0, len(data) - CQ.CQ_UNIT_SIZE + 1, CQ.CQ_UNIT_SIZE)
-               if data[i:i + CQ.CQ_UNIT_SIZE].strip(b"\0")
-               and _I32.unpack_from(data, i + 8)[0] != CQ.PRE_BLANK_SIZE]
+    units = _written_units(path, CQ.CQ_UNIT_DTYPE)
+    written = [i for i in units if int(i["size"]) != CQ.PRE_BLANK_SIZE] if units is not None else []
     if not written:
         return []
-    unit = written[ctx.rng.randrange(len(written))]
+    with open(path, "rb") as fh:
+        data = fh.read()
+    unit = int(written[ctx.rng.randrange(len(written))]["position"])
     commitlog_offset = struct.unpack_from(">q", data, unit)[0]
     position = unit + 8                                                   # size field, most significant byte
     old, new = _flip(path, position, 7)
@@ -164,13 +176,10 @@ def bitflip_statetable(ctx: FaultContext) -> list:
     top = ctx.root / "transaction" / "statetable"
     files = sorted(top.iterdir()) if top.is_dir() else []
     for path in files:
-        with open(path, "rb") as fh:
-            data = fh.read()
-        units = [i for i in range(0, len(data) - CQ.STATETABLE_UNIT_SIZE + 1, CQ.STATETABLE_UNIT_SIZE)
-                 if data[i:i + CQ.STATETABLE_UNIT_SIZE].strip(b"\0")]
+        units = _written_units(path, CQ.STATETABLE_UNIT_DTYPE)
         if not units:
             continue
-        unit = units[ctx.rng.randrange(len(units))]
+        unit = int(units[ctx.rng.randrange(len(units))]["position"])
         position = unit + CQ.STATETABLE_STATE_POS + 3
         old, new = _flip(path, position, 0)
         return [{"fault": "BITFLIP_STATETABLE", "file": _rel(ctx, path), "position": position, "length": 1,

@@ -64,6 +64,117 @@ def _sizes(profile: Profile, scenario, sizes: dict) -> dict:
     return merged
 
 
+class Run:
+    """One broker writing ``out_dir/store`` with its ledger and fault collector.
+
+    ``generate`` drives it with a scenario; tests drive ``run.broker`` by hand and call ``run.finish()``::
+
+        run = Run(out_dir, "5.1+", seed=1, commitlog_file_size=1 << 20)
+        producer = Producer("PID_X", check_listener=...); run.broker.register_producer(producer)
+        run.broker.start(); ...; run.broker.shutdown()          # or run.broker.crash()
+        result = run.finish()                                     # ledger.jsonl + summary.json
+    """
+
+    def __init__(self, out_dir, profile, *, seed: int = 0, start_ms: int = DEFAULT_START_MS,
+                 commitlog_file_size: Optional[int] = None, consumequeue_file_size: Optional[int] = None,
+                 statetable_file_size: Optional[int] = None, redolog_file_size: Optional[int] = None):
+        self.started = time.perf_counter()
+        self.profile = get_profile(profile)
+        self.seed = seed
+        self.start_ms = start_ms
+        self.out = Path(out_dir)
+        self.store_dir = self.out / "store"
+        if self.store_dir.exists():
+            shutil.rmtree(self.store_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ledger_path = self.out / "ledger.jsonl"
+        self.partial_path = self.out / "ledger.partial.jsonl"
+        self.faults: list = []
+        self.writer = L.LedgerWriter(self.partial_path)
+        self.broker = Broker(self.store_dir, self.profile, start_ms=start_ms, seed=seed,
+                             commitlog_file_size=commitlog_file_size, consumequeue_file_size=consumequeue_file_size,
+                             statetable_file_size=statetable_file_size, redolog_file_size=redolog_file_size,
+                             ledger=self.writer, on_fault=self.collect)
+        self.sim_seconds = 0.0
+        self._ended = False
+
+    def collect(self, fault: dict) -> str:
+        """The broker's / faults' fault collector: numbers the fault and keeps it for the ledger."""
+        fault_id = f"F{len(self.faults) + 1}"
+        fault["fault_id"] = fault_id
+        self.faults.append(fault)
+        return fault_id
+
+    def end_simulation(self) -> None:
+        """Every transaction to the (partial) ledger; files closed.  The broker must be stopped or crashed."""
+        if self._ended:
+            return
+        self._ended = True
+        broker = self.broker
+        try:
+            broker.finalize_all()
+        finally:
+            self.writer.close()
+            if not broker.down:
+                broker.store.close_files()
+        self.sim_seconds = time.perf_counter() - self.started
+        end_offset = broker.store.commitlog.max_offset
+        for fault in self.faults:
+            if fault["fault"] == "TORN_TAIL":
+                fault["overwritten"] = end_offset >= fault["commitlog_offset"] + fault["length"]
+
+    def inject(self, fault_names) -> None:
+        """Post-run faults (refbroker.faults) on the stopped store."""
+        if not fault_names:
+            return
+        broker = self.broker
+        ctx = FaultContext(self.store_dir, broker.profile, random.Random(self.seed * 31 + 7),
+                           commitlog_file_size=broker.store.commitlog_file_size,
+                           cq_file_size=broker.store.cq_file_size, targets=_targets(self.partial_path, broker),
+                           last_record=broker.store.last_put)
+        for fault in apply_faults(fault_names, ctx):
+            self.collect(fault)
+
+    def finish(self, fault_names=(), extra: Optional[dict] = None) -> GenerateResult:
+        """end_simulation (if not done), post-run faults, final ledger and summary.json."""
+        if not self._ended:
+            self.end_simulation()
+        self.inject(fault_names)
+        _write_final_ledger(self.partial_path, self.ledger_path, self.faults)
+        broker, store = self.broker, self.broker.store
+        elapsed = time.perf_counter() - self.started
+        data_bytes = store.bytes_written
+        commitlog_dir = self.store_dir / "commitlog"
+        info = {
+            "profile": broker.profile.name,
+            "seed": self.seed,
+            "broker": dict(broker.stats),
+            "store": {
+                "commitlog_file_size": store.commitlog_file_size,
+                "consumequeue_file_size": store.cq_file_size,
+                "commitlog_files": len(list(commitlog_dir.glob("*"))) if commitlog_dir.is_dir() else 0,
+                "records": store.records_written,
+                "record_bytes": data_bytes,
+                "store_bytes_on_disk": _tree_bytes(self.store_dir),
+                "max_physical_offset": store.commitlog.max_offset,
+                "abort_present": (self.store_dir / "abort").exists(),
+                "simulated_ms": broker.now - self.start_ms,
+            },
+            "fault_list": [{k: f.get(k) for k in ("fault_id", "fault", "file", "position", "length",
+                                                    "expected_anomalies")} for f in self.faults],
+            "timing": {
+                "seconds": round(elapsed, 3),
+                "simulation_seconds": round(self.sim_seconds, 3),
+                "record_mb_per_s": round(data_bytes / MIB / max(self.sim_seconds, 1e-9), 2),
+            },
+            "profile_settings": broker.profile.broker_defaults(),
+        }
+        info.update(extra or {})
+        summary = L.summarize(self.ledger_path, extra=info)
+        L.write_json(self.out / "summary.json", summary)
+        return GenerateResult(self.store_dir, self.ledger_path, summary)
+
+
 def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) -> GenerateResult:
     """Write ``out_dir/store`` for ``scenario`` under ``profile`` with ``transactions`` transactions.
 
@@ -72,103 +183,37 @@ def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) 
     redolog_file_size (3.x), tx_interval_ms (10), start_ms, retry_every, crash_downtime_ms.
     An existing ``out_dir/store`` is replaced.
     """
-    started = time.perf_counter()
     profile = get_profile(profile)
     scenario = get_scenario(scenario)
-    if not isinstance(transactions, int) or transactions < 0:
+    if isinstance(transactions, bool) or not isinstance(transactions, int) or transactions < 0:
         raise UsageError(f"transactions must be a non-negative integer, got {transactions!r}")
-    if not isinstance(seed, int):
+    if isinstance(seed, bool) or not isinstance(seed, int):
         raise UsageError(f"seed must be an integer, got {seed!r}")
     opts = _sizes(profile, scenario, sizes)
     start_profile, final_profile = resolve_profiles(scenario, profile)
-    out = Path(out_dir)
-    store_dir = out / "store"
-    if store_dir.exists():
-        shutil.rmtree(store_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ledger_path = out / "ledger.jsonl"
-    partial_path = out / "ledger.partial.jsonl"
-
-    faults: list = []
-
-    def collect(fault: dict) -> str:
-        fault_id = f"F{len(faults) + 1}"
-        fault["fault_id"] = fault_id
-        faults.append(fault)
-        return fault_id
-
-    writer = L.LedgerWriter(partial_path)
-    broker = Broker(store_dir, start_profile, start_ms=opts.get("start_ms", DEFAULT_START_MS), seed=seed,
-                    commitlog_file_size=opts.get("commitlog_file_size"),
-                    consumequeue_file_size=opts.get("consumequeue_file_size"),
-                    statetable_file_size=opts.get("statetable_file_size"),
-                    redolog_file_size=opts.get("redolog_file_size"), ledger=writer, on_fault=collect)
+    run = Run(out_dir, start_profile, seed=seed, start_ms=opts.get("start_ms", DEFAULT_START_MS),
+              commitlog_file_size=opts.get("commitlog_file_size"),
+              consumequeue_file_size=opts.get("consumequeue_file_size"),
+              statetable_file_size=opts.get("statetable_file_size"), redolog_file_size=opts.get("redolog_file_size"))
     config = WorkloadConfig(transactions=transactions,
                             background_messages=opts.get("background_messages", 2 * transactions),
                             msg_bytes=opts.get("msg_bytes", 1024), tx_interval_ms=opts.get("tx_interval_ms", 10),
                             retry_every=opts.get("retry_every", 200),
                             crash_downtime_ms=opts.get("crash_downtime_ms", 2000))
-    workload = Workload(broker, scenario, config, seed, profiles=(final_profile, start_profile))
-    broker.start()
+    workload = Workload(run.broker, scenario, config, seed, profiles=(final_profile, start_profile))
+    run.broker.start()
     try:
         workload.run()
-        broker.finalize_all()
     finally:
-        writer.close()
-        if not broker.down:
-            broker.store.close_files()
-    sim_seconds = time.perf_counter() - started
-    end_offset = broker.store.commitlog.max_offset
-    for fault in faults:
-        if fault["fault"] == "TORN_TAIL":
-            fault["overwritten"] = end_offset >= fault["commitlog_offset"] + fault["length"]
-    store_bytes = _tree_bytes(store_dir)
-
-    # post-run faults on the stopped store
-    if scenario.post_faults:
-        targets = _targets(partial_path, broker)
-        ctx = FaultContext(store_dir, broker.profile, random.Random(seed * 31 + 7),
-                           commitlog_file_size=broker.store.commitlog_file_size,
-                           cq_file_size=broker.store.cq_file_size, targets=targets,
-                           last_record=broker.store.last_put)
-        for fault in apply_faults(scenario.post_faults, ctx):
-            collect(fault)
-    _write_final_ledger(partial_path, ledger_path, faults)
-
-    elapsed = time.perf_counter() - started
-    data_bytes = broker.store.bytes_written
-    summary = L.summarize(ledger_path, extra={
+        run.end_simulation()
+    return run.finish(scenario.post_faults, extra={
         "profile": final_profile.name,
         "start_profile": start_profile.name,
         "scenario": scenario.name,
-        "seed": seed,
         "requested_transactions": transactions,
         "background_messages": config.background_messages,
         "transaction_classes": dict(sorted(workload.class_counts.items())),
-        "broker": dict(broker.stats),
-        "store": {
-            "commitlog_file_size": broker.store.commitlog_file_size,
-            "consumequeue_file_size": broker.store.cq_file_size,
-            "commitlog_files": len(list((store_dir / "commitlog").glob("*"))) if (store_dir / "commitlog").is_dir()
-            else 0,
-            "records": broker.store.records_written,
-            "record_bytes": data_bytes,
-            "store_bytes_on_disk": store_bytes,
-            "max_physical_offset": broker.store.commitlog.max_offset,
-            "abort_present": (store_dir / "abort").exists(),
-            "simulated_ms": broker.now - opts.get("start_ms", DEFAULT_START_MS),
-        },
-        "fault_list": [{k: f.get(k) for k in ("fault_id", "fault", "file", "position", "length",
-                                                "expected_anomalies")} for f in faults],
-        "timing": {
-            "seconds": round(elapsed, 3),
-            "simulation_seconds": round(sim_seconds, 3),
-            "record_mb_per_s": round(data_bytes / MIB / max(sim_seconds, 1e-9), 2),
-        },
-        "profile_settings": final_profile.broker_defaults(),
     })
-    L.write_json(out / "summary.json", summary)
-    return GenerateResult(store_dir, ledger_path, summary)
 
 
 def _tree_bytes(root: Path) -> int:
@@ -273,4 +318,4 @@ def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list
     entry["visible_outcome"] = L.entry_outcome(entry, True)
 
 
-__all__ = ["generate", "GenerateResult"]
+__all__ = ["generate", "GenerateResult", "Run"]

@@ -64,7 +64,6 @@ class Profile:
     transactionOpMsgMaxSize: Optional[int]   # chars, 5.1+ op batching
     transactionOpBatchInterval: Optional[int]  # ms, 5.1+ op batching
     flushConsumerOffsetInterval: int = 5000    # ms
-    flushCommitLogInterval: int = 500          # ms (async flush; checkpoint follows it)
     mappedFileSizeCommitLog: int = GIB
     mappedFileSizeConsumeQueue: int = 300_000 * 20
     tranStateTableMapedFileSize: int = 2_000_000 * 24   # 3.x only
@@ -94,7 +93,6 @@ class Profile:
     consumer_offset_data_version: bool = False     # 5.x consumerOffset.json has dataVersion + groupTopicMap
     persists_op_topic_config: bool = False         # 5.x pre-creates RMQ_SYS_TRANS_OP_HALF_TOPIC in topics.json
     writes_lock_file: bool = True
-    check_uses_scan_start_fresh_stop: bool = True  # stop at copies stored during the running pass
 
     # -------------------------------------------------------------------------------------------------------------
     def with_(self, **changes) -> "Profile":

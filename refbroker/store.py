@@ -294,6 +294,8 @@ class ConsumeQueueWriter(UnitQueueWriter):
         self._first_pending: Optional[int] = None
 
     def append(self, index: int, commitlog_offset: int, size: int, tags_code: int) -> None:
+        if self.next_index is not None and index < self.next_index:
+            return                                      # already built (recovery re-dispatch skips it)
         if self.next_index is not None and index != self.next_index:
             raise InternalError(f"{self.queue.directory}: unit {index} written after {self.next_index - 1}")
         if self._first_pending is None:
@@ -328,10 +330,11 @@ class ConsumeQueueWriter(UnitQueueWriter):
         q = self.queue
         target = index * self.UNIT
         file_start = target - target % q.file_size
-        if not q.path_for(file_start).exists() and self.pre_blank_file is None and self.min_index == 0 \
-                and target > file_start:
-            q.open_at(file_start)
+        first_file = not q.directory.is_dir() or not any(q.directory.iterdir())
+        if first_file:
             self.min_index = index
+        if first_file and target > file_start:
+            q.open_at(file_start)
             while q.position < target:                  # ConsumeQueue.fillPreBlank
                 q.write(CQ.encode_pre_blank())
                 self.pre_blank_units += 1
@@ -466,6 +469,7 @@ class MessageStore:
         self.statetable_listener: Optional[Callable] = None   # broker hook: a new statetable file (its number)
         self.running = False
         self.last_put: Optional[dict] = None   # the newest whole record (truncation fault target)
+        self._written: dict = {}               # config/checkpoint content last written (skip identical rewrites)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -636,14 +640,24 @@ class MessageStore:
             extra["confirm_phy_offset"] = 0
         page = encode_checkpoint(physic, logics, 0, **extra)
         path = self.root / "checkpoint"
+        if page == self._written.get("checkpoint") and path.exists():
+            return
         mode = "r+b" if path.exists() else "wb"
         with open(path, mode) as f:
             f.write(page)
+        self._written["checkpoint"] = page
 
-    def write_config(self, name: str, obj) -> None:
+    def write_config(self, name: str, obj, *, force: bool = False) -> None:
+        """Persist a config file the way ConfigManager.persist does (previous content kept as .bak).  A file
+        whose content would not change is not rewritten (only its .bak copy would differ in mtime)."""
         from txlog_io.config import write_config_file, write_fastjson
 
-        write_config_file(self.root / "config" / name, write_fastjson(obj))
+        text = write_fastjson(obj)
+        path = self.root / "config" / name
+        if not force and self._written.get(name) == text and path.exists():
+            return
+        write_config_file(path, text)
+        self._written[name] = text
 
 
 __all__ = ["MessageStore", "PutResult", "DispatchRequest", "CommitLogWriter", "UnitQueueWriter", "ConsumeQueueWriter",

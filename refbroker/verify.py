@@ -121,6 +121,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
         if fault["fault"] == "RETENTION_DELETE_COMMITLOG":
             retention_min = int(Path(fault["file"]).name) + fault["length"]
     damaged_queues = {str(Path(f["file"]).parent) for f in faults if f["fault"] == "BITFLIP_CQ_UNIT"}
+    rebuilt_queues = {(f["topic"], f["queue_id"]): f["first_queue_offset"] for f in faults
+                      if f["fault"] == "CQ_DELETED_AND_REBUILT"}
     cq_seen = set()
     queue_max: dict = {}
     cq_root = root / "consumequeue"
@@ -164,6 +166,9 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
                 report.problems.append(f"{tx_type} record at {row['physical_offset']} has a CQ unit")
         elif not has_unit:
             if lag_start is not None and row["physical_offset"] >= lag_start:
+                continue
+            rebuilt = rebuilt_queues.get((row["topic"], row["queue_id"]))
+            if rebuilt is not None and row["queue_offset"] < rebuilt:
                 continue
             if _damaged(row["physical_offset"], faults):
                 continue

@@ -34,6 +34,7 @@ GONE_GROUP = "PID_TX_GONE"
 LONG_GROUP = "CID_LONG_GROUP_" + "-".join(["abcdefghij"] * 12) + "-a"      # retry topic of 157 chars
 COMPRESS_OVER = 4096                      # DefaultMQProducer.compressMsgBodyOverHowmuch
 _EVENT_TAGS = ("TagA", "TagB", "TagC")
+OP_QUEUE_KEY = ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,11 @@ SCENARIOS = {s.name: s for s in (
              "step: between a commit record and its op, with 5.1+ ops still in the batch buffer, a torn tail write "
              "(power loss), consume-queue dispatch lagging the CommitLog, a plain kill (consumerOffset.json stale by "
              "up to its 5 s flush interval); each followed by an abnormal restart; the run ends in a crash "
-             "(abort file present, dispatch lag, stale offsets)",
+             "(abort file present, dispatch lag, stale offsets, torn last record); once the operator also deletes a consume "
+             "queue (the op queue on 4.3+) before the restart, which recovery rebuilds with pre-blank units",
              {**_BASE_MIX, "commit_twice": 4},
-             crashes=("after_commit_before_op", "op_batch", "torn", "cq_lag", "plain"), final="crash"),
+             crashes=("after_commit_before_op", "op_batch", "torn", "cq_lag", "plain", "delete_cq"),
+             final="crash"),
     Scenario("unresolved", "producers that answer UNKNOWN, never answer, or are gone: many re-put copies, "
              "discards to TRANS_CHECK_MAX_TIME_TOPIC (4.6+; 4.3-4.5 only log), prepared forever on 3.x/4.0-4.2; "
              "the check service keeps running for 10 s after the producers disconnect",
@@ -170,19 +173,18 @@ class BodyPool:
     def __init__(self, rng: random.Random, msg_bytes: int, profile: Profile, count: int = 48):
         self.rng = rng
         self.profile = profile
+        large_max = int(max(msg_bytes, 6000) * 2.5)
+        words = [rng.choice(_WORDS) for _ in range(max(msg_bytes * 3 // 2, large_max) // 3 + 64)]
+        self._text = " ".join(words).encode("utf-8")
         self.plain = [self._body(rng, max(16, int(msg_bytes * rng.uniform(0.5, 1.5)))) for _ in range(count)]
         self.large = [self._body(rng, max(COMPRESS_OVER + 1, int(max(msg_bytes, 6000) * rng.uniform(1.2, 2.5))))
                       for _ in range(max(4, count // 6))]
         self._stored: dict = {}
 
-    @staticmethod
-    def _body(rng: random.Random, size: int) -> bytes:
-        parts, length = [], 0
-        while length < size:
-            word = rng.choice(_WORDS)
-            parts.append(word)
-            length += len(word.encode("utf-8")) + 1
-        return ('{"d":"' + " ".join(parts) + '"}').encode("utf-8")[:size]
+    def _body(self, rng: random.Random, size: int) -> bytes:
+        """JSON-ish text of ``size`` bytes cut from a shared random word stream at a random place."""
+        start = rng.randrange(max(1, len(self._text) - size))
+        return (b'{"d":"' + self._text[start:start + size] + b'"}')[:size]
 
     def stored(self, body: bytes, compression: str) -> tuple:
         """(stored bytes, sys_flag bits, crc) for this profile (computed once per body and codec)."""
@@ -251,6 +253,7 @@ class Workload:
         self.inflight_share = sum(scenario.mix[c] for c in classes if TX_CLASSES[c].inflight) / \
             max(1, sum(scenario.mix.values()))
         self.class_counts: dict = {}
+        self._delete_queue_on_restart: Optional[tuple] = None
         self.ordinary_sent = 0
         self.upgrade_done = False
 
@@ -259,6 +262,9 @@ class Workload:
         b = self.broker
         if b.down:
             b.run_until(b.now + self.config.crash_downtime_ms)
+            if self._delete_queue_on_restart is not None:
+                b.delete_consume_queue(*self._delete_queue_on_restart)
+                self._delete_queue_on_restart = None
             b.restart()
 
     def _advance(self, until: int) -> None:
@@ -315,6 +321,14 @@ class Workload:
             group = LONG_GROUP if p.magic_v2 else "CID_EVENTS"
             b.consumer_retry(group, b.last_message, result.physical_offset)
 
+    def send_ordinary_no_restart(self) -> None:
+        """An ordinary send that may crash the broker and leaves it down (the final torn write)."""
+        b = self.broker
+        self.ordinary_sent += 1
+        body = self.bodies.plain[self.ordinary_sent % len(self.bodies.plain)]
+        b.send_message(self.event_producer, EVENTS_TOPIC, 0, body, tags="TagA", keys=f"EV-{self.ordinary_sent}",
+                       stored_body=self.bodies.stored(body, CMP.NONE))
+
     def send_transaction(self, index: int, inflight: bool = False) -> None:
         b, rng = self.broker, self.rng
         plan = self._pick_class(inflight)
@@ -361,6 +375,14 @@ class Workload:
                 self._crash_when_ops_pending = True
             else:
                 self._pending_plain_crash = True
+        elif kind == "delete_cq":
+            # a plain crash after which the operator deletes a consume queue; recovery rebuilds it from the newest
+            # CommitLog file with pre-blank units in front (the op queue where there is one)
+            self._pending_plain_crash = True
+            if b.profile.transaction_model == MODEL_HALF_OP and (OP_QUEUE_KEY in b.store.queues):
+                self._delete_queue_on_restart = OP_QUEUE_KEY
+            else:
+                self._delete_queue_on_restart = (EVENTS_TOPIC, 1)
         else:
             self._pending_plain_crash = True
 
@@ -460,11 +482,15 @@ class Workload:
         for producer in (self.tx_producer, self.gone_producer):
             producer.connected = False
         if sc.final == "crash":
+            # the end: consume-queue dispatch lags the last records, the very last write is torn (power loss)
             b.store.hold_dispatch = True
             for _ in range(self.config.final_dispatch_lag):
                 self.send_ordinary()
             b.run_until(b.now + 1000)
-            b.crash("final crash")
+            b.tear_next_put = 0.3 + 0.4 * self.rng.random()
+            self.send_ordinary_no_restart()
+            if not b.down:
+                b.crash("final crash")
         else:
             b.shutdown(grace_ms=sc.shutdown_grace_ms)
 
