@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -540,10 +541,16 @@ SOURCES = (CommitLogSource, ConsumeQueueSource, StateTableSource, RedoLogSource,
            AnomaliesSource)
 
 
+_REGISTERED: "weakref.WeakSet" = weakref.WeakSet()
+
+
 def register(spark) -> None:
-    """Register every ``rocketmq_*`` format with ``spark`` (idempotent)."""
+    """Register every ``rocketmq_*`` format with ``spark`` (idempotent per session)."""
+    if spark in _REGISTERED:
+        return
     for cls in SOURCES:
         spark.dataSource.register(cls)
+    _REGISTERED.add(spark)
 
 
 __all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "UnitSlice", "UnitFiles", "StoreFiles",
