@@ -195,10 +195,10 @@ def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) 
               commitlog_file_size=opts.get("commitlog_file_size"),
               consumequeue_file_size=opts.get("consumequeue_file_size"),
               statetable_file_size=opts.get("statetable_file_size"), redolog_file_size=opts.get("redolog_file_size"))
-    config = WorkloadConfig(transactions=transactions,
-                            background_messages=opts.get("background_messages", 2 * transactions),
+    background = opts.get("background_messages", 2 * transactions)
+    config = WorkloadConfig(transactions=transactions, background_messages=background,
                             msg_bytes=opts.get("msg_bytes", 1024), tx_interval_ms=opts.get("tx_interval_ms", 10),
-                            retry_every=opts.get("retry_every", 200),
+                            retry_every=opts.get("retry_every", max(10, min(200, background // 4))),
                             crash_downtime_ms=opts.get("crash_downtime_ms", 2000))
     workload = Workload(run.broker, scenario, config, seed, profiles=(final_profile, start_profile))
     run.broker.start()

@@ -184,8 +184,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
         report.problems.append("half queue offsets are not contiguous")
     for row in by_type["COMMIT"]:
         prepared = row["prepared_transaction_offset"]
-        if prepared == 0 and row["topic"] in (SCHEDULE_TOPIC,) or row["topic"].startswith("%RETRY%"):
-            continue
+        if row["topic"] == SCHEDULE_TOPIC or row["topic"].startswith("%RETRY%"):
+            continue                        # consumer retries of committed messages keep the COMMIT type
         target = records.get(prepared)
         if target is None:
             if prepared < min_offset or (retention_min is not None and prepared < retention_min):
@@ -344,8 +344,8 @@ def _decoded_outcomes(records: dict, ops_by_half: dict) -> dict:
             groups[row["uniq_key"]]["discard"] = True
         elif t == "PREPARED":
             groups[str(row["physical_offset"])]
-        elif t in ("COMMIT", "ROLLBACK") and row["prepared_transaction_offset"] and row["topic"] != SCHEDULE_TOPIC \
-                and not row["topic"].startswith("%RETRY%"):
+        elif t in ("COMMIT", "ROLLBACK") and row["topic"] != SCHEDULE_TOPIC and not row["topic"].startswith("%RETRY%"):
+            # (PREPARED_TRANSACTION_OFFSET may legitimately be 0: the prepared record at physical offset 0)
             if "REAL_TOPIC" in row["props"]:           # 4.3+: the commit carries the half's properties
                 key = row["uniq_key"]
             else:                                      # 3.x / 4.0-4.2: keyed by the prepared record's offset

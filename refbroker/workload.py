@@ -246,7 +246,7 @@ class Workload:
         broker.register_consumer(EVENTS_TOPIC, "CID_EVENTS", lag=3)
         broker.register_consumer(TX_TOPIC, "CID_ORDERS", lag=1)
         if config.retry_every and broker.profile.name != "3.x":
-            broker.retry_commit_every = max(1, config.retry_every // 8)
+            broker.retry_commit_every = max(5, config.retry_every // 8)
         classes = [c for c in scenario.mix if scenario.mix[c] > 0]
         self.class_names = [c for c in classes if not TX_CLASSES[c].inflight]
         self.class_weights = [scenario.mix[c] for c in self.class_names]
@@ -255,6 +255,7 @@ class Workload:
         self.class_counts: dict = {}
         self._delete_queue_on_restart: Optional[tuple] = None
         self.ordinary_sent = 0
+        self.large_sent = 0
         self.upgrade_done = False
 
     # -- helpers ---------------------------------------------------------------------------------------------
@@ -300,7 +301,8 @@ class Workload:
         if roll < 0.08:
             large = self.bodies.large
             body = large[high % len(large)]
-            kind = p.compression_types[n % len(p.compression_types)]
+            self.large_sent += 1
+            kind = p.compression_types[self.large_sent % len(p.compression_types)]
             topic, queue_id, tags = LOGS_TOPIC, high & 1, "TagLog"
         else:
             plain = self.bodies.plain
