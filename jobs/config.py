@@ -1,12 +1,15 @@
-"""Audit configuration: ``conf/audit-defaults.properties`` + ``conf/broker-defaults.json`` (+ a user ``--conf-file``).
+"""Audit configuration: ``conf/audit-defaults.properties`` + ``conf/broker-defaults.json`` (+ a user
+``--conf-file``).
 
 Spark-free (the command-line pre-check imports it before any JVM starts).
 
 * :func:`load_broker_profiles` -> ``{name: BrokerProfile}`` for the version profiles ``3.x``, ``4.0-4.2``,
-  ``4.3-4.5``, ``4.6-4.9``, ``5.0``, ``5.1+``; :func:`profile_name_for_version` maps ``"4.9.8"`` -> ``"4.6-4.9"``.
+  ``4.3-4.5``, ``4.6-4.9``, ``5.0``, ``5.1+``; :func:`profile_name_for_version` maps ``"4.9.8"`` ->
+  ``"4.6-4.9"``.
 * :func:`load_audit_config` -> :class:`AuditConfig`: the defaults merged with an optional user file (Java
   ``.properties`` or JSON, flat ``{"mode": "full"}`` or nested ``{"broker": {"transactionTimeOut": 3000}}``).
-  Every key is validated; an unknown key or a bad value raises :class:`ConfigError` (a ``UsageError``) naming it.
+  Every key is validated; an unknown key or a bad value raises :class:`ConfigError` (a ``UsageError``) naming
+  it.
 * :meth:`AuditConfig.profile` returns the chosen profile with the user's ``broker.<key>`` overrides applied.
 
 The conf directory is ``$TXAUDIT_CONF_DIR`` when set (spark-submit.sh sets it), else ``<repo>/conf``.
@@ -43,7 +46,7 @@ class BrokerProfile:
 
     name: str
     versions: str
-    transaction_scheme: str                       # statetable (3.x) | real-topic (4.0-4.2) | half-topic (4.3+)
+    transaction_scheme: str                       # statetable (3.x) | real-topic (4.0-4.2) | half-topic
     transaction_timeout_ms: Optional[int]         # transactionTimeOut
     transaction_check_max: Optional[int]          # transactionCheckMax (None = unbounded / no checker)
     transaction_check_interval_ms: Optional[int]  # transactionCheckInterval
@@ -77,9 +80,9 @@ _PROFILE_KEYS: Dict[str, Tuple[str, str]] = {
     "transactionOpBatchInterval": ("transaction_op_batch_interval_ms", "int?"),
     "notes": ("notes", "str"),
 }
+_OPTIONAL_PROFILE_FIELDS = ("transaction_op_msg_max_size", "transaction_op_batch_interval_ms", "notes")
 _REQUIRED_PROFILE_KEYS = frozenset(k for k, (f, _) in _PROFILE_KEYS.items()
-                                   if f not in ("transaction_op_msg_max_size", "transaction_op_batch_interval_ms",
-                                                "notes"))
+                                   if f not in _OPTIONAL_PROFILE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -101,14 +104,16 @@ class AuditConfig:
         for k, v in self.tables:
             if k == logical:
                 return v
-        raise ConfigError(f"no output table {logical!r} configured (add table.{logical}=<name> to the config)")
+        raise ConfigError(f"no output table {logical!r} configured "
+                          f"(add table.{logical}=<name> to the config)")
 
     @property
     def table_names(self) -> Dict[str, str]:
         return dict(self.tables)
 
     def profile(self, name: Optional[str] = None) -> BrokerProfile:
-        """Profile ``name`` (default: ``broker.profile``; must not be ``auto`` then) with the overrides applied."""
+        """Profile ``name`` (default: ``broker.profile``; must not be ``auto`` then) with the overrides
+        applied."""
         name = name or self.broker_profile
         if name == "auto":
             raise ConfigError("broker.profile is 'auto': pass the detected profile name "
@@ -236,7 +241,8 @@ def _int(src, key, value, optional=False) -> Optional[int]:
 def parse_size(src, key, value) -> int:
     m = _SIZE.match(str(value))
     if not m:
-        raise ConfigError(f"{src}: key '{key}': expected a byte count such as 134217728 or 128m, got {value!r}")
+        raise ConfigError(f"{src}: key '{key}': expected a byte count such as 134217728 or 128m, "
+                          f"got {value!r}")
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
@@ -307,7 +313,8 @@ def load_broker_profiles(path=None) -> Dict[str, BrokerProfile]:
 
 
 def profile_name_for_version(version: str) -> str:
-    """RocketMQ version string (``"4.9.8"``, ``"5.3.3"``, ``"3.1.4"``, ``"rocketmq-all-4.2.0"``) -> profile name."""
+    """RocketMQ version string (``"4.9.8"``, ``"5.3.3"``, ``"3.1.4"``, ``"rocketmq-all-4.2.0"``) -> profile
+    name."""
     m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", str(version))
     if not m:
         raise ConfigError(f"not a RocketMQ version: {version!r}")
@@ -355,9 +362,11 @@ def _apply(settings: Dict[str, object], src: str, key: str, value, profile_names
 
 def load_audit_config(conf_file=None, overrides: Optional[Mapping[str, object]] = None,
                       defaults_path=None, broker_defaults_path=None) -> AuditConfig:
-    """Defaults, then ``conf_file`` (if any), then ``overrides`` (``key -> value``, e.g. from the command line).
+    """Defaults, then ``conf_file`` (if any), then ``overrides`` (``key -> value``, e.g. from the command
+    line).
 
-    Keys a user file may set: those of ``audit-defaults.properties`` (``table.<name>`` keys may add new tables)
+    Keys a user file may set: those of ``audit-defaults.properties`` (``table.<name>`` keys may add new
+    tables)
     and ``broker.<key>`` for the keys of a broker profile."""
     dpath = Path(defaults_path) if defaults_path else conf_dir() / AUDIT_DEFAULTS_FILE
     if not dpath.is_file():

@@ -2,29 +2,30 @@
 
 Two writers, chosen automatically by :func:`write_table` (``writer="auto"``):
 
-* **delta-rs** (embedded default, no JVM jars needed): the executors write the Parquet data files straight into the
-  table directory (``DataFrame.mapInArrow``: each task writes its rows, one file per partition value set, and
-  returns only file metadata: path, size, partition values, row count, stats).  The driver collects that metadata
-  (one small row per file, never the data) and commits *all* files in ONE Delta transaction with the ``deltalake``
-  package's transaction API (``create_table_with_add_actions`` for a new table, otherwise
-  ``DeltaTable.create_write_transaction(mode="overwrite", partition_filters=[("run_id", "=", run_id)])``, which
-  removes the run's previous files and adds the new ones atomically).
-* **Spark Delta** (when the Delta Lake JVM classes are on the classpath *and* ``spark.sql.extensions`` contains
-  ``DeltaSparkSessionExtension``): ``df.write.format("delta").mode("overwrite").option("replaceWhere", ...)``.
+* **delta-rs** (embedded default, no JVM jars needed): the executors write the Parquet data files straight
+  into the table directory (``DataFrame.mapInArrow``: each task writes its rows, one file per partition value
+  set, and returns only file metadata: path, size, partition values, row count, stats).  The driver collects
+  that metadata (one small row per file, never the data) and commits *all* files in ONE Delta transaction with
+  the ``deltalake`` package's transaction API (``create_table_with_add_actions`` for a new table, otherwise
+  ``DeltaTable.create_write_transaction(mode="overwrite", partition_filters=[("run_id", "=", run_id)])``,
+  which removes the run's previous files and adds the new ones atomically).
+* **Spark Delta** (when the Delta Lake JVM classes are on the classpath *and* ``spark.sql.extensions``
+  contains ``DeltaSparkSessionExtension``):
+  ``df.write.format("delta").mode("overwrite").option("replaceWhere", ...)``.
 
 Guarantees (delta-rs writer; the Spark writer gives the same through Delta's own protocol):
 
-* Every table has ``run_id`` (and ``run_date``) columns; ``run_id`` is always a partition column.  Writing the same
-  ``run_id`` again REPLACES that run's rows; another ``run_id`` is added next to the existing ones.
-* A run killed after writing data files but before its commit leaves the table exactly as it was (readers only see
-  committed files); the stray files are never referenced and a ``VACUUM`` removes them.  The next run commits
-  normally.
-* Simple protocol (minReader 1 / minWriter 2: no deletion vectors, no column mapping, no timestamp_ntz), readable
-  by delta-spark and delta-rs alike; column comments from ``schemas`` travel in the Delta schema metadata
-  (``{"comment": ...}``) and the table comment becomes the table description.
+* Every table has ``run_id`` (and ``run_date``) columns; ``run_id`` is always a partition column.  Writing the
+  same ``run_id`` again REPLACES that run's rows; another ``run_id`` is added next to the existing ones.
+* A run killed after writing data files but before its commit leaves the table exactly as it was (readers only
+  see committed files); the stray files are never referenced and a ``VACUUM`` removes them.  The next run
+  commits normally.
+* Simple protocol (minReader 1 / minWriter 2: no deletion vectors, no column mapping, no timestamp_ntz),
+  readable by delta-spark and delta-rs alike; column comments from ``schemas`` travel in the Delta schema
+  metadata (``{"comment": ...}``) and the table comment becomes the table description.
 
-Data files are written with local file-system paths: on a real cluster ``out`` must be a directory every executor
-and the driver see at the same path (NFS / shared mount).
+Data files are written with local file-system paths: on a real cluster ``out`` must be a directory every
+executor and the driver see at the same path (NFS / shared mount).
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ BROKER = "broker"
 
 #: columns the sink adds when the table does not define them itself
 SINK_COLUMNS = (
-    Column(RUN_ID, pa.string(), False, "audit run id; writing the same run id again replaces that run's rows"),
+    Column(RUN_ID, pa.string(), False,
+           "audit run id; writing the same run id again replaces that run's rows"),
     Column(RUN_DATE, pa.date32(), False, "UTC date of the run (its as-of time)"),
 )
 
@@ -55,7 +57,7 @@ WRITERS = ("auto", "delta-rs", "spark")
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 STATS_STRING_PREFIX = 32          # like Delta Spark: string stats are limited to a 32-character prefix
 DEFAULT_MAX_ROWS_PER_FILE = 4_000_000
-DEFAULT_MAX_BYTES_PER_FILE = 512 * 1024 * 1024   # Arrow (uncompressed) bytes per data file before rolling over
+DEFAULT_MAX_BYTES_PER_FILE = 512 * 1024 * 1024   # Arrow (uncompressed) bytes per data file, then roll over
 
 # metadata row each write task returns per data file (the only thing collected to the driver)
 _FILE_META_SCHEMA = pa.schema([
@@ -92,9 +94,9 @@ class _FileMeta:
     modification_time: int
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # schema helpers
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def table_path(out_dir, table: Table) -> str:
     """``<out_dir>/<table.name>`` as an absolute local path."""
@@ -130,8 +132,9 @@ def resolve_partition_by(table: Table, partition_by: Optional[Sequence[str]]) ->
 
 
 def _delta_compatible_type(t: pa.DataType) -> pa.DataType:
-    """Arrow type as stored: timestamps become timestamp[us, UTC] (Delta ``timestamp``; a zone-less timestamp would
-    need the timestamp_ntz table feature), large strings/binaries their plain forms; nested types recursively."""
+    """Arrow type as stored: timestamps become timestamp[us, UTC] (Delta ``timestamp``; a zone-less timestamp
+    would need the timestamp_ntz table feature), large strings/binaries their plain forms; nested types
+    recursively."""
     if pa.types.is_timestamp(t):
         return pa.timestamp("us", tz="UTC")
     if pa.types.is_large_string(t):
@@ -153,9 +156,9 @@ def arrow_schema_for(table: Table) -> pa.Schema:
     return pa.schema([f.with_type(_delta_compatible_type(f.type)) for f in full.arrow_schema()])
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # executor side: Parquet files + metadata
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 _ESCAPE = set('"#%\'*/:=?\\{[]^\x7f') | {chr(i) for i in range(0x20)}
 
@@ -194,11 +197,12 @@ def _stats_eligible(t: pa.DataType) -> bool:
 
 
 class _StatsAccumulator:
-    """Delta ``stats`` of one data file, merged batch by batch (no rows are kept): numRecords, min/max for numbers,
-    dates and short strings, nullCount for flat columns.
+    """Delta ``stats`` of one data file, merged batch by batch (no rows are kept): numRecords, min/max for
+    numbers, dates and short strings, nullCount for flat columns.
 
-    Strings follow Delta Spark's rule: the minimum is cut to a 32-character prefix (still a lower bound); a maximum
-    longer than 32 characters is left out (a prefix would not be an upper bound).  Floats with NaN get no min/max."""
+    Strings follow Delta Spark's rule: the minimum is cut to a 32-character prefix (still a lower bound); a
+    maximum longer than 32 characters is left out (a prefix would not be an upper bound).  Floats with NaN get
+    no min/max."""
 
     def __init__(self, schema: pa.Schema):
         self.schema = schema
@@ -279,7 +283,8 @@ class _PartitionFileWriter:
         self.task_tag = task_tag
         self.max_rows = max_rows_per_file
         self.max_bytes = max_bytes_per_file
-        self.open = {}          # partition key tuple -> [writer, rel_path, abs_path, rows, stats, arrow_bytes]
+        # partition key tuple -> [writer, rel_path, abs_path, rows, stats, arrow_bytes]
+        self.open = {}
         self.done: List[_FileMeta] = []
         self.seq = 0
 
@@ -353,7 +358,8 @@ class _PartitionFileWriter:
 
 
 def _make_file_writer_udf(root: str, schema: pa.Schema, partition_by: Sequence[str], max_rows_per_file: int):
-    """The function ``mapInArrow`` runs in each task: write the task's rows, yield one metadata row per file."""
+    """The function ``mapInArrow`` runs in each task: write the task's rows, yield one metadata row per
+    file."""
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -375,8 +381,8 @@ def _make_file_writer_udf(root: str, schema: pa.Schema, partition_by: Sequence[s
 
 
 def _prepare_frame(df, table: Table, run_id: str, run_date: _dt.date):
-    """Add run_id / run_date (when the table defines no such column, or the frame lacks it) and order the columns
-    as the table; every column carries its comment in the Spark metadata."""
+    """Add run_id / run_date (when the table defines no such column, or the frame lacks it) and order the
+    columns as the table; every column carries its comment in the Spark metadata."""
     from pyspark.sql import functions as F
 
     full = sink_table(table)
@@ -394,9 +400,11 @@ def _prepare_frame(df, table: Table, run_id: str, run_date: _dt.date):
 
 
 def _write_data_files(df, root: str, table: Table, run_id: str, partition_by: Sequence[str],
-                      run_date: _dt.date, max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE) -> List[_FileMeta]:
-    """Executors write the Parquet files; only their metadata comes back.  No commit: the files are invisible to
-    readers until :func:`_commit_files` references them (a run killed after this step leaves the table as it was)."""
+                      run_date: _dt.date,
+                      max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE) -> List[_FileMeta]:
+    """Executors write the Parquet files; only their metadata comes back.  No commit: the files are invisible
+    to readers until :func:`_commit_files` references them (a run killed after this step leaves the table as
+    it was)."""
     schema = arrow_schema_for(table)
     frame = _prepare_frame(df, table, run_id, run_date)
     from pyspark.sql import types as T
@@ -416,25 +424,27 @@ def _write_data_files(df, root: str, table: Table, run_id: str, partition_by: Se
                       r["stats"], int(r["modification_time"])) for r in rows]
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # driver side: the one commit
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
     return [(f.name, f.type) for f in a] == [(f.name, f.type) for f in b]
 
 
-def _commit_files(root: str, table: Table, run_id: str, partition_by: Sequence[str], files: Sequence[_FileMeta],
+def _commit_files(root: str, table: Table, run_id: str, partition_by: Sequence[str],
+                  files: Sequence[_FileMeta],
                   extra_commit_info: Optional[Mapping[str, object]] = None) -> int:
-    """Commit ``files`` as this run's whole content in ONE Delta transaction; returns the new table version."""
+    """Commit ``files`` as this run's whole content in ONE Delta transaction; returns the new table
+    version."""
     from deltalake import DeltaTable, Schema as DeltaSchema
     from deltalake.exceptions import TableNotFoundError
     from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
 
     schema = arrow_schema_for(table)
     delta_schema = DeltaSchema.from_arrow(schema)
-    adds = [AddAction(f.path, f.size, {k: f.partition_values.get(k) for k in partition_by}, f.modification_time,
-                      True, f.stats) for f in files]
+    adds = [AddAction(f.path, f.size, {k: f.partition_values.get(k) for k in partition_by},
+                      f.modification_time, True, f.stats) for f in files]
     info = {"txaudit.run_id": run_id, "txaudit.table": table.name, "txaudit.files": len(files),
             "txaudit.rows": sum(f.num_records for f in files)}
     info.update(extra_commit_info or {})
@@ -444,13 +454,15 @@ def _commit_files(root: str, table: Table, run_id: str, partition_by: Sequence[s
     except TableNotFoundError:
         dt = None
     if dt is None:
-        create_table_with_add_actions(root, delta_schema, adds, mode="append", partition_by=list(partition_by),
-                                      name=table.name, description=table.comment or None,
+        create_table_with_add_actions(root, delta_schema, adds, mode="append",
+                                      partition_by=list(partition_by), name=table.name,
+                                      description=table.comment or None,
                                       commit_properties=props)
         return DeltaTable(root).version()
     existing_parts = list(dt.metadata().partition_columns)
     if existing_parts != list(partition_by):
-        raise SinkError(f"table {root} is partitioned by {existing_parts}, this write by {list(partition_by)}")
+        raise SinkError(f"table {root} is partitioned by {existing_parts}, "
+                        f"this write by {list(partition_by)}")
     existing = pa.schema(dt.schema().to_arrow())
     if not _same_fields(pa.schema(DeltaSchema.from_arrow(schema).to_arrow()), existing):
         raise SinkError(f"table {root} has a different schema than {table.name}: "
@@ -461,12 +473,13 @@ def _commit_files(root: str, table: Table, run_id: str, partition_by: Sequence[s
     return dt.version()
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Spark Delta writer
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def delta_spark_available(spark) -> bool:
-    """True when the session can write Delta through Spark: the extension is configured and its JVM classes load."""
+    """True when the session can write Delta through Spark: the extension is configured and its JVM classes
+    load."""
     try:
         exts = spark.conf.get("spark.sql.extensions", "") or ""
     except Exception:
@@ -474,7 +487,7 @@ def delta_spark_available(spark) -> bool:
     if "DeltaSparkSessionExtension" not in exts:
         return False
     jvm = getattr(spark, "_jvm", None)
-    if jvm is None:                       # Spark Connect: the server loaded the extension (or failed to start)
+    if jvm is None:       # Spark Connect: the server loaded the extension (or failed to start)
         return True
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
@@ -485,8 +498,8 @@ def delta_spark_available(spark) -> bool:
 
 
 def choose_writer(spark, writer: str = "auto") -> str:
-    """"spark" or "delta-rs".  ``writer`` (or env ``TXAUDIT_DELTA_WRITER``) may force one; "auto" picks Spark's
-    Delta writer only when :func:`delta_spark_available`."""
+    """"spark" or "delta-rs".  ``writer`` (or env ``TXAUDIT_DELTA_WRITER``) may force one; "auto" picks
+    Spark's Delta writer only when :func:`delta_spark_available`."""
     writer = os.environ.get("TXAUDIT_DELTA_WRITER", writer) if writer == "auto" else writer
     if writer not in WRITERS:
         raise SinkError(f"unknown Delta writer {writer!r} (expected one of {', '.join(WRITERS)})")
@@ -494,7 +507,8 @@ def choose_writer(spark, writer: str = "auto") -> str:
         return "spark" if delta_spark_available(spark) else "delta-rs"
     if writer == "spark" and not delta_spark_available(spark):
         raise SinkError("writer 'spark' asked for but Delta Lake is not on the Spark classpath "
-                        "(spark.sql.extensions lacks io.delta.sql.DeltaSparkSessionExtension or its jar is missing)")
+                        "(spark.sql.extensions lacks io.delta.sql.DeltaSparkSessionExtension "
+                        "or its jar is missing)")
     return writer
 
 
@@ -526,15 +540,15 @@ def _write_with_spark(df, root: str, table: Table, run_id: str, partition_by: Se
     return rows, files, version
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # public entry point
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def write_table(df, out_dir, table: Table, run_id: str, partition_by: Optional[Sequence[str]] = None,
                 spark=None, *, run_date: Optional[_dt.date] = None, writer: str = "auto",
                 max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE) -> WriteResult:
-    """Write ``df`` (columns of ``table``; ``run_id`` / ``run_date`` are added) as run ``run_id`` of the Delta table
-    ``<out_dir>/<table.name>``, replacing whatever that run wrote before.  See the module docstring."""
+    """Write ``df`` (columns of ``table``; ``run_id`` / ``run_date`` are added) as run ``run_id`` of the Delta
+    table ``<out_dir>/<table.name>``, replacing whatever that run wrote before.  See the module docstring."""
     t0 = time.monotonic()
     if not run_id or not isinstance(run_id, str):
         raise SinkError("run_id must be a non-empty string")

@@ -4,11 +4,12 @@ Subcommands::
 
     audit --store DIR [--store DIR2 ...] --out DIR [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE]
           [--include-bodies] [--broker NAME ...] [--profile NAME|auto] [--run-id ID]
-    demo  [--out DIR] [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE] [--include-bodies] [--run-id ID]
+    demo  [--out DIR] [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE] [--include-bodies]
+          [--run-id ID]
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
-:class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check) stops
-there.  Then ``jobs.audit.run_audit(spark, options)`` / ``jobs.demo.run_demo(spark, options)`` run.
+:class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
+stops there.  Then ``jobs.audit.run_audit(spark, options)`` / ``jobs.demo.run_demo(spark, options)`` run.
 
 Exit codes: 0 ok; 2 usage error (one line on stderr: ``txaudit: error: ...``); 1 audit failure.
 """
@@ -21,9 +22,10 @@ import sys
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE:
     # run as a file (spark-submit jobs/main.py): import the package, not its modules as top-level names
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[0] = os.path.dirname(_HERE)
 
 from txlog_io.errors import UsageError  # noqa: E402
 
@@ -95,7 +97,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="ISO-8601 time the audit judges 'now' (default: current UTC time); "
                              "a time without zone is UTC")
         sp.add_argument("--mode", choices=MODES, default=None,
-                        help="indexed: find records through the ConsumeQueues; full: scan every CommitLog record "
+                        help="indexed: find records through the ConsumeQueues; "
+                             "full: scan every CommitLog record "
                              "(default: mode of the config, indexed)")
         sp.add_argument("--conf-file", dest="conf_file", default=None,
                         help="properties or JSON file overriding conf/audit-defaults.properties "
@@ -147,8 +150,8 @@ def _check_store(root: str) -> str:
     if not os.path.isdir(path):
         raise UsageError(f"--store: not a directory: {path}")
     if not any(os.path.exists(os.path.join(path, m)) for m in _STORE_MARKERS):
-        hint = f"; did you mean {os.path.join(path, 'store')}?" if os.path.isdir(os.path.join(path, "store")) \
-            else ""
+        inner = os.path.join(path, "store")
+        hint = f"; did you mean {inner}?" if os.path.isdir(inner) else ""
         raise UsageError(f"--store: not a RocketMQ store root (none of {', '.join(_STORE_MARKERS)} inside): "
                          f"{path}{hint}")
     return path

@@ -1,9 +1,9 @@
 """Building the SparkSession the jobs and tests use.
 
-Local runs must not bind to the machine's external interface and executors must run the same interpreter as the
-driver (or pyarrow is "missing" on them), so both are pinned here unless the caller already set them.  On a
-cluster (a non-local master given here or through spark-submit.sh, which exports ``TXAUDIT_SPARK_MASTER``) the
-driver address is left to Spark.
+Local runs must not bind to the machine's external interface and executors must run the same interpreter as
+the driver (or pyarrow is "missing" on them), so both are pinned here unless the caller already set them.  On
+a cluster (a non-local master given here or through spark-submit.sh, which exports ``TXAUDIT_SPARK_MASTER``)
+the driver address is left to Spark.
 
 When this process starts the JVM itself (tests, plain ``python``), the driver JVM gets the project's
 ``conf/log4j2.properties`` (quiet Spark console); under spark-submit the launcher already chose the logging.

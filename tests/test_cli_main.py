@@ -38,9 +38,9 @@ def _assert_one_line_error(p, *needles):
     assert p.stdout == ""
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # through ./spark-submit.sh (the pre-check runs before spark-submit: fast, no JVM)
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def test_missing_store_is_a_one_line_usage_error(tmp_path):
     p, secs = _submit("audit", "--store", "/nonexistent", "--out", str(tmp_path / "x"))
@@ -111,18 +111,20 @@ def test_audit_reaches_the_job_through_spark_submit(tmp_path):
     assert " INFO " not in both
     with zipfile.ZipFile(os.path.join(ROOT, "build", "txaudit-pyfiles.zip")) as zf:
         names = set(zf.namelist())
-    for mod in ("jobs/main.py", "jobs/delta_sink.py", "jobs/config.py", "schemas/core.py", "txlog_io/errors.py"):
+    for mod in ("jobs/main.py", "jobs/delta_sink.py", "jobs/config.py", "schemas/core.py",
+                "txlog_io/errors.py"):
         assert mod in names
     assert not any("__pycache__" in n for n in names)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # jobs.main in-process
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def test_parse_audit_options(tmp_path):
     validate_only, o = txmain.parse_args(["--validate-only", "audit", "--store", STORE, "--store", STORE_3,
-                                          "--out", str(tmp_path / "o"), "--as-of", "2024-05-01T10:00:00+02:00",
+                                          "--out", str(tmp_path / "o"),
+                                          "--as-of", "2024-05-01T10:00:00+02:00",
                                           "--mode", "full", "--include-bodies"])
     assert validate_only is True
     assert isinstance(o, txmain.AuditOptions)
@@ -168,7 +170,8 @@ def test_as_of_forms():
     utc = dt.timezone.utc
     assert txmain.parse_as_of("2024-05-01") == dt.datetime(2024, 5, 1, tzinfo=utc)
     assert txmain.parse_as_of("2024-05-01T12:30:00Z") == dt.datetime(2024, 5, 1, 12, 30, tzinfo=utc)
-    assert txmain.parse_as_of("2024-05-01T12:30:00.250") == dt.datetime(2024, 5, 1, 12, 30, 0, 250000, tzinfo=utc)
+    assert txmain.parse_as_of("2024-05-01T12:30:00.250") == \
+        dt.datetime(2024, 5, 1, 12, 30, 0, 250000, tzinfo=utc)
     assert txmain.parse_as_of("2024-05-01T14:30:00+02:00") == dt.datetime(2024, 5, 1, 12, 30, tzinfo=utc)
     with pytest.raises(UsageError):
         txmain.parse_as_of("01/05/2024")

@@ -67,7 +67,8 @@ def test_json_override(tmp_path):
     f.write_text(json.dumps({"mode": "full", "broker": {"profile": "5.0", "transactionCheckMax": 5},
                              "split.bytes": 1048576, "include.bodies": True, "_comment": "ignored"}))
     cfg = C.load_audit_config(f)
-    assert (cfg.mode, cfg.split_bytes, cfg.include_bodies, cfg.broker_profile) == ("full", 1 << 20, True, "5.0")
+    assert (cfg.mode, cfg.split_bytes, cfg.include_bodies, cfg.broker_profile) == \
+        ("full", 1 << 20, True, "5.0")
     assert cfg.profile().transaction_check_max == 5
 
 

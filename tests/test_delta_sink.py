@@ -1,4 +1,5 @@
-"""jobs.delta_sink: executor-written Parquet files, one delta-rs commit per table per run, idempotent by run_id."""
+"""jobs.delta_sink: executor-written Parquet files, one delta-rs commit per table per run, idempotent by
+run_id."""
 from __future__ import annotations
 
 import datetime as dt
@@ -79,8 +80,7 @@ def test_one_commit_for_many_files(spark, tmp_path):
     assert t.version() == 0                                   # one transaction for all files
     assert len(t.file_uris()) == res.files >= 4
     assert t.metadata().partition_columns == [RUN_DATE, "broker", RUN_ID]
-    adds = t.get_add_actions(flatten=True).to_pydict() if hasattr(t.get_add_actions(flatten=True), "to_pydict") \
-        else pa.table(t.get_add_actions(flatten=True)).to_pydict()
+    adds = pa.table(t.get_add_actions(flatten=True)).to_pydict()
     assert sum(adds["num_records"]) == 100
     assert set(adds["partition.broker"]) == {"b1", "b2"}
     # every data file is below its Hive-style partition directory
@@ -95,7 +95,8 @@ def test_rerun_same_run_id_replaces(spark, tmp_path):
     got = _read(again.path)
     assert got.num_rows == 30                                  # unchanged, not doubled
     # replacing with different content: only the new content remains for that run
-    third = write_table(_df(spark, _rows(5, start=100)), tmp_path, TINY, "run-1", spark=spark, run_date=RUN_DAY)
+    third = write_table(_df(spark, _rows(5, start=100)), tmp_path, TINY, "run-1", spark=spark,
+                        run_date=RUN_DAY)
     got = _read(third.path)
     assert sorted(got.column("tx_id").to_pylist()) == [f"TX{i:04d}" for i in range(100, 105)]
 
