@@ -60,8 +60,14 @@ CHECKED, IMMUNITY_COPIES, END_REJECTED, TORN_RECORD, STATETABLE_STALE (3.x: the 
 transaction's records, e.g. after the rebuild bug), STATETABLE_MISSING (3.x: pending but absent from the rebuilt
 statetable), RECORD_DELETED (retention), RECORD_CORRUPTED, OP_QUEUE_DELETED, PRODUCER_UNREACHABLE.
 
-Fault line: {kind: "fault", fault_id, fault, file (relative to the store root), position, length, detail,
-expected_anomalies, affected: [{record, commitlog_offset, transaction_key}]}.
+Fault line: {kind: "fault", fault_id, fault, file (relative to the store root; null for faults with no place on
+disk such as OP_BATCH_LOST), position (the byte changed / cut / first affected), record_position (where a decoder
+reports it: start of the damaged record or unit), length, detail, expected_anomalies (AnomalyKind codes a decoder
+should report there), affected: [{record, commitlog_offset, transaction_key}], effects: {deleted | corrupted:
+[[start, end) CommitLog offset ranges], op_queue_deleted}} plus fault-specific fields (TORN_TAIL: commitlog_offset,
+overwritten; CQ_DISPATCH_LAG: redispatched; CQ_DELETED_AND_REBUILT: topic, queue_id, first_queue_offset,
+recovery_start).  In-simulation faults: TORN_TAIL, CRASH_BETWEEN_COMMIT_AND_OP, OP_BATCH_LOST, CQ_DISPATCH_LAG,
+CQ_DELETED_AND_REBUILT, STATETABLE_REBUILT; post-run faults: see refbroker.faults.
 """
 from __future__ import annotations
 

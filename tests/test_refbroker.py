@@ -350,3 +350,24 @@ def test_cli(tmp_path, capsys):
     assert cli_main(["profiles"]) == 0 and "transactionCheckMax" in capsys.readouterr().out
     with pytest.raises(UsageError):
         generate("5.1+", "clean", -1, 1, tmp_path / "neg")
+
+
+@pytest.mark.parametrize("scenario,profile", [("clean", "5.1+"), ("clean", "3.x"), ("corrupt", "4.6-4.9"),
+                                              ("crashy", "5.1+")])
+def test_txlog_dump_verify_reports_only_injected_faults(store, capsys, scenario, profile):
+    cli = pytest.importorskip("txlog_io.cli", reason="txlog-dump not available")
+    from refbroker.verify import _fault_region
+
+    result = store(scenario, profile)
+    capsys.readouterr()
+    rc = cli.main(["store", str(result.store_dir), "--verify"])
+    findings = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    faults = [e for e in iter_ledger(result.ledger_path) if e["kind"] == "fault"]
+    regions = [r for r in (_fault_region(f) for f in faults) if r is not None]
+    for finding in findings:
+        rel = str(Path(finding["file"]).relative_to(result.store_dir))
+        assert any((rel == f or rel.startswith(f + "/")) and lo <= finding["position"] < hi
+                   for f, lo, hi in regions), finding
+    assert rc == (1 if findings else 0)
+    if scenario == "clean":
+        assert not findings

@@ -40,8 +40,8 @@ def _run_sequence(out: Path, profile: str, operations: list, final: str) -> None
     run = Run(out, profile, seed=1, commitlog_file_size=24 * 1024, consumequeue_file_size=200)
     b = run.broker
     producer = Producer("PID_TX", check_listener=_check_answer, port=40000)
-    gone = Producer("PID_GONE", check_listener=_check_answer, port=40001, connected=False)
-    plain = Producer("PID_PLAIN", port=40002)
+    gone = Producer("PID_GONE", check_listener=_check_answer, port=40001, connected=False, same_jvm_as=producer)
+    plain = Producer("PID_PLAIN", port=40002, pid=777)
     for p in (producer, gone, plain):
         b.register_producer(p)
     b.start()
