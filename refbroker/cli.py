@@ -2,11 +2,12 @@
 
     txlog-refbroker generate --profile 5.1+ --scenario crashy --transactions N [--background-messages M]
                              [--commitlog-file-mb S] [--cq-file-units U] [--msg-bytes B] --seed S --out DIR
+    txlog-refbroker verify DIR        # decode DIR/store, check it against DIR/ledger.jsonl (exit 1 on problems)
     txlog-refbroker profiles          # the version profiles and their broker defaults (JSON)
     txlog-refbroker scenarios         # the scenario presets
 
 ``generate`` writes DIR/store, DIR/ledger.jsonl and DIR/summary.json and prints a one-line result (or the
-summary as JSON with --json).  Exit status: 0 ok, 2 usage error.
+summary as JSON with --json).  Exit status: 0 ok, 1 verify found problems, 2 usage error.
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, required=True)
     gen.add_argument("--out", required=True, help="output directory (store/, ledger.jsonl, summary.json)")
     gen.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ver = sub.add_parser("verify", help="decode a generated DIR and check it against its ledger")
+    ver.add_argument("out", help="directory written by generate (store/ and ledger.jsonl)")
     sub.add_parser("profiles", help="print the version profiles as JSON")
     sub.add_parser("scenarios", help="list the scenario presets")
     return parser
@@ -53,6 +56,14 @@ def main(argv=None) -> int:
     if args.command == "scenarios":
         print(describe_scenarios())
         return 0
+    if args.command == "verify":
+        from refbroker.verify import main as verify_main
+
+        try:
+            return verify_main([args.out])
+        except TxlogError as exc:
+            print(f"txlog-refbroker: error: {exc}", file=sys.stderr)
+            return 2
     from refbroker.generate import generate
 
     try:

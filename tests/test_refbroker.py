@@ -346,6 +346,7 @@ def test_cli(tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["transactions"] == 10
     assert cli_main(["generate", "--profile", "4.6-4.9", "--scenario", "legacy-3x", "--transactions", "1",
                      "--seed", "1", "--out", str(tmp_path / "bad")]) == 2
+    assert cli_main(["verify", str(out)]) == 0 and "0 problems" in capsys.readouterr().out
     assert cli_main(["scenarios"]) == 0 and "checkmax-storm" in capsys.readouterr().out
     assert cli_main(["profiles"]) == 0 and "transactionCheckMax" in capsys.readouterr().out
     with pytest.raises(UsageError):
