@@ -577,8 +577,7 @@ class Broker:
             raise BrokerDown()
         torn_keep = None
         if self.tear_next_put is not None:
-            size = CL.record_size(msg)
-            torn_keep = max(1, min(size - 1, int(size * self.tear_next_put)))
+            torn_keep = self._torn_length(msg, self.tear_next_put)
             self.tear_next_put = None
         result = self.store.put(msg, tran_state_table_offset=tran_state_table_offset,
                                 producer_group=producer_group, torn_keep=torn_keep, cq_tags_code=cq_tags_code)
@@ -598,6 +597,18 @@ class Broker:
             self.crash("torn write")
             raise BrokerDown()
         return result
+
+    @staticmethod
+    def _torn_length(msg: CL.Message, fraction: float) -> int:
+        """How much of a record a power loss leaves: a cut inside the fixed header or the body, so that the zeros
+        after it break TOTALSIZE or BODYCRC and RocketMQ's recovery truncates the record.  (A cut inside the
+        properties would leave a record that checkMessageAndReturnSize accepts with truncated properties; the
+        reference broker does not produce that case.)"""
+        size = CL.record_size(msg)
+        topic_width = 2 if msg.resolved_magic_version() == 2 else 1
+        body_end = size - topic_width - len(msg.topic.encode("utf-8")) - 2 - len(msg.properties_bytes())
+        low, high = 9, max(10, body_end - 1)
+        return min(size - 1, low + int((high - low) * fraction))
 
     def _client_props(self, tags: Optional[str], keys: Optional[str], user_props: Optional[dict],
                       wait: bool) -> dict:

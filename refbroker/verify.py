@@ -102,6 +102,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
                 report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
                                          "detail": a.detail})
             for row in batch.to_pylist():
+                if not row["body_crc_ok"]:
+                    continue                # reported as an anomaly; RocketMQ's recovery would drop it too
                 row["props"] = dict(row["properties"])
                 records[row["physical_offset"]] = row
     report.records = len(records)
@@ -335,8 +337,6 @@ def _decoded_outcomes(records: dict, ops_by_half: dict) -> dict:
     the prepared record's offset), with the ledger's precedence."""
     groups: dict = defaultdict(lambda: {"commit": False, "rollback": False, "discard": False, "half_qos": set()})
     for row in records.values():
-        if not row["body_crc_ok"]:
-            continue                                   # a damaged record is no evidence
         t = row["transaction_type"]
         if row["topic"] == HALF_TOPIC:
             groups[row["uniq_key"]]["half_qos"].add(row["queue_offset"])
