@@ -336,14 +336,19 @@ class Workload:
         plan = self._pick_class(inflight)
         self.class_counts[plan.name] = self.class_counts.get(plan.name, 0) + 1
         producer = self.gone_producer if plan.unreachable else self.tx_producer
-        body = rng.choice(self.bodies.plain)
+        if rng.random() < 0.05:                        # a large body: the producer compresses it (> 4 KiB)
+            body = rng.choice(self.bodies.large)
+            self.large_sent += 1
+            kind = b.profile.compression_types[self.large_sent % len(b.profile.compression_types)]
+        else:
+            body, kind = rng.choice(self.bodies.plain), CMP.NONE
         immunity = None
         if plan.immunity and b.profile.transaction_model == MODEL_HALF_OP:
             immunity = max(1, 2 * (b.profile.transactionTimeOut or 6000) // 1000)
         user = {"bizId": f"B{index}"} if rng.random() < 0.3 else None
         txn = b.send_transactional(producer, TX_TOPIC, rng.randrange(4), body, tags=("create", "pay")[index % 2],
                                    keys=f"TX-{index}", user_props=user, immunity_s=immunity, plan=plan,
-                                   stored_body=self.bodies.stored(body, CMP.NONE))
+                                   stored_body=self.bodies.stored(body, kind))
         if txn is None:
             self._ensure_running()
             return
