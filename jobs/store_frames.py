@@ -154,32 +154,35 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
 # ---------------------------------------------------------------------------------------------------------------
 
 def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[StoreInfo], opts: SourceOptions):
-    """(transaction-relevant CommitLog rows, the (broker, commitlog_offset) positions they were fetched from)."""
+    """(transaction-relevant CommitLog rows, the positions they were fetched from).
+
+    Positions are (broker, commitlog_offset, only_tx) rows, duplicates allowed: ``only_tx`` marks a position found
+    through a real topic's consume queue, where a record is kept only if its transaction type is not NOT (a
+    position also listed by a transaction index is kept whatever its type).  Two fetch passes: the index records
+    (to learn the real topics), then every position once (:class:`_FetchAt` merges duplicates).
+    """
     from pyspark.sql import functions as F
 
     key = ["broker", "commitlog_offset"]
-    first_positions = (
+    index_positions = (
         consumequeue.where(F.col("topic").isin(*TX_SYSTEM_TOPICS)).select(*key)
         .unionByName(statetable.select(*key))
-        .unionByName(redolog.select(*key))
-        .distinct())
-    first = fetch_records(spark, first_positions, info, opts)
+        .unionByName(redolog.select(*key)))
+    index_records = fetch_records(spark, index_positions, info, opts)
     real_topics = (
-        first.select("broker", F.coalesce(
+        index_records.select("broker", F.coalesce(
             F.when(F.col("topic").isin(HALF_TOPIC, DISCARD_TOPIC), F.col("real_topic")),
             F.when(F.col("transaction_type") != "NOT", F.col("topic"))).alias("topic"))
         .where(F.col("topic").isNotNull() & ~F.col("topic").isin(*TX_SYSTEM_TOPICS))
         .distinct())
-    second_positions = (
-        consumequeue.join(real_topics, ["broker", "topic"], "left_semi").select(*key)
-        .join(first_positions, key, "left_anti")
-        .distinct())
-    second = fetch_records(spark, second_positions, info, opts).where(F.col("transaction_type") != "NOT")
-    return first.unionByName(second), first_positions.unionByName(second_positions)
+    real_topic_positions = consumequeue.join(F.broadcast(real_topics), ["broker", "topic"], "left_semi")
+    positions = (index_positions.withColumn("only_tx", F.lit(False))
+                 .unionByName(real_topic_positions.select(*key, F.lit(True).alias("only_tx"))))
+    return fetch_records(spark, positions, info, opts), positions
 
 
 def _located(spark, positions, info: Sequence[StoreInfo], split_bytes: int):
-    """positions (broker, commitlog_offset) + the CommitLog file holding each (null path: no file holds it),
+    """positions (broker, commitlog_offset[, only_tx]) + the CommitLog file holding each (null path: no file),
     repartitioned by (broker, file, chunk of split_bytes) and sorted by offset within a partition."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -191,19 +194,23 @@ def _located(spark, positions, info: Sequence[StoreInfo], split_bytes: int):
     rows = [(s.broker, path, base, base + size) for s in info for path, base, size in s.commitlog_files]
     files = spark.createDataFrame(rows, files_schema)
     n_parts = max(1, sum(-(-size // split_bytes) for s in info for _, _, size in s.commitlog_files))
+    if "only_tx" not in positions.columns:
+        positions = positions.withColumn("only_tx", F.lit(False))
     p = positions.alias("p")
     located = p.join(F.broadcast(files), (F.col("p.broker") == F.col("f_broker"))
                      & (F.col("p.commitlog_offset") >= F.col("base_offset"))
                      & (F.col("p.commitlog_offset") < F.col("end_offset")), "left")
     chunk = F.floor((F.col("commitlog_offset") - F.col("base_offset")) / F.lit(split_bytes))
-    return (located.select("broker", "commitlog_offset", "path", "base_offset", chunk.alias("chunk"))
+    return (located.select("broker", "commitlog_offset", "only_tx", "path", "base_offset", chunk.alias("chunk"))
             .repartition(n_parts, "broker", "path", "chunk")
             .sortWithinPartitions("broker", "path", "commitlog_offset")
-            .select("broker", "commitlog_offset", "path", "base_offset"))
+            .select("broker", "commitlog_offset", "only_tx", "path", "base_offset"))
 
 
 def fetch_records(spark, positions, info: Sequence[StoreInfo], opts: SourceOptions):
-    """CommitLog rows (``broker`` + COMMITLOG) of the records starting at the given (broker, commitlog_offset)."""
+    """CommitLog rows (``broker`` + COMMITLOG) of the records starting at the given (broker, commitlog_offset)
+    positions (duplicates allowed, each record is read once); with a boolean ``only_tx`` column, a position whose
+    rows all say true yields its record only if its transaction type is not NOT."""
     fn = _FetchAt(with_body=opts.include_bodies, emit="records")
     return _located(spark, positions, info, opts.split_bytes).mapInArrow(
         fn, SOURCE_TABLES[COMMITLOG_FORMAT].spark_schema())
@@ -227,32 +234,43 @@ class _FetchAt:
         self.commitlog_dirs = commitlog_dirs or {}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        group_key, group = None, []
-        missing: list = []
+        # rows arrive sorted by (broker, path, offset): equal offsets are adjacent and merged here
+        group_key, group, only_tx = None, [], set()
+        missing: dict = {}
         for batch in batches:
             cols = batch.to_pydict()
-            for broker, offset, path, base in zip(cols["broker"], cols["commitlog_offset"], cols["path"],
-                                                  cols["base_offset"]):
+            for broker, offset, flag, path, base in zip(cols["broker"], cols["commitlog_offset"], cols["only_tx"],
+                                                        cols["path"], cols["base_offset"]):
                 if path is None:
-                    missing.append((broker, offset))
+                    missing[(broker, offset)] = True
                     continue
-                k = (broker, path, base)
+                k, pos = (broker, path, base), offset - base
+                if k == group_key and group and group[-1] == pos:
+                    if not flag:
+                        only_tx.discard(pos)
+                    continue
                 if k != group_key or len(group) >= FETCH_CHUNK:
                     if group:
-                        yield from self._decode(group_key, group)
-                    group_key, group = k, []
-                group.append(offset - base)
+                        yield from self._decode(group_key, group, only_tx)
+                    group_key, group, only_tx = k, [], set()
+                group.append(pos)
+                if flag:
+                    only_tx.add(pos)
         if group:
-            yield from self._decode(group_key, group)
+            yield from self._decode(group_key, group, only_tx)
         if missing and self.emit == "anomalies":
-            yield from self._missing(missing)
+            yield from self._missing(list(missing))
 
-    def _decode(self, key: tuple, positions: list) -> Iterator[pa.RecordBatch]:
+    def _decode(self, key: tuple, positions: list, only_tx: set) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
         from txlog_io.commitlog import decode_at
 
         broker, path, base = key
         batch, anomalies = decode_at(path, positions, base_offset=base, with_body=self.with_body)
         if self.emit == "records":
+            if only_tx and batch.num_rows:
+                flagged = pc.is_in(batch.column("file_position"), pa.array(sorted(only_tx), pa.int64()))
+                batch = batch.filter(pc.invert(pc.and_(flagged, pc.equal(batch.column("transaction_type"), "NOT"))))
             if batch.num_rows:
                 yield prepend_broker(batch, broker, COMMITLOG.arrow_schema(),
                                      SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema())
