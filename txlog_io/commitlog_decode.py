@@ -98,10 +98,14 @@ class _Reader:
         length = max(0, min(length, self.size - pos))
         return os.pread(self.fd, length, pos) if length else b""
 
-    def read_chunk(self, pos: int, length: int) -> bytearray:
-        """``length`` bytes at ``pos`` followed by zero padding (so header windows may run past the data)."""
+    def read_chunk(self, pos: int, length: int) -> np.ndarray:
+        """``length`` bytes at ``pos`` followed by zero padding (so header windows may run past the data).
+
+        A fresh uninitialised array each time (no zero-fill pass; batches never alias it, but a caller may
+        keep several frames alive)."""
         length = max(0, min(length, self.size - pos))
-        buf = bytearray(length + _PAD)
+        buf = np.empty(length + _PAD, np.uint8)
+        buf[length:] = 0
         view = memoryview(buf)
         got = 0
         while got < length:
@@ -237,9 +241,10 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
     min_size = L.MIN_RECORD_SIZE
     v1, v2 = L.MAGIC_V1, L.MAGIC_V2
     unpack = _HEADER.unpack_from
-    small_records = False
+    small_records: Optional[bool] = None     # decided from the first records seen
     while pos is not None and pos < size:
-        want = chunk_bytes
+        # past the range end only the boundary record has to be looked at: read a little, not a whole chunk
+        want = chunk_bytes if pos < end else min(chunk_bytes, 64 << 10)
         head = reader.pread(pos, 8)
         if len(head) == 8:
             first_total = _HEADER.unpack(head)[0]
@@ -252,11 +257,14 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
         anomalies: list = []
         next_pos: Optional[int] = None      # where the following chunk starts; None = the range is finished
         verify_from = end - pos             # at/after this relative position a boundary must self-verify to stop
+        if small_records is None:
+            small_records = _looks_small(buf, n)
+        fast = np.zeros(0, np.int64)
         if small_records:
             fast = _chain_fast(buf, n, min(n, verify_from), size - pos)
             if fast.size:
-                positions = fast.tolist()
-                rel = positions[-1] + _HEADER.unpack_from(buf, positions[-1])[0]
+                last = int(fast[-1])
+                rel = last + _HEADER.unpack_from(buf, last)[0]
         while True:
             if rel + 8 > n:
                 if pos + rel + 8 <= size:
@@ -304,13 +312,18 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
                                f"0x{magic:08X}")
             break
         if positions:
+            positions = np.concatenate([fast, np.asarray(positions, np.int64)]) if fast.size else \
+                np.asarray(positions, np.int64)
+        elif fast.size:
+            positions = fast
+        if len(positions):
             # small records make the Python chain walk the bottleneck: switch to the vectorised chain finder
             small_records = rel / len(positions) < _FAST_CHAIN_BELOW
-        if positions or anomalies:
-            rel_pos = np.asarray(positions, dtype=np.int64)
+        if len(positions) or anomalies:
+            rel_pos = positions if isinstance(positions, np.ndarray) else np.asarray(positions, np.int64)
             u8 = np.frombuffer(buf, np.uint8)
-            header = _Header(u8, rel_pos) if positions else None
-            shape = _shape(u8, rel_pos, header) if positions else None
+            header = _Header(u8, rel_pos) if rel_pos.size else None
+            shape = _shape(u8, rel_pos, header) if rel_pos.size else None
             if shape is not None and not shape.ok.all():
                 # a record whose lengths do not add up may have a wrong TOTALSIZE that jumped over intact
                 # records: look for self-verifying records inside its claimed span and decode them too
@@ -325,14 +338,26 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
                     shape = _shape(u8, rel_pos, header)
             summary.records += int(rel_pos.size) - (int((~shape.ok).sum()) if shape is not None else 0)
             summary.anomalies += len(anomalies)
-            if positions:
-                last = positions[-1]
+            if rel_pos.size:
+                last = int(rel_pos[-1])
                 summary.valid_end = max(summary.valid_end, pos + last + _HEADER.unpack_from(buf, last)[0])
             yield Frame(buf, pos, rel_pos, anomalies, header, shape)
         pos = next_pos
 
 
 _FAST_CHAIN_BELOW = 640   # average record size under which the vectorised chain finder beats the Python walk
+
+
+def _looks_small(buf: bytearray, n: int, sample: int = 32) -> bool:
+    """Average size of the first records of a chunk (a cheap guess; either path is exact)."""
+    pos, count = 0, 0
+    while count < sample and pos + 8 <= n:
+        total, magic = _HEADER.unpack_from(buf, pos)
+        if magic not in _GOOD_MAGIC or total < L.MIN_RECORD_SIZE:
+            break
+        pos += total
+        count += 1
+    return count > 0 and pos / count < _FAST_CHAIN_BELOW
 
 
 def _chain_fast(buf: bytearray, n: int, limit: int, bytes_to_file_end: int) -> np.ndarray:
