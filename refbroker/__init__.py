@@ -1,11 +1,11 @@
 """Reference broker: writes realistic RocketMQ store directories whose true transaction outcomes are known.
 
-Pure Python, no Spark.  Every byte of every store format is written through txlog_io's encoders (one encoder per
-format in the project); this package adds the broker's behaviour: version profiles (refbroker.profiles),
+Pure Python, no Spark.  Every byte of every store format is written through txlog_io's encoders (one encoder
+per format in the project); this package adds the broker's behaviour: version profiles (refbroker.profiles),
 Java HashMap property order (refbroker.javaorder), the store with its mapped files, consume-queue dispatch,
 statetable/redolog, config files and checkpoint (refbroker.store), transaction semantics on a simulated clock
-(refbroker.broker), scenarios and the streamed workload (refbroker.workload), post-run faults (refbroker.faults)
-and the ground-truth ledger (refbroker.ledger).
+(refbroker.broker), scenarios and the streamed workload (refbroker.workload), post-run faults
+(refbroker.faults) and the ground-truth ledger (refbroker.ledger).
 
 Entry points:
 

@@ -1,32 +1,36 @@
 """The reference broker's transaction semantics on an injectable clock (discrete-event simulation).
 
 The broker plays RocketMQ's SendMessageProcessor, EndTransactionProcessor, TransactionalMessageBridge,
-TransactionalMessageServiceImpl (check service), TransactionalOpBatchService (5.1+), ConsumerOffsetManager and, for
-3.x, TransactionStateService with its check timers — against refbroker.store.MessageStore, which writes the files.
-Reference sections (../shared/rocketmq-store-format.md): 7.2 half message, 7.3 EndTransaction checks, 7.4 commit
-path, 7.5 op messages, 7.6 check service, 7.8 4.0-4.2, 8 3.x, 10 edge cases, 11 observations.
+TransactionalMessageServiceImpl (check service), TransactionalOpBatchService (5.1+), ConsumerOffsetManager
+and, for 3.x, TransactionStateService with its check timers — against refbroker.store.MessageStore, which
+writes the files. Reference sections (../shared/rocketmq-store-format.md): 7.2 half message, 7.3
+EndTransaction checks, 7.4 commit path, 7.5 op messages, 7.6 check service, 7.8 4.0-4.2, 8 3.x, 10 edge cases,
+11 observations.
 
 Time is simulated: ``Clock.now`` is epoch ms; everything that happens later (producer answers to checks, the
 periodic services, the workload's own actions) is an event in a heap, run in (time, sequence) order by
-``run_until``.  Broker-internal events carry the broker's ``epoch`` and are dropped after a crash (the process that
-scheduled them is gone); producer actions survive a crash (a later EndTransaction meets the restarted broker).
+``run_until``.  Broker-internal events carry the broker's ``epoch`` and are dropped after a crash (the process
+that scheduled them is gone); producer actions survive a crash (a later EndTransaction meets the restarted
+broker).
 
-Producers are objects with a ``check_listener(CheckRequest) -> "COMMIT" | "ROLLBACK" | "UNKNOWN" | None`` (None = no
-answer at all) and a ``connected`` flag (unreachable producers get no checks; RocketMQ silently skips them).
+Producers are objects with a ``check_listener(CheckRequest) -> "COMMIT" | "ROLLBACK" | "UNKNOWN" | None``
+(None = no answer at all) and a ``connected`` flag (unreachable producers get no checks; RocketMQ silently
+skips them).
 
 Properties are kept per message in insertion order and written in Java HashMap iteration order
 (refbroker.javaorder), with the capacity each version uses, so the bytes match real records.
 
 Check service (4.3+), faithful to TransactionalMessageServiceImpl.check (4.9.7 / 5.3.3):
   halfOffset/opOffset from CID_RMQ_SYS_TRANS (min offset if absent); ops pulled 32 at a time into removeMap /
-  opMsgMap; scan from halfOffset: resolved -> skip; needDiscard (TRANSACTION_CHECK_TIMES >= transactionCheckMax) or
-  needSkip (born > fileReservedTime ago) -> TRANS_CHECK_MAX_TIME_TOPIC copy (4.6+) or log only (4.3-4.5); stored
-  during this pass -> stop; CHECK_IMMUNITY_TIME_IN_SECONDS younger than immunity -> immunity copy with
-  TRAN_PREPARED_QUEUE_OFFSET (or resolved through it); too young -> stop; otherwise (after all ops are pulled)
-  re-put a copy with the incremented TRANSACTION_CHECK_TIMES and send the check for the copy.  Offsets committed:
-  half = first offset not passed, op = contiguous run of done ops.  Two deliberate simplifications: a pass takes
-  no simulated time (the 60 s MAX_PROCESS_TIME_LIMIT and 5.x's 1 s sleeps never trigger), and a scan that would
-  spin on an exact "age == immunity" tie stops (the Java loop would spin until the clock moved on).
+  opMsgMap; scan from halfOffset: resolved -> skip; needDiscard (TRANSACTION_CHECK_TIMES >=
+  transactionCheckMax) or needSkip (born > fileReservedTime ago) -> TRANS_CHECK_MAX_TIME_TOPIC copy (4.6+) or
+  log only (4.3-4.5); stored during this pass -> stop; CHECK_IMMUNITY_TIME_IN_SECONDS younger than immunity ->
+  immunity copy with TRAN_PREPARED_QUEUE_OFFSET (or resolved through it); too young -> stop; otherwise (after
+  all ops are pulled) re-put a copy with the incremented TRANSACTION_CHECK_TIMES and send the check for the
+  copy.  Offsets committed: half = first offset not passed, op = contiguous run of done ops.  Two deliberate
+  simplifications: a pass takes no simulated time (the 60 s MAX_PROCESS_TIME_LIMIT and 5.x's 1 s sleeps never
+  trigger), and a scan that would spin on an exact "age == immunity" tie stops (the Java loop would spin until
+  the clock moved on).
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ from txlog_io.msgid import create_uniq_key, offset_msg_id, parse_host
 
 from refbroker import ledger as L
 from refbroker.javaorder import hashmap_capacity, order_keys
-from refbroker.profiles import MODEL_HALF_OP, MODEL_REAL_TOPIC, MODEL_STATETABLE, OP_BODY_COMMA_BATCH, Profile
+from refbroker.profiles import MODEL_HALF_OP, MODEL_STATETABLE, OP_BODY_COMMA_BATCH, Profile
 from refbroker.store import SCHEDULE_TOPIC, MessageStore, PutResult
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -83,9 +87,19 @@ class CheckRequest:
 class Producer:
     """A (transactional) producer client: identity for UNIQ_KEY and born host, and the check callback."""
 
-    def __init__(self, group: str, *, client_ip: str = "127.0.0.1", port: int = 50000, pid: int = 4242,
-                 class_loader_hash: int = 0x2B276C15, check_listener: Optional[Callable] = None,
-                 check_latency_ms: int = 15, connected: bool = True, same_jvm_as: Optional["Producer"] = None):
+    def __init__(
+        self,
+        group: str,
+        *,
+        client_ip: str = "127.0.0.1",
+        port: int = 50000,
+        pid: int = 4242,
+        class_loader_hash: int = 0x2B276C15,
+        check_listener: Optional[Callable] = None,
+        check_latency_ms: int = 15,
+        connected: bool = True,
+        same_jvm_as: Optional["Producer"] = None,
+    ):
         """``same_jvm_as``: another producer in the same client JVM; they share MessageClientIDSetter's static
         counter (and pid / class loader), so their UNIQ_KEYs never collide.  Producers in different JVMs must
         differ in ip, pid or class_loader_hash, as real ones do."""
@@ -171,9 +185,14 @@ class Broker:
         self.store_ip, self.store_port = parse_host(store_host)
         self.broker_name = broker_name
         self.cluster = cluster
-        self.store = MessageStore(store_dir, profile, commitlog_file_size=commitlog_file_size,
-                                  consumequeue_file_size=consumequeue_file_size,
-                                  statetable_file_size=statetable_file_size, redolog_file_size=redolog_file_size)
+        self.store = MessageStore(
+            store_dir,
+            profile,
+            commitlog_file_size=commitlog_file_size,
+            consumequeue_file_size=consumequeue_file_size,
+            statetable_file_size=statetable_file_size,
+            redolog_file_size=redolog_file_size,
+        )
         self.store.statetable_listener = self._on_new_statetable_file
         self.ledger = ledger
         self.on_fault = on_fault
@@ -215,9 +234,9 @@ class Broker:
         self.retry_commit_group = "CID_ORDERS"
         self._commits_written = 0
 
-    # =============================================================================================================
+    # ========================================================================================================
     # event loop
-    # =============================================================================================================
+    # ========================================================================================================
     @property
     def now(self) -> int:
         return self.clock.now
@@ -270,9 +289,9 @@ class Broker:
     def _store_time(self) -> int:
         return max(self.clock.now, self.store.last_store_timestamp)
 
-    # =============================================================================================================
+    # ========================================================================================================
     # lifecycle
-    # =============================================================================================================
+    # ========================================================================================================
     def start(self) -> None:
         self.store.start()
         self.down = False
@@ -320,10 +339,17 @@ class Broker:
         self._lost_dispatch = lost_dispatch
         fault_id = None
         if self.op_pending:
-            fault_id = self._fault({"fault": "OP_BATCH_LOST", "file": None, "position": None, "length": 0,
-                                    "detail": f"{len(self.op_pending)} buffered op offsets lost in the crash: "
-                                              + "".join(text for text, _ in self.op_pending),
-                                    "expected_anomalies": []})
+            fault_id = self._fault(
+                {
+                    "fault": "OP_BATCH_LOST",
+                    "file": None,
+                    "position": None,
+                    "length": 0,
+                    "detail": f"{len(self.op_pending)} buffered op offsets lost in the crash: "
+                    + "".join(text for text, _ in self.op_pending),
+                    "expected_anomalies": [],
+                }
+            )
         for text, copy in self.op_pending:
             txn = copy.txn
             txn.pending_op_offsets.discard(copy.queue_offset)
@@ -335,11 +361,17 @@ class Broker:
         self.op_pending_chars = 0
         if lost_dispatch:
             first = lost_dispatch[0]
-            self._lag_fault = self._fault_record({"fault": "CQ_DISPATCH_LAG", "file": None, "position": first.physical_offset,
-                           "length": len(lost_dispatch),
-                           "detail": f"{len(lost_dispatch)} CommitLog records from physical offset "
-                                     f"{first.physical_offset} had no consume-queue entry at the crash",
-                           "expected_anomalies": []})
+            self._lag_fault = self._fault_record(
+                {
+                    "fault": "CQ_DISPATCH_LAG",
+                    "file": None,
+                    "position": first.physical_offset,
+                    "length": len(lost_dispatch),
+                    "detail": f"{len(lost_dispatch)} CommitLog records from physical offset "
+                    f"{first.physical_offset} had no consume-queue entry at the crash",
+                    "expected_anomalies": [],
+                }
+            )
         self.down = True
         self.epoch += 1
         self.stats["crashes"] += 1
@@ -388,9 +420,11 @@ class Broker:
         self._deleted_queues.append((topic, queue_id))
 
     def _rebuild_deleted_queues(self) -> None:
-        """recoverAbnormally re-dispatches the CommitLog from its recovery start (here: the newest CommitLog file;
-        RocketMQ picks it from the checkpoint).  A deleted queue is rebuilt from that point only: its first file
-        is created at the first re-dispatched offset and filled with pre-blank units before it (fillPreBlank);
+        """recoverAbnormally re-dispatches the CommitLog from its recovery start (here: the newest CommitLog
+        file;
+        RocketMQ picks it from the checkpoint).  A deleted queue is rebuilt from that point only: its first
+        file is created at the first re-dispatched offset and filled with pre-blank units before it
+        (fillPreBlank);
         older units are gone."""
         from txlog_io.commitlog_decode import decode_file
 
@@ -409,16 +443,27 @@ class Broker:
                         continue
                     if writer.next_index is not None and row["queue_offset"] < writer.next_index:
                         continue
-                    writer.append(row["queue_offset"], row["physical_offset"], row["total_size"], row["tags_code"])
+                    writer.append(
+                        row["queue_offset"], row["physical_offset"], row["total_size"], row["tags_code"]
+                    )
         for (topic, queue_id), writer in wanted.items():
             writer.write_pending()
-            self._fault({"fault": "CQ_DELETED_AND_REBUILT", "file": f"consumequeue/{topic}/{queue_id}",
-                         "position": writer.min_index * 20 % store.cq_file_size, "length": writer.pre_blank_units,
-                         "detail": f"consume queue {topic}/{queue_id} deleted while the broker was down; abnormal "
-                                   f"recovery rebuilt it from CommitLog offset {recovery_start}: first unit "
-                                   f"{writer.min_index}, {writer.pre_blank_units} pre-blank units before it",
-                         "expected_anomalies": [], "recovery_start": recovery_start, "topic": topic,
-                         "queue_id": queue_id, "first_queue_offset": writer.min_index})
+            self._fault(
+                {
+                    "fault": "CQ_DELETED_AND_REBUILT",
+                    "file": f"consumequeue/{topic}/{queue_id}",
+                    "position": writer.min_index * 20 % store.cq_file_size,
+                    "length": writer.pre_blank_units,
+                    "detail": f"consume queue {topic}/{queue_id} deleted while the broker was down; abnormal "
+                    f"recovery rebuilt it from CommitLog offset {recovery_start}: first unit "
+                    f"{writer.min_index}, {writer.pre_blank_units} pre-blank units before it",
+                    "expected_anomalies": [],
+                    "recovery_start": recovery_start,
+                    "topic": topic,
+                    "queue_id": queue_id,
+                    "first_queue_offset": writer.min_index,
+                }
+            )
         self._deleted_queues = []
 
     def switch_profile(self, profile: Profile) -> None:
@@ -430,9 +475,9 @@ class Broker:
         self.profile = profile
         self.store.profile = profile
 
-    # =============================================================================================================
+    # ========================================================================================================
     # topics / offsets / config files
-    # =============================================================================================================
+    # ========================================================================================================
     def ensure_topic(self, topic: str, queues: int = 1) -> None:
         if topic not in self.topics:
             self.topics[topic] = queues
@@ -543,11 +588,13 @@ class Broker:
         self._persist_delay_offsets()
         self.store.write_checkpoint()
         self._finalize_ready()
-        self.schedule(self.clock.now + self.profile.flushConsumerOffsetInterval, self._persist_tick, internal=True)
+        self.schedule(
+            self.clock.now + self.profile.flushConsumerOffsetInterval, self._persist_tick, internal=True
+        )
 
-    # =============================================================================================================
+    # ========================================================================================================
     # messages
-    # =============================================================================================================
+    # ========================================================================================================
     def _ordered(self, props: dict, capacity: int) -> dict:
         names = tuple(props)
         cache_key = (names, capacity)
@@ -558,17 +605,41 @@ class Broker:
                 _ORDER_CACHE[cache_key] = keys
         return {k: props[k] for k in keys}
 
-    def _message(self, topic: str, queue_id: int, body: bytes, props: dict, *, sys_flag: int = 0, flag: int = 0,
-                 born_timestamp: int, born_host: str, reconsume_times: int = 0, prepared_offset: int = 0,
-                 capacity: Optional[int] = None, body_crc: Optional[int] = None) -> CL.Message:
+    def _message(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        props: dict,
+        *,
+        sys_flag: int = 0,
+        flag: int = 0,
+        born_timestamp: int,
+        born_host: str,
+        reconsume_times: int = 0,
+        prepared_offset: int = 0,
+        capacity: Optional[int] = None,
+        body_crc: Optional[int] = None,
+    ) -> CL.Message:
         p = self.profile
         ordered = self._ordered(props, capacity or p.properties_map_capacity)
         return CL.Message(
-            topic=topic, body=body, properties=ordered, queue_id=queue_id, flag=flag, sys_flag=sys_flag,
-            born_timestamp=born_timestamp, born_host=born_host, store_timestamp=self._store_time(),
-            store_host=self.store_host, reconsume_times=reconsume_times, prepared_transaction_offset=prepared_offset,
-            magic_version=None if p.magic_v2 else 1, properties_trailing_separator=p.properties_trailing_separator,
-            body_crc=body_crc)
+            topic=topic,
+            body=body,
+            properties=ordered,
+            queue_id=queue_id,
+            flag=flag,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+            store_timestamp=self._store_time(),
+            store_host=self.store_host,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_offset,
+            magic_version=None if p.magic_v2 else 1,
+            properties_trailing_separator=p.properties_trailing_separator,
+            body_crc=body_crc,
+        )
 
     def _put(self, msg: CL.Message, *, what: str, txn: Optional[L.Transaction] = None,
              tran_state_table_offset: int = 0, producer_group: Optional[str] = None,
@@ -584,14 +655,26 @@ class Broker:
         if result.torn:
             if txn is not None:
                 txn.flags.add(L.TORN_RECORD)
-            fault_id = self._fault({"fault": "TORN_TAIL", "file": f"commitlog/{result.file}",
-                               "position": result.file_position, "length": torn_keep,
-                               "detail": f"power loss while writing a {result.size}-byte {what} record at physical "
-                                         f"offset {result.physical_offset}: only {torn_keep} bytes reached the disk",
-                               "expected_anomalies": ["TRUNCATED_RECORD", "BAD_TOTAL_SIZE", "BODY_CRC_MISMATCH",
-                                                      "GARBAGE_AFTER_END", "BAD_MAGIC"],
-                               "transaction_key": txn.transaction_key if txn else None,
-                               "record": what, "commitlog_offset": result.physical_offset})
+            fault_id = self._fault(
+                {
+                    "fault": "TORN_TAIL",
+                    "file": f"commitlog/{result.file}",
+                    "position": result.file_position,
+                    "length": torn_keep,
+                    "detail": f"power loss while writing a {result.size}-byte {what} record at physical "
+                    f"offset {result.physical_offset}: only {torn_keep} bytes reached the disk",
+                    "expected_anomalies": [
+                        "TRUNCATED_RECORD",
+                        "BAD_TOTAL_SIZE",
+                        "BODY_CRC_MISMATCH",
+                        "GARBAGE_AFTER_END",
+                        "BAD_MAGIC",
+                    ],
+                    "transaction_key": txn.transaction_key if txn else None,
+                    "record": what,
+                    "commitlog_offset": result.physical_offset,
+                }
+            )
             if txn is not None and fault_id:
                 txn.faults.append(fault_id)
             self.crash("torn write")
@@ -600,7 +683,8 @@ class Broker:
 
     @staticmethod
     def _torn_length(msg: CL.Message, fraction: float) -> int:
-        """How much of a record a power loss leaves: a cut inside the fixed header or the body, so that the zeros
+        """How much of a record a power loss leaves: a cut inside the fixed header or the body, so that the
+        zeros
         after it break TOTALSIZE or BODYCRC and RocketMQ's recovery truncates the record.  (A cut inside the
         properties would leave a record that checkMessageAndReturnSize accepts with truncated properties; the
         reference broker does not produce that case.)"""
@@ -641,12 +725,25 @@ class Broker:
         bits = CMP.sys_flag_bits(compression) if self.profile.compression_type_bits else CMP.COMPRESSED_FLAG
         return stored, bits
 
-    def send_message(self, producer: Producer, topic: str, queue_id: int, body: bytes, *, tags=None, keys=None,
-                     user_props: Optional[dict] = None, compression: Optional[str] = None, flag: int = 0,
-                     stored_body: Optional[tuple] = None, born_delay_ms: int = 1,
-                     delay_level: Optional[int] = None) -> Optional[PutResult]:
+    def send_message(
+        self,
+        producer: Producer,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        *,
+        tags=None,
+        keys=None,
+        user_props: Optional[dict] = None,
+        compression: Optional[str] = None,
+        flag: int = 0,
+        stored_body: Optional[tuple] = None,
+        born_delay_ms: int = 1,
+        delay_level: Optional[int] = None,
+    ) -> Optional[PutResult]:
         """An ordinary (non-transactional) send.  ``stored_body`` = precomputed (stored bytes, sys_flag bits,
-        crc) to skip compression and CRC work for reused bodies.  ``delay_level``: a delayed message, stored in
+        crc) to skip compression and CRC work for reused bodies.  ``delay_level``: a delayed message, stored
+        in
         SCHEDULE_TOPIC_XXXX (queue level-1, REAL_TOPIC/REAL_QID) and re-put into ``topic`` when due."""
         if self.down:
             self.stats["send_failed"] += 1
@@ -674,8 +771,17 @@ class Broker:
             props[P.REAL_TOPIC] = topic
             props[P.REAL_QID] = str(queue_id)
             target_topic, target_queue = SCHEDULE_TOPIC, delay_level - 1
-        msg = self._message(target_topic, target_queue, data, props, sys_flag=bits, flag=flag, born_timestamp=born,
-                            born_host=producer.born_host, body_crc=crc)
+        msg = self._message(
+            target_topic,
+            target_queue,
+            data,
+            props,
+            sys_flag=bits,
+            flag=flag,
+            born_timestamp=born,
+            born_host=producer.born_host,
+            body_crc=crc,
+        )
         if delay_level:
             deliver_at = msg.store_timestamp + DELAY_LEVELS_MS[delay_level - 1]
         try:
@@ -686,7 +792,9 @@ class Broker:
         self.last_message = msg
         self.stats["ordinary"] += 1
         if delay_level:
-            self.schedule(deliver_at, self._deliver_scheduled, msg, delay_level, result.queue_offset, internal=True)
+            self.schedule(
+                deliver_at, self._deliver_scheduled, msg, delay_level, result.queue_offset, internal=True
+            )
         self._sample_ordinary(result, topic)
         return result
 
@@ -695,20 +803,30 @@ class Broker:
         self._ordinary_seen += 1
         if self._ordinary_seen % 97 != 1:
             return
-        self.ordinary_samples.append({"commitlog_offset": result.physical_offset, "size": result.size,
-                                      "file": result.file, "file_position": result.file_position, "topic": topic})
+        self.ordinary_samples.append(
+            {
+                "commitlog_offset": result.physical_offset,
+                "size": result.size,
+                "file": result.file,
+                "file_position": result.file_position,
+                "topic": topic,
+            }
+        )
         if len(self.ordinary_samples) > 64:
             del self.ordinary_samples[0]
 
     def consumer_retry(self, group: str, original: CL.Message, original_offset: int,
                        delay_level: int = 3) -> Optional[PutResult]:
-        """sendMessageBack of a consumed message: a SCHEDULE_TOPIC_XXXX record now, the %RETRY% record at delivery.
+        """sendMessageBack of a consumed message: a SCHEDULE_TOPIC_XXXX record now, the %RETRY% record at
+        delivery.
 
         With a long group the retry topic passes 127 characters: 5.1+ stores it with magic V2 (the only way V2
         appears in practice, §11.1); older profiles cannot represent it, so they refuse (UsageError)."""
         retry_topic = f"%RETRY%{group}"
         if len(retry_topic) > MAX_TOPIC_LENGTH and not self.profile.magic_v2:
-            raise UsageError(f"profile {self.profile.name} cannot store the {len(retry_topic)}-char topic {retry_topic}")
+            raise UsageError(
+                f"profile {self.profile.name} cannot store the {len(retry_topic)}-char topic {retry_topic}"
+            )
         if self.down:
             return None
         self.ensure_topic(retry_topic, 1)
@@ -729,7 +847,9 @@ class Broker:
         except BrokerDown:
             return None
         self.stats["retries"] += 1
-        self.schedule(deliver_at, self._deliver_scheduled, msg, delay_level, result.queue_offset, internal=True)
+        self.schedule(
+            deliver_at, self._deliver_scheduled, msg, delay_level, result.queue_offset, internal=True
+        )
         return result
 
     def _deliver_scheduled(self, scheduled: CL.Message, delay_level: int, schedule_offset: int) -> None:
@@ -741,9 +861,9 @@ class Broker:
         self._put(msg, what="retry")
         self.delay_offsets[delay_level] = schedule_offset + 1
 
-    # =============================================================================================================
+    # ========================================================================================================
     # transactional send
-    # =============================================================================================================
+    # ========================================================================================================
     def send_transactional(self, producer: Producer, topic: str, queue_id: int, body: bytes, *, tags=None,
                            keys=None, user_props: Optional[dict] = None, compression: Optional[str] = None,
                            immunity_s: Optional[int] = None, plan=None, flag: int = 0,
@@ -758,8 +878,10 @@ class Broker:
             return None
         self.ensure_topic(topic, max(queue_id + 1, self.topics.get(topic, 0)))
         born = self.clock.now - 1
-        # 3.x/5.x clients put WAIT in the Message constructor; in 4.9.8 records WAIT follows PGROUP within their
-        # shared HashMap bucket, i.e. it was inserted after PGROUP (observed), and ordinary sends carry no WAIT
+        # 3.x/5.x clients put WAIT in the Message constructor; in 4.9.8 records WAIT follows PGROUP within
+        # their
+        # shared HashMap bucket, i.e. it was inserted after PGROUP (observed), and ordinary sends carry no
+        # WAIT
         wait_first = p.wait_on_ordinary
         props = self._client_props(tags, keys, user_props, wait_first)
         if immunity_s is not None:
@@ -776,10 +898,22 @@ class Broker:
             data, bits, _crc = stored_body
         else:
             data, bits = self._compress(body, compression)
-        txn = L.Transaction(uniq_key=props.get(P.UNIQ_KEY), producer_group=producer.group, real_topic=topic,
-                            real_queue_id=queue_id, keys=keys, born_timestamp=born, born_host=producer.born_host,
-                            body=data, sys_flag=bits, flag=flag, props=None, profile_name=p.name, plan=plan,
-                            producer=producer)
+        txn = L.Transaction(
+            uniq_key=props.get(P.UNIQ_KEY),
+            producer_group=producer.group,
+            real_topic=topic,
+            real_queue_id=queue_id,
+            keys=keys,
+            born_timestamp=born,
+            born_host=producer.born_host,
+            body=data,
+            sys_flag=bits,
+            flag=flag,
+            props=None,
+            profile_name=p.name,
+            plan=plan,
+            producer=producer,
+        )
         txn.uses_ops = p.transaction_model == MODEL_HALF_OP
         if p.transaction_model == MODEL_HALF_OP:
             if p.writes_transaction_id and P.UNIQ_KEY in props:
@@ -818,9 +952,9 @@ class Broker:
         if self.profile.transaction_model == MODEL_HALF_OP:
             self.half_by_qo[copy.queue_offset] = copy
 
-    # =============================================================================================================
+    # ========================================================================================================
     # EndTransaction
-    # =============================================================================================================
+    # ========================================================================================================
     def end_transaction(self, txn: L.Transaction, action: str, *, from_check: bool = False,
                         commitlog_offset: Optional[int] = None,
                         tran_state_table_offset: Optional[int] = None) -> str:
@@ -891,11 +1025,19 @@ class Broker:
             self.crash_after_next_commit = False
             txn.lost_ops.append({"half_queue_offset": copy.queue_offset, "reason": "CRASH_AFTER_COMMIT"})
             txn.flags.add(L.OP_LOST_IN_CRASH)
-            fault_id = self._fault({"fault": "CRASH_BETWEEN_COMMIT_AND_OP", "file": f"commitlog/{result.file}",
-                                    "position": result.file_position, "length": result.size,
-                                    "detail": "broker crashed after writing the commit record, before its op",
-                                    "expected_anomalies": [], "transaction_key": txn.transaction_key,
-                                    "record": "commit", "commitlog_offset": result.physical_offset})
+            fault_id = self._fault(
+                {
+                    "fault": "CRASH_BETWEEN_COMMIT_AND_OP",
+                    "file": f"commitlog/{result.file}",
+                    "position": result.file_position,
+                    "length": result.size,
+                    "detail": "broker crashed after writing the commit record, before its op",
+                    "expected_anomalies": [],
+                    "transaction_key": txn.transaction_key,
+                    "record": "commit",
+                    "commitlog_offset": result.physical_offset,
+                }
+            )
             if fault_id:
                 txn.faults.append(fault_id)
             self.crash("crash between commit and op")
@@ -903,12 +1045,22 @@ class Broker:
 
     @staticmethod
     def _record_dict(result: PutResult, msg: CL.Message, from_check: bool) -> dict:
-        return {"commitlog_offset": result.physical_offset, "size": result.size, "queue_id": msg.queue_id,
-                "queue_offset": result.queue_offset, "prepared_transaction_offset": msg.prepared_transaction_offset,
-                "store_timestamp": msg.store_timestamp, "file": result.file, "file_position": result.file_position,
-                "from_check": from_check, "present": True}
+        return {
+            "commitlog_offset": result.physical_offset,
+            "size": result.size,
+            "queue_id": msg.queue_id,
+            "queue_offset": result.queue_offset,
+            "prepared_transaction_offset": msg.prepared_transaction_offset,
+            "store_timestamp": msg.store_timestamp,
+            "file": result.file,
+            "file_position": result.file_position,
+            "from_check": from_check,
+            "present": True,
+        }
 
-    def _write_end_record(self, copy: L.HalfCopy, action: str, from_check: bool, tran_state_table_offset) -> None:
+    def _write_end_record(
+        self, copy: L.HalfCopy, action: str, from_check: bool, tran_state_table_offset
+    ) -> None:
         """3.x / 4.0-4.2: a COMMIT or ROLLBACK copy of the prepared record in the real topic."""
         txn = copy.txn
         body = txn.body if action == COMMIT else b""
@@ -921,9 +1073,9 @@ class Broker:
         record = self._record_dict(result, msg, from_check)
         (txn.commit_records if action == COMMIT else txn.rollback_records).append(record)
 
-    # =============================================================================================================
+    # ========================================================================================================
     # op messages
-    # =============================================================================================================
+    # ========================================================================================================
     def _delete_prepare(self, copy: L.HalfCopy) -> None:
         if self.profile.op_body_format == OP_BODY_COMMA_BATCH:
             if not self._op_context_created:        # MessageQueueOpContext(lastWriteTimestamp = now)
@@ -943,7 +1095,9 @@ class Broker:
         props = {P.TAGS: REMOVE_TAG, P.WAIT: "true"}      # new Message(opTopic, "d", body): TAGS then WAIT
         now = self._store_time()
         body = body_text.encode("ascii")
-        msg = self._message(OP_TOPIC, 0, body, props, born_timestamp=now, born_host=self.store_host, capacity=16)
+        msg = self._message(
+            OP_TOPIC, 0, body, props, born_timestamp=now, born_host=self.store_host, capacity=16
+        )
         result = self._put(msg, what="op", txn=copies[0].txn if copies else None)
         offsets = tuple(self._parse_op_body(body_text))
         op = OpRecord(result.queue_offset, offsets, now, result.physical_offset, result.size, body_text)
@@ -983,11 +1137,13 @@ class Broker:
     def _op_batch_tick(self) -> None:
         if self.op_pending:
             self._flush_ops()
-        self.schedule(self.clock.now + self.profile.transactionOpBatchInterval, self._op_batch_tick, internal=True)
+        self.schedule(
+            self.clock.now + self.profile.transactionOpBatchInterval, self._op_batch_tick, internal=True
+        )
 
-    # =============================================================================================================
+    # ========================================================================================================
     # check service (4.3+)
-    # =============================================================================================================
+    # ========================================================================================================
     def _check_tick(self) -> None:
         self.check_pass()
         self.schedule(self.clock.now + self.profile.transactionCheckInterval, self._check_tick, internal=True)
@@ -1003,7 +1159,9 @@ class Broker:
         if pull_offset < op_min:                        # OFFSET_ILLEGAL: the checker jumps to the min offset
             self.commit_offset(OP_TOPIC, CHECK_GROUP, 0, op_min)
             return _Pull(None, op_min)
-        msgs = [self.ops[q] for q in range(pull_offset, min(pull_offset + OP_PULL_BATCH, op_max)) if q in self.ops]
+        msgs = [
+            self.ops[q] for q in range(pull_offset, min(pull_offset + OP_PULL_BATCH, op_max)) if q in self.ops
+        ]
         if not msgs:
             return _Pull(None, pull_offset)
         for op in msgs:
@@ -1105,7 +1263,9 @@ class Broker:
                     self._send_check(new_copy)
                     empty_pulls = 0
                 else:
-                    pull = self._fill_op_remove_map(remove_map, op_msg_map, done_op, pull.next_begin, half_offset)
+                    pull = self._fill_op_remove_map(
+                        remove_map, op_msg_map, done_op, pull.next_begin, half_offset
+                    )
                     if pull.msgs is None:
                         empty_pulls += 1
                         if empty_pulls > 1:
@@ -1150,16 +1310,28 @@ class Broker:
         msg = self._message(HALF_TOPIC, 0, txn.body, props, sys_flag=copy.sys_flag, flag=txn.flag,
                             born_timestamp=txn.born_timestamp, born_host=txn.born_host)
         result = self._put(msg, what="half copy", txn=txn)
-        new_copy = L.HalfCopy(txn, result.physical_offset, result.size, result.queue_offset, msg.store_timestamp,
-                              props, java_long(props.get(P.TRANSACTION_CHECK_TIMES, "-1")), kind, result.file,
-                              result.file_position, msg.sys_flag)
+        new_copy = L.HalfCopy(
+            txn,
+            result.physical_offset,
+            result.size,
+            result.queue_offset,
+            msg.store_timestamp,
+            props,
+            java_long(props.get(P.TRANSACTION_CHECK_TIMES, "-1")),
+            kind,
+            result.file,
+            result.file_position,
+            msg.sys_flag,
+        )
         txn.copies.append(new_copy)
         self._register_copy(new_copy)
         self.stats["copies"] += 1
         return new_copy
 
     def _connected_producer(self, group_matches: Callable) -> Optional[Producer]:
-        candidates = [pr for g, prs in self.producers.items() if group_matches(g) for pr in prs if pr.connected]
+        candidates = [
+            pr for g, prs in self.producers.items() if group_matches(g) for pr in prs if pr.connected
+        ]
         if not candidates:
             return None
         return candidates[self.rng.randrange(len(candidates))] if len(candidates) > 1 else candidates[0]
@@ -1177,12 +1349,22 @@ class Broker:
             return
         txn.check_count += 1
         self.stats["checks"] += 1
-        request = CheckRequest(txn, copy.commitlog_offset,
-                               copy.queue_offset if tran_state_table_offset is None else tran_state_table_offset,
-                               offset_msg_id(self.store_ip, self.store_port, copy.commitlog_offset),
-                               txn.uniq_key, txn.check_count)
-        self.schedule(self.clock.now + producer.check_latency_ms, self._producer_answers_check, producer, request,
-                      internal=True, txn=txn)
+        request = CheckRequest(
+            txn,
+            copy.commitlog_offset,
+            copy.queue_offset if tran_state_table_offset is None else tran_state_table_offset,
+            offset_msg_id(self.store_ip, self.store_port, copy.commitlog_offset),
+            txn.uniq_key,
+            txn.check_count,
+        )
+        self.schedule(
+            self.clock.now + producer.check_latency_ms,
+            self._producer_answers_check,
+            producer,
+            request,
+            internal=True,
+            txn=txn,
+        )
 
     def _producer_answers_check(self, producer: Producer, request: CheckRequest) -> None:
         answer = producer.answer_check(request)
@@ -1195,23 +1377,39 @@ class Broker:
     def _resolve_discard(self, copy: L.HalfCopy, msg_props: dict, reason: str) -> None:
         txn = copy.txn
         self.stats["discards"] += 1
-        entry = {"commitlog_offset": None, "size": None, "queue_offset": None,
-                 "check_times": java_long(msg_props.get(P.TRANSACTION_CHECK_TIMES, "-1")), "reason": reason,
-                 "recorded": False, "file": None, "file_position": None, "half_queue_offset": copy.queue_offset,
-                 "present": False, "store_timestamp": self.clock.now}
+        entry = {
+            "commitlog_offset": None,
+            "size": None,
+            "queue_offset": None,
+            "check_times": java_long(msg_props.get(P.TRANSACTION_CHECK_TIMES, "-1")),
+            "reason": reason,
+            "recorded": False,
+            "file": None,
+            "file_position": None,
+            "half_queue_offset": copy.queue_offset,
+            "present": False,
+            "store_timestamp": self.clock.now,
+        }
         if self.profile.discard_topic:
             self.ensure_topic(DISCARD_TOPIC, 1)
             msg = self._message(DISCARD_TOPIC, 0, txn.body, msg_props, sys_flag=copy.sys_flag, flag=txn.flag,
                                 born_timestamp=txn.born_timestamp, born_host=txn.born_host)
             result = self._put(msg, what="discard", txn=txn)
-            entry.update(commitlog_offset=result.physical_offset, size=result.size,
-                         queue_offset=result.queue_offset, recorded=True, file=result.file,
-                         file_position=result.file_position, present=True, store_timestamp=msg.store_timestamp)
+            entry.update(
+                commitlog_offset=result.physical_offset,
+                size=result.size,
+                queue_offset=result.queue_offset,
+                recorded=True,
+                file=result.file,
+                file_position=result.file_position,
+                present=True,
+                store_timestamp=msg.store_timestamp,
+            )
         txn.discard_records.append(entry)
 
-    # =============================================================================================================
+    # ========================================================================================================
     # 3.x: statetable timers and rebuild
-    # =============================================================================================================
+    # ========================================================================================================
     def _on_new_statetable_file(self, number: int) -> None:
         if number in self.statetable_timers:
             return
@@ -1272,7 +1470,9 @@ class Broker:
             copy = self.half_by_offset.get(offset)
             if copy is None:
                 continue
-            st.append(offset, copy.size, copy.store_timestamp // 1000, P.java_string_hash(copy.txn.producer_group))
+            st.append(
+                offset, copy.size, copy.store_timestamp // 1000, P.java_string_hash(copy.txn.producer_group)
+            )
         self.store.tran_state_table_offset = len(st.units)
         self._fault({"fault": "STATETABLE_REBUILT", "file": "transaction/statetable", "position": 0,
                      "length": len(st.units) * st.UNIT,
@@ -1280,9 +1480,9 @@ class Broker:
                                f"PREPARED units (3.1.4 reads only the first redolog file)",
                      "expected_anomalies": []})
 
-    # =============================================================================================================
+    # ========================================================================================================
     # ledger
-    # =============================================================================================================
+    # ========================================================================================================
     def _finalize_ready(self) -> None:
         if self.profile.transaction_model == MODEL_STATETABLE:
             return          # 3.x: the statetable can resurrect anything until the end (see ledger notes)
@@ -1331,5 +1531,17 @@ class Broker:
             self._finalize(self.transactions.pop(key))
 
 
-__all__ = ["Broker", "Producer", "CheckRequest", "Clock", "BrokerDown", "HALF_TOPIC", "OP_TOPIC", "DISCARD_TOPIC",
-           "CHECK_GROUP", "COMMIT", "ROLLBACK", "UNKNOWN"]
+__all__ = [
+    "Broker",
+    "Producer",
+    "CheckRequest",
+    "Clock",
+    "BrokerDown",
+    "HALF_TOPIC",
+    "OP_TOPIC",
+    "DISCARD_TOPIC",
+    "CHECK_GROUP",
+    "COMMIT",
+    "ROLLBACK",
+    "UNKNOWN",
+]

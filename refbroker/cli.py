@@ -2,7 +2,7 @@
 
     txlog-refbroker generate --profile 5.1+ --scenario crashy --transactions N [--background-messages M]
                              [--commitlog-file-mb S] [--cq-file-units U] [--msg-bytes B] --seed S --out DIR
-    txlog-refbroker verify DIR        # decode DIR/store, check it against DIR/ledger.jsonl (exit 1 on problems)
+    txlog-refbroker verify DIR        # decode DIR/store, check it against DIR/ledger.jsonl (1: problems)
     txlog-refbroker profiles          # the version profiles and their broker defaults (JSON)
     txlog-refbroker scenarios         # the scenario presets
 
@@ -67,10 +67,18 @@ def main(argv=None) -> int:
     from refbroker.generate import generate
 
     try:
-        result = generate(args.profile, args.scenario, args.transactions, args.seed, args.out,
-                          background_messages=args.background_messages, commitlog_file_mb=args.commitlog_file_mb,
-                          cq_file_units=args.cq_file_units, msg_bytes=args.msg_bytes,
-                          tx_interval_ms=args.tx_interval_ms)
+        result = generate(
+            args.profile,
+            args.scenario,
+            args.transactions,
+            args.seed,
+            args.out,
+            background_messages=args.background_messages,
+            commitlog_file_mb=args.commitlog_file_mb,
+            cq_file_units=args.cq_file_units,
+            msg_bytes=args.msg_bytes,
+            tx_interval_ms=args.tx_interval_ms,
+        )
     except TxlogError as exc:
         print(f"txlog-refbroker: error: {exc}", file=sys.stderr)
         return 2
@@ -79,10 +87,12 @@ def main(argv=None) -> int:
         print(json.dumps(s, indent=2))
     else:
         store = s["store"]
-        print(f"{result.store_dir}: {store['records']} records, {store['record_bytes'] / (1 << 20):.1f} MiB in "
-              f"{store['commitlog_files']} CommitLog file(s); {s['transactions']} transactions "
-              f"{s['outcomes']}; faults {s['faults']}; {s['timing']['seconds']} s "
-              f"({s['timing']['record_mb_per_s']} MiB/s)")
+        print(
+            f"{result.store_dir}: {store['records']} records, {store['record_bytes'] / (1 << 20):.1f} MiB in "
+            f"{store['commitlog_files']} CommitLog file(s); {s['transactions']} transactions "
+            f"{s['outcomes']}; faults {s['faults']}; {s['timing']['seconds']} s "
+            f"({s['timing']['record_mb_per_s']} MiB/s)"
+        )
     return 0
 
 

@@ -1,17 +1,18 @@
 """Faults injected into a finished store, each reported with its file and exact byte position.
 
-Crash-time faults (torn tail, crash between commit and op, lost 5.1+ op batch, consume-queue dispatch lag, stale
-consumerOffset.json, the 3.x statetable rebuild) happen inside the simulation (refbroker.broker / .workload).  The
-faults here damage files after the broker has stopped, the way disks, operators and retention do:
+Crash-time faults (torn tail, crash between commit and op, lost 5.1+ op batch, consume-queue dispatch lag,
+stale consumerOffset.json, the 3.x statetable rebuild) happen inside the simulation (refbroker.broker /
+.workload).  The faults here damage files after the broker has stopped, the way disks, operators and retention
+do:
 
 ================================  ===========================================================================
 name                              what it does (expected decoder finding)
 ================================  ===========================================================================
 ``retention``                     deletes the oldest third of the CommitLog files (at least one when there are
-                                  two or more), then every consume-queue / redolog / statetable file (but the last
-                                  of each queue) whose last unit points below the new minimum offset
-                                  (``deleteExpiredFileByOffset``); records in deleted files become
-                                  ``present: false`` with flag RECORD_DELETED
+                                  two or more), then every consume-queue / redolog / statetable file (but the
+                                  last of each queue) whose last unit points below the new minimum offset
+                                  (``deleteExpiredFileByOffset``); records in deleted files become ``present:
+                                  false`` with flag RECORD_DELETED
 ``bitflip_commit_body``           one bit of a COMMIT record's body (BODY_CRC_MISMATCH at the record start)
 ``bitflip_record_header``         one bit of an ordinary record's MAGICCODE (BAD_MAGIC at the record start)
 ``bitflip_cq_unit``               the sign bit of a consume-queue unit's size (BAD_CQ_ENTRY at the unit)
@@ -54,7 +55,7 @@ class FaultContext:
         self.rng = rng
         self.commitlog_file_size = commitlog_file_size
         self.cq_file_size = cq_file_size
-        self.targets = targets            # kind -> [record dicts with commitlog_offset/size/file/file_position]
+        self.targets = targets  # kind -> [record dicts with commitlog_offset/size/file/file_position]
         self.last_record = last_record
         self.used_offsets: set = set()
 
@@ -69,7 +70,7 @@ class FaultContext:
 
 
 def _written_units(path: Path, dtype: np.dtype) -> list:
-    """[{position, size}] of the units of a fixed-unit file that are not all zero (numpy scan, any file size)."""
+    """[{position, size}] of the units of a fixed-unit file that are not all zero (numpy scan, any size)."""
     raw = np.fromfile(path, dtype=np.uint8)
     count = len(raw) // dtype.itemsize
     if count == 0:
@@ -97,13 +98,24 @@ def _rel(ctx: FaultContext, path: Path) -> str:
 def _record_fault(ctx, name, target, position, bit, detail, expected):
     path = ctx.root / "commitlog" / target["file"]
     old, new = _flip(path, position, bit)
-    return {"fault": name, "file": _rel(ctx, path), "position": position, "length": 1,
-            "detail": f"{detail}: byte 0x{old:02x} -> 0x{new:02x} (bit {bit}) in the record at file position "
-                      f"{target['file_position']} (physical offset {target['commitlog_offset']})",
-            "expected_anomalies": expected, "record_position": target["file_position"],
-            "affected": [{"record": target.get("record"), "commitlog_offset": target["commitlog_offset"],
-                          "transaction_key": target.get("transaction_key")}],
-            "effects": {"corrupted": [[target["commitlog_offset"], target["commitlog_offset"] + target["size"]]]}}
+    return {
+        "fault": name,
+        "file": _rel(ctx, path),
+        "position": position,
+        "length": 1,
+        "detail": f"{detail}: byte 0x{old:02x} -> 0x{new:02x} (bit {bit}) in the record at file position "
+        f"{target['file_position']} (physical offset {target['commitlog_offset']})",
+        "expected_anomalies": expected,
+        "record_position": target["file_position"],
+        "affected": [
+            {
+                "record": target.get("record"),
+                "commitlog_offset": target["commitlog_offset"],
+                "transaction_key": target.get("transaction_key"),
+            }
+        ],
+        "effects": {"corrupted": [[target["commitlog_offset"], target["commitlog_offset"] + target["size"]]]},
+    }
 
 
 def bitflip_commit_body(ctx: FaultContext) -> list:
@@ -155,11 +167,26 @@ def bitflip_cq_unit(ctx: FaultContext) -> list:
     commitlog_offset = struct.unpack_from(">q", data, unit)[0]
     position = unit + 8                                                   # size field, most significant byte
     old, new = _flip(path, position, 7)
-    return [{"fault": "BITFLIP_CQ_UNIT", "file": _rel(ctx, path), "position": position, "length": 1,
-             "detail": f"sign bit of the size of the unit at file position {unit}: byte 0x{old:02x} -> 0x{new:02x}",
-             "expected_anomalies": ["BAD_CQ_ENTRY"], "record_position": unit,
-             "affected": [{"record": "consume queue unit", "commitlog_offset": commitlog_offset,
-                           "transaction_key": None}], "effects": {}}]
+    return [
+        {
+            "fault": "BITFLIP_CQ_UNIT",
+            "file": _rel(ctx, path),
+            "position": position,
+            "length": 1,
+            "detail": f"sign bit of the size of the unit at file position {unit}: "
+            f"byte 0x{old:02x} -> 0x{new:02x}",
+            "expected_anomalies": ["BAD_CQ_ENTRY"],
+            "record_position": unit,
+            "affected": [
+                {
+                    "record": "consume queue unit",
+                    "commitlog_offset": commitlog_offset,
+                    "transaction_key": None,
+                }
+            ],
+            "effects": {},
+        }
+    ]
 
 
 def bitflip_checkpoint(ctx: FaultContext) -> list:
@@ -182,10 +209,20 @@ def bitflip_statetable(ctx: FaultContext) -> list:
         unit = int(units[ctx.rng.randrange(len(units))]["position"])
         position = unit + CQ.STATETABLE_STATE_POS + 3
         old, new = _flip(path, position, 0)
-        return [{"fault": "BITFLIP_STATETABLE", "file": _rel(ctx, path), "position": position, "length": 1,
-                 "detail": f"low bit of the state of the unit at file position {unit}: 0x{old:02x} -> 0x{new:02x}",
-                 "expected_anomalies": ["BAD_STATETABLE_UNIT"], "record_position": unit, "affected": [],
-                 "effects": {}}]
+        return [
+            {
+                "fault": "BITFLIP_STATETABLE",
+                "file": _rel(ctx, path),
+                "position": position,
+                "length": 1,
+                "detail": f"low bit of the state of the unit at file position {unit}: "
+                f"0x{old:02x} -> 0x{new:02x}",
+                "expected_anomalies": ["BAD_STATETABLE_UNIT"],
+                "record_position": unit,
+                "affected": [],
+                "effects": {},
+            }
+        ]
     return []
 
 
@@ -198,14 +235,28 @@ def truncate_commitlog(ctx: FaultContext) -> list:
     file_start = int(last["file"])
     with open(path, "r+b") as fh:
         fh.truncate(cut)
-    return [{"fault": "TRUNCATE_COMMITLOG", "file": _rel(ctx, path), "position": cut, "length": 0,
-             "detail": f"file truncated to {cut} bytes, inside the last record (file position "
-                       f"{last['file_position']}, {last['size']} bytes)",
-             "expected_anomalies": ["FILE_SIZE_MISMATCH", "TRUNCATED_RECORD", "BAD_TOTAL_SIZE"],
-             "record_position": last["file_position"],
-             "affected": [{"record": last.get("record"), "commitlog_offset": last["commitlog_offset"],
-                           "transaction_key": last.get("transaction_key")}],
-             "effects": {"corrupted": [[file_start + last["file_position"], file_start + ctx.commitlog_file_size]]}}]
+    return [
+        {
+            "fault": "TRUNCATE_COMMITLOG",
+            "file": _rel(ctx, path),
+            "position": cut,
+            "length": 0,
+            "detail": f"file truncated to {cut} bytes, inside the last record (file position "
+            f"{last['file_position']}, {last['size']} bytes)",
+            "expected_anomalies": ["FILE_SIZE_MISMATCH", "TRUNCATED_RECORD", "BAD_TOTAL_SIZE"],
+            "record_position": last["file_position"],
+            "affected": [
+                {
+                    "record": last.get("record"),
+                    "commitlog_offset": last["commitlog_offset"],
+                    "transaction_key": last.get("transaction_key"),
+                }
+            ],
+            "effects": {
+                "corrupted": [[file_start + last["file_position"], file_start + ctx.commitlog_file_size]]
+            },
+        }
+    ]
 
 
 def truncate_config(ctx: FaultContext) -> list:
@@ -226,9 +277,18 @@ def delete_op_cq(ctx: FaultContext) -> list:
     if not path.is_dir():
         return []
     shutil.rmtree(path)
-    return [{"fault": "DELETE_OP_CQ", "file": _rel(ctx, path), "position": 0, "length": 0,
-             "detail": "the op half topic's consume queue directory was deleted (ops remain in the CommitLog)",
-             "expected_anomalies": ["MISSING_FILE"], "affected": [], "effects": {"op_queue_deleted": True}}]
+    return [
+        {
+            "fault": "DELETE_OP_CQ",
+            "file": _rel(ctx, path),
+            "position": 0,
+            "length": 0,
+            "detail": "the op half topic's consume queue directory was deleted (ops remain in the CommitLog)",
+            "expected_anomalies": ["MISSING_FILE"],
+            "affected": [],
+            "effects": {"op_queue_deleted": True},
+        }
+    ]
 
 
 def _last_unit_offset(path: Path, unit_size: int) -> Optional[int]:
@@ -287,9 +347,20 @@ def _delete_expired_units(directory: Path, unit_size: int, min_offset: int) -> l
     return deleted
 
 
-FAULTS: dict = {f.__name__: f for f in (retention, bitflip_commit_body, bitflip_record_header, bitflip_cq_unit,
-                                         bitflip_checkpoint, bitflip_statetable, truncate_commitlog,
-                                         truncate_config, delete_op_cq)}
+FAULTS: dict = {
+    f.__name__: f
+    for f in (
+        retention,
+        bitflip_commit_body,
+        bitflip_record_header,
+        bitflip_cq_unit,
+        bitflip_checkpoint,
+        bitflip_statetable,
+        truncate_commitlog,
+        truncate_config,
+        delete_op_cq,
+    )
+}
 
 
 def apply_faults(names, ctx: FaultContext) -> list:

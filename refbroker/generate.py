@@ -11,7 +11,6 @@ simulated clock starts at ``start_ms`` and every random choice comes from ``rand
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -46,9 +45,20 @@ class GenerateResult:
 def _sizes(profile: Profile, scenario, sizes: dict) -> dict:
     merged = dict(scenario.default_sizes)
     merged.update({k: v for k, v in sizes.items() if v is not None})
-    unknown = set(merged) - {"commitlog_file_size", "commitlog_file_mb", "consumequeue_file_size", "cq_file_units",
-                             "statetable_file_size", "redolog_file_size", "background_messages", "msg_bytes",
-                             "tx_interval_ms", "start_ms", "retry_every", "crash_downtime_ms"}
+    unknown = set(merged) - {
+        "commitlog_file_size",
+        "commitlog_file_mb",
+        "consumequeue_file_size",
+        "cq_file_units",
+        "statetable_file_size",
+        "redolog_file_size",
+        "background_messages",
+        "msg_bytes",
+        "tx_interval_ms",
+        "start_ms",
+        "retry_every",
+        "crash_downtime_ms",
+    }
     if unknown:
         raise UsageError(f"unknown size option(s): {', '.join(sorted(unknown))}")
     if "commitlog_file_mb" in merged:
@@ -91,10 +101,18 @@ class Run:
         self.partial_path = self.out / "ledger.partial.jsonl"
         self.faults: list = []
         self.writer = L.LedgerWriter(self.partial_path)
-        self.broker = Broker(self.store_dir, self.profile, start_ms=start_ms, seed=seed,
-                             commitlog_file_size=commitlog_file_size, consumequeue_file_size=consumequeue_file_size,
-                             statetable_file_size=statetable_file_size, redolog_file_size=redolog_file_size,
-                             ledger=self.writer, on_fault=self.collect)
+        self.broker = Broker(
+            self.store_dir,
+            self.profile,
+            start_ms=start_ms,
+            seed=seed,
+            commitlog_file_size=commitlog_file_size,
+            consumequeue_file_size=consumequeue_file_size,
+            statetable_file_size=statetable_file_size,
+            redolog_file_size=redolog_file_size,
+            ledger=self.writer,
+            on_fault=self.collect,
+        )
         self.sim_seconds = 0.0
         self._ended = False
 
@@ -128,10 +146,15 @@ class Run:
         if not fault_names:
             return
         broker = self.broker
-        ctx = FaultContext(self.store_dir, broker.profile, random.Random(self.seed * 31 + 7),
-                           commitlog_file_size=broker.store.commitlog_file_size,
-                           cq_file_size=broker.store.cq_file_size, targets=_targets(self.partial_path, broker),
-                           last_record=broker.store.last_put)
+        ctx = FaultContext(
+            self.store_dir,
+            broker.profile,
+            random.Random(self.seed * 31 + 7),
+            commitlog_file_size=broker.store.commitlog_file_size,
+            cq_file_size=broker.store.cq_file_size,
+            targets=_targets(self.partial_path, broker),
+            last_record=broker.store.last_put,
+        )
         for fault in apply_faults(fault_names, ctx):
             self.collect(fault)
 
@@ -178,10 +201,10 @@ class Run:
 def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) -> GenerateResult:
     """Write ``out_dir/store`` for ``scenario`` under ``profile`` with ``transactions`` transactions.
 
-    Size options: background_messages (default: 2 per transaction), msg_bytes (1024), commitlog_file_size (bytes)
-    or commitlog_file_mb, consumequeue_file_size (bytes) or cq_file_units, statetable_file_size,
-    redolog_file_size (3.x), tx_interval_ms (10), start_ms, retry_every, crash_downtime_ms.
-    An existing ``out_dir/store`` is replaced.
+    Size options: background_messages (default: 2 per transaction), msg_bytes (1024), commitlog_file_size
+    (bytes) or commitlog_file_mb, consumequeue_file_size (bytes) or cq_file_units, statetable_file_size,
+    redolog_file_size (3.x), tx_interval_ms (10), start_ms, retry_every, crash_downtime_ms. An existing
+    ``out_dir/store`` is replaced.
     """
     profile = get_profile(profile)
     scenario = get_scenario(scenario)
@@ -191,15 +214,25 @@ def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) 
         raise UsageError(f"seed must be an integer, got {seed!r}")
     opts = _sizes(profile, scenario, sizes)
     start_profile, final_profile = resolve_profiles(scenario, profile)
-    run = Run(out_dir, start_profile, seed=seed, start_ms=opts.get("start_ms", DEFAULT_START_MS),
-              commitlog_file_size=opts.get("commitlog_file_size"),
-              consumequeue_file_size=opts.get("consumequeue_file_size"),
-              statetable_file_size=opts.get("statetable_file_size"), redolog_file_size=opts.get("redolog_file_size"))
+    run = Run(
+        out_dir,
+        start_profile,
+        seed=seed,
+        start_ms=opts.get("start_ms", DEFAULT_START_MS),
+        commitlog_file_size=opts.get("commitlog_file_size"),
+        consumequeue_file_size=opts.get("consumequeue_file_size"),
+        statetable_file_size=opts.get("statetable_file_size"),
+        redolog_file_size=opts.get("redolog_file_size"),
+    )
     background = opts.get("background_messages", 2 * transactions)
-    config = WorkloadConfig(transactions=transactions, background_messages=background,
-                            msg_bytes=opts.get("msg_bytes", 1024), tx_interval_ms=opts.get("tx_interval_ms", 10),
-                            retry_every=opts.get("retry_every", max(10, min(200, background // 4))),
-                            crash_downtime_ms=opts.get("crash_downtime_ms", 2000))
+    config = WorkloadConfig(
+        transactions=transactions,
+        background_messages=background,
+        msg_bytes=opts.get("msg_bytes", 1024),
+        tx_interval_ms=opts.get("tx_interval_ms", 10),
+        retry_every=opts.get("retry_every", max(10, min(200, background // 4))),
+        crash_downtime_ms=opts.get("crash_downtime_ms", 2000),
+    )
     workload = Workload(run.broker, scenario, config, seed, profiles=(final_profile, start_profile))
     run.broker.start()
     try:
@@ -250,8 +283,17 @@ def _targets(partial_path: Path, broker: Broker) -> dict:
         for copy in entry["half_copies"]:
             offer("half", {**copy, "record": "half", "transaction_key": key})
         for op in entry["op_records"]:
-            offer("op", {"commitlog_offset": op["op_commitlog_offset"], "size": op["op_size"], "file": op["file"],
-                         "file_position": op["file_position"], "record": "op", "transaction_key": key})
+            offer(
+                "op",
+                {
+                    "commitlog_offset": op["op_commitlog_offset"],
+                    "size": op["op_size"],
+                    "file": op["file"],
+                    "file_position": op["file_position"],
+                    "record": "op",
+                    "transaction_key": key,
+                },
+            )
     pools["ordinary"] = [dict(s, record="ordinary") for s in broker.ordinary_samples]
     return pools
 

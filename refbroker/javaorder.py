@@ -11,10 +11,10 @@ The reference broker reproduces it so that its records look like a real broker's
 * capacity: HashMap starts at ``tableSizeFor(initial)`` (16 by default) and doubles whenever size exceeds
   0.75 * capacity; ``new ConcurrentHashMap(n)`` starts at ``tableSizeFor(n + n/2 + 1)``.
 
-Checked against the fixtures: properties of 3.1.4 and 4.9.8 records follow a default HashMap (16), those a 5.3.3
-broker re-serialised follow capacity 128 (``string2messageProperties``), op messages built inside the broker a
-default HashMap; topics.json follows ``new ConcurrentHashMap(1024)`` (2048 buckets) and consumerOffset.json's
-offsetTable ``new ConcurrentHashMap(512)`` (1024 buckets).
+Checked against the fixtures: properties of 3.1.4 and 4.9.8 records follow a default HashMap (16), those a
+5.3.3 broker re-serialised follow capacity 128 (``string2messageProperties``), op messages built inside the
+broker a default HashMap; topics.json follows ``new ConcurrentHashMap(1024)`` (2048 buckets) and
+consumerOffset.json's offsetTable ``new ConcurrentHashMap(512)`` (1024 buckets).
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def order_keys(keys: Iterable, capacity: int) -> list:
 
 
 def hashmap_order(mapping: Mapping, initial_capacity: int = 16) -> dict:
-    """A dict with the entries of ``mapping`` (insertion order) re-ordered as a java.util.HashMap iterates them."""
+    """A dict with the entries of ``mapping`` (insertion order) re-ordered as a java.util.HashMap iterates
+    them."""
     capacity = hashmap_capacity(len(mapping), initial_capacity)
     return {k: mapping[k] for k in order_keys(mapping.keys(), capacity)}
 

@@ -1,14 +1,14 @@
 """Ground-truth ledger: what the reference broker knows it wrote, per transaction, and every injected fault.
 
-Written as JSON lines to ``<out>/ledger.jsonl`` (next to the store, never inside it) plus ``<out>/summary.json``.
-Each line has ``"kind"``: ``"transaction"`` or ``"fault"``.
+Written as JSON lines to ``<out>/ledger.jsonl`` (next to the store, never inside it) plus
+``<out>/summary.json``. Each line has ``"kind"``: ``"transaction"`` or ``"fault"``.
 
 Transaction line (field names are a contract for the audit tests)::
 
     kind                 "transaction"
-    transaction_key      UNIQ_KEY (4.3+); the prepared record's CommitLog offset in decimal for 3.x and 4.0-4.2
-                         (3.x writes no UNIQ_KEY; 4.0-4.2 keys by prepared offset too because there is exactly one
-                         prepared record per transaction and COMMIT/ROLLBACK point at it)
+    transaction_key      UNIQ_KEY (4.3+); the prepared record's CommitLog offset in decimal for 3.x and
+                         4.0-4.2 (3.x writes no UNIQ_KEY; 4.0-4.2 keys by prepared offset too because there is
+                         exactly one prepared record per transaction and COMMIT/ROLLBACK point at it)
     uniq_key             UNIQ_KEY property or null (3.x)
     producer_group       PGROUP
     real_topic, real_queue_id
@@ -24,17 +24,21 @@ Transaction line (field names are a contract for the audit tests)::
     checks_skipped       check attempts with no connected producer of the group
     max_check_times      highest TRANSACTION_CHECK_TIMES written on any copy (0 if none)
     half_copies          [{commitlog_offset, size, queue_offset, store_timestamp, file, file_position,
-                           copy_kind: ORIGINAL | CHECK_COPY | IMMUNITY_COPY, check_times, tran_prepared_queue_offset,
+                           copy_kind: ORIGINAL | CHECK_COPY | IMMUNITY_COPY, check_times,
+                           tran_prepared_queue_offset,
                            present}]      (3.x / 4.0-4.2: the PREPARED record, queue_offset as written)
     commit_records       [{commitlog_offset, size, queue_id, queue_offset, prepared_transaction_offset,
                            store_timestamp, file, file_position, from_check, present}]
     rollback_records     same (3.x / 4.0-4.2 ROLLBACK records; queue_offset as written)
-    op_records           [{half_queue_offset, op_queue_offset, op_commitlog_offset, op_size, file, file_position,
-                           body_offsets, present}]  (one entry per (op message, half offset of this transaction))
+    op_records           [{half_queue_offset, op_queue_offset, op_commitlog_offset, op_size, file,
+                           file_position, body_offsets, present}]  (one entry per (op message, half offset
+                           of this transaction))
     lost_ops             [{half_queue_offset, reason}]   ops the broker accepted but never wrote
-    discard_records      [{commitlog_offset, size, queue_offset, check_times, reason: CHECK_MAX | FILE_RESERVED_TIME,
-                           recorded, file, file_position, present}]   (recorded=false: 4.3-4.5 only logs)
-    end_requests         [{time, action, from_check, commitlog_offset, tran_state_table_offset, accepted, reason}]
+    discard_records      [{commitlog_offset, size, queue_offset, check_times, half_queue_offset,
+                           reason: CHECK_MAX | FILE_RESERVED_TIME, recorded, file, file_position, present,
+                           store_timestamp}]   (recorded=false: 4.3-4.5 only logs)
+    end_requests         [{time, action, from_check, commitlog_offset, tran_state_table_offset, accepted,
+                           reason}]
     statetable           3.x: {index, state} of the unit for this transaction as on disk at the end (or null)
     flags                sorted list of anomaly flags (below)
     faults               [fault ids] of injected faults that touched this transaction's records
@@ -45,29 +49,33 @@ Outcome (what the broker did; the auditor's rule "a COMMIT record exists => COMM
               happened: committed-and-discarded and committed-and-rolled-back are COMMITTED, flagged
               COMMITTED_AND_DISCARDED / COMMIT_AND_ROLLBACK.
 * ROLLED_BACK no COMMIT record; the broker durably recorded a rollback: an op message on disk for one of the
-              half copies (4.3+), or a ROLLBACK record (3.x, 4.0-4.2).  Also discarded => ROLLED_BACK_AND_DISCARDED.
-* DISCARDED   neither of the above, and the check service gave up: a TRANS_CHECK_MAX_TIME_TOPIC record (4.6+) or
-              the log-only give-up of 4.3-4.5 (flag DISCARD_NOT_RECORDED: nothing on disk shows it).
+              half copies (4.3+), or a ROLLBACK record (3.x, 4.0-4.2).  Also discarded =>
+              ROLLED_BACK_AND_DISCARDED.
+* DISCARDED   neither of the above, and the check service gave up: a TRANS_CHECK_MAX_TIME_TOPIC record (4.6+)
+              or the log-only give-up of 4.3-4.5 (flag DISCARD_NOT_RECORDED: nothing on disk shows it).
 * PREPARED    none of the above: still pending from the broker's point of view (including a rollback whose op
               was lost in a crash: flag OP_LOST_IN_CRASH).
 
-visible_outcome applies the same precedence to records with ``present`` true (an op counts only while the half copy
-it names is readable: op bodies hold half queue offsets, nothing else); for a log-only discard it is PREPARED.
+visible_outcome applies the same precedence to records with ``present`` true (an op counts only while the half
+copy it names is readable: op bodies hold half queue offsets, nothing else); for a log-only discard it is
+PREPARED.
 
 Flags (what the broker knows it caused): DUPLICATE_COMMIT, COMMIT_WITHOUT_OP, OP_LOST_IN_CRASH,
-COMMITTED_AND_DISCARDED, ROLLED_BACK_AND_DISCARDED, COMMIT_AND_ROLLBACK, DISCARD_NOT_RECORDED, DUPLICATE_DISCARD,
-CHECKED, IMMUNITY_COPIES, END_REJECTED, TORN_RECORD, STATETABLE_STALE (3.x: the statetable unit disagrees with the
-transaction's records, e.g. after the rebuild bug), STATETABLE_MISSING (3.x: pending but absent from the rebuilt
-statetable), RECORD_DELETED (retention), RECORD_CORRUPTED, OP_QUEUE_DELETED, PRODUCER_UNREACHABLE.
+COMMITTED_AND_DISCARDED, ROLLED_BACK_AND_DISCARDED, COMMIT_AND_ROLLBACK, DISCARD_NOT_RECORDED,
+DUPLICATE_DISCARD, CHECKED, IMMUNITY_COPIES, END_REJECTED, TORN_RECORD, STATETABLE_STALE (3.x: the statetable
+unit disagrees with the transaction's records, e.g. after the rebuild bug), STATETABLE_MISSING (3.x: pending
+but absent from the rebuilt statetable), RECORD_DELETED (retention), RECORD_CORRUPTED, OP_QUEUE_DELETED,
+PRODUCER_UNREACHABLE.
 
-Fault line: {kind: "fault", fault_id, fault, file (relative to the store root; null for faults with no place on
-disk such as OP_BATCH_LOST), position (the byte changed / cut / first affected), record_position (where a decoder
-reports it: start of the damaged record or unit), length, detail, expected_anomalies (AnomalyKind codes a decoder
-should report there), affected: [{record, commitlog_offset, transaction_key}], effects: {deleted | corrupted:
-[[start, end) CommitLog offset ranges], op_queue_deleted}} plus fault-specific fields (TORN_TAIL: commitlog_offset,
-overwritten; CQ_DISPATCH_LAG: redispatched; CQ_DELETED_AND_REBUILT: topic, queue_id, first_queue_offset,
-recovery_start).  In-simulation faults: TORN_TAIL, CRASH_BETWEEN_COMMIT_AND_OP, OP_BATCH_LOST, CQ_DISPATCH_LAG,
-CQ_DELETED_AND_REBUILT, STATETABLE_REBUILT; post-run faults: see refbroker.faults.
+Fault line: {kind: "fault", fault_id, fault, file (relative to the store root; null for faults with no place
+on disk such as OP_BATCH_LOST), position (the byte changed / cut / first affected), record_position (where a
+decoder reports it: start of the damaged record or unit), length, detail, expected_anomalies (AnomalyKind
+codes a decoder should report there), affected: [{record, commitlog_offset, transaction_key}], effects:
+{deleted | corrupted: [[start, end) CommitLog offset ranges], op_queue_deleted}} plus fault-specific fields
+(TORN_TAIL: commitlog_offset, overwritten; CQ_DISPATCH_LAG: redispatched; CQ_DELETED_AND_REBUILT: topic,
+queue_id, first_queue_offset, recovery_start).  In-simulation faults: TORN_TAIL, CRASH_BETWEEN_COMMIT_AND_OP,
+OP_BATCH_LOST, CQ_DISPATCH_LAG, CQ_DELETED_AND_REBUILT, STATETABLE_REBUILT; post-run faults: see
+refbroker.faults.
 """
 from __future__ import annotations
 
@@ -133,13 +141,26 @@ def entry_outcome(entry: dict, present_only: bool) -> str:
 
 
 class HalfCopy:
-    """One half (4.3+) or prepared (3.x / 4.0-4.2) record of a transaction, as the broker keeps it in memory."""
+    """One half (4.3+) or prepared (3.x / 4.0-4.2) record of a transaction, as the broker keeps it in
+    memory."""
 
     __slots__ = ("txn", "commitlog_offset", "size", "queue_offset", "store_timestamp", "props", "check_times",
                  "copy_kind", "file", "file_position", "present", "sys_flag")
 
-    def __init__(self, txn, commitlog_offset, size, queue_offset, store_timestamp, props, check_times, copy_kind,
-                 file, file_position, sys_flag):
+    def __init__(
+        self,
+        txn,
+        commitlog_offset,
+        size,
+        queue_offset,
+        store_timestamp,
+        props,
+        check_times,
+        copy_kind,
+        file,
+        file_position,
+        sys_flag,
+    ):
         self.txn = txn
         self.commitlog_offset = commitlog_offset
         self.size = size
@@ -154,11 +175,18 @@ class HalfCopy:
         self.sys_flag = sys_flag
 
     def to_dict(self) -> dict:
-        return {"commitlog_offset": self.commitlog_offset, "size": self.size, "queue_offset": self.queue_offset,
-                "store_timestamp": self.store_timestamp, "file": self.file, "file_position": self.file_position,
-                "copy_kind": self.copy_kind, "check_times": self.check_times,
-                "tran_prepared_queue_offset": _int_or_none(self.props.get("TRAN_PREPARED_QUEUE_OFFSET")),
-                "present": self.present}
+        return {
+            "commitlog_offset": self.commitlog_offset,
+            "size": self.size,
+            "queue_offset": self.queue_offset,
+            "store_timestamp": self.store_timestamp,
+            "file": self.file,
+            "file_position": self.file_position,
+            "copy_kind": self.copy_kind,
+            "check_times": self.check_times,
+            "tran_prepared_queue_offset": _int_or_none(self.props.get("TRAN_PREPARED_QUEUE_OFFSET")),
+            "present": self.present,
+        }
 
 
 def _int_or_none(value) -> Optional[int]:
@@ -171,8 +199,24 @@ def _int_or_none(value) -> Optional[int]:
 class Transaction:
     """The broker-side truth about one transaction, accumulated while the reference broker runs."""
 
-    def __init__(self, *, uniq_key, producer_group, real_topic, real_queue_id, keys, born_timestamp, born_host,
-                 body, sys_flag, flag, props, profile_name, plan=None, producer=None):
+    def __init__(
+        self,
+        *,
+        uniq_key,
+        producer_group,
+        real_topic,
+        real_queue_id,
+        keys,
+        born_timestamp,
+        born_host,
+        body,
+        sys_flag,
+        flag,
+        props,
+        profile_name,
+        plan=None,
+        producer=None,
+    ):
         self.transaction_key: Optional[str] = uniq_key
         self.uniq_key = uniq_key
         self.producer_group = producer_group
@@ -209,13 +253,19 @@ class Transaction:
         self.local_done = True             # False while the producer still plans actions not yet scheduled
         self.uses_ops = True               # 4.3+ half/op model (False for 3.x and 4.0-4.2)
 
-    # -------------------------------------------------------------------------------------------------------------
+    # --------------------------------------------------------------------------------------------------------
     def op_half_offsets(self, present_only: bool = False) -> set:
         return {op["half_queue_offset"] for op in self.op_records if op["present"] or not present_only}
 
     def _outcome(self, present_only: bool) -> str:
-        return compute_outcome(self.commit_records, self.rollback_records, self.op_records, self.discard_records,
-                               [c.to_dict() for c in self.copies] if present_only else (), present_only)
+        return compute_outcome(
+            self.commit_records,
+            self.rollback_records,
+            self.op_records,
+            self.discard_records,
+            [c.to_dict() for c in self.copies] if present_only else (),
+            present_only,
+        )
 
     @property
     def outcome(self) -> str:

@@ -1,34 +1,36 @@
-"""Broker version profiles: the defaults and on-disk habits of each RocketMQ line the reference broker imitates.
+"""Broker version profiles: the defaults and on-disk habits of each RocketMQ line the reference broker
+imitates.
 
 One frozen :class:`Profile` per version range.  Field names that are broker settings keep the broker's own
 spelling (``transactionTimeOut``, ``transactionCheckMax``, ``transactionCheckInterval``, ``fileReservedTime``,
 ``transactionOpMsgMaxSize``, ``transactionOpBatchInterval``, ``flushConsumerOffsetInterval``,
 ``mappedFileSizeCommitLog``, ``mappedFileSizeConsumeQueue``) so the Spark audit can import the same defaults.
 
-Sources: the store-format reference (../shared/rocketmq-store-format.md) sections 7.7 (defaults), 8 (3.x),
-9 (version table) and 11 (observations on real 3.1.4 / 4.9.8 / 5.3.3 stores), plus the fixtures in
-tests/data/fixtures.  Where a range spans a change the profile follows its newest release (the one the fixtures
-were written by where there is one):
+Sources: the store-format reference (../shared/rocketmq-store-format.md) sections 7.7 (defaults), 8 (3.x), 9
+(version table) and 11 (observations on real 3.1.4 / 4.9.8 / 5.3.3 stores), plus the fixtures in
+tests/data/fixtures.  Where a range spans a change the profile follows its newest release (the one the
+fixtures were written by where there is one):
 
-=============  ============  =====================================================================================
+=============  ============  ===============================================================================
 profile        represents    notes
-=============  ============  =====================================================================================
-``3.x``        3.1.4         prepared/commit/rollback in the real topic; statetable + redolog; timer checker
-                             (every 60 s, no maximum); fileReservedTime 48 h; no UNIQ_KEY, no CLUSTER.
+=============  ============  ===============================================================================
+``3.x``        3.1.4         prepared/commit/rollback in the real topic; statetable + redolog; timer
+                             checker (every 60 s, no maximum); fileReservedTime 48 h; no UNIQ_KEY, no
+                             CLUSTER.
 ``4.0-4.2``    4.2.0         prepared/commit/rollback in the real topic, prepared QUEUEOFFSET 0; no checker.
 ``4.3-4.5``    4.5.2         half/op topics, op body = one offset; check max 15, timeout 6 s, interval 60 s;
                              giving up is only logged (no TRANS_CHECK_MAX_TIME_TOPIC record).
 ``4.6-4.9``    4.9.8         + TRANS_CHECK_MAX_TIME_TOPIC discards, IPv6 hosts, LZ4/ZSTD (4.9.4+), CLUSTER;
                              properties written without the final 0x02 (observed in the 4.9.8 fixture).
-``5.0``        5.0.0         properties map of capacity 128 (observed 5.3.3 order), MSG_REGION/TRACE_ON from the
-                             client, 32-byte checkpoint, op body still one offset.
-``5.1+``       5.3.3         + __transactionId__ on halves, batched comma op bodies (RIP-50), magic V2 for topics
-                             > 127 chars, check interval 30 s (5.1.1+), immunity reject on EndTransaction (5.1.1+),
-                             40-byte checkpoint.
-=============  ============  =====================================================================================
+``5.0``        5.0.0         properties map of capacity 128 (observed 5.3.3 order), MSG_REGION/TRACE_ON
+                             from the client, 32-byte checkpoint, op body still one offset.
+``5.1+``       5.3.3         + __transactionId__ on halves, batched comma op bodies (RIP-50), magic V2 for
+                             topics > 127 chars, check interval 30 s (5.1.1+), immunity reject on
+                             EndTransaction (5.1.1+), 40-byte checkpoint.
+=============  ============  ===============================================================================
 
-Values not settled by the reference or the fixtures are marked UNVERIFIED next to the field (see the report in
-refbroker/__init__.py for the list of decisions).
+Values not settled by the reference or the fixtures are marked UNVERIFIED next to the field (see
+refbroker/README.md for the list of decisions).
 """
 from __future__ import annotations
 
@@ -51,13 +53,16 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class Profile:
-    """Everything version-dependent the reference broker needs.  Immutable; derive variants with ``with_()``."""
+    """Everything version-dependent the reference broker needs.  Immutable; derive variants with
+    ``with_()``."""
 
     name: str
     represents: str                      # the release whose behaviour the profile follows
     transaction_model: str               # MODEL_*
-    # --- broker settings (broker spelling; None = the setting does not exist in this version) -------------------
-    transactionTimeOut: Optional[int]    # ms; 3.x: checkTransactionMessageAtleastInterval (ineffective, see §8.3)
+    # --- broker settings (broker spelling; None = the setting does not exist in this version) ---------------
+    transactionTimeOut: Optional[
+        int
+    ]  # ms; 3.x: checkTransactionMessageAtleastInterval (ineffective, see §8.3)
     transactionCheckMax: Optional[int]   # None = unlimited (3.x) / no checker (4.0-4.2)
     transactionCheckInterval: Optional[int]  # ms; 3.x: checkTransactionMessageTimerInterval
     fileReservedTime: int                # hours
@@ -68,7 +73,7 @@ class Profile:
     mappedFileSizeConsumeQueue: int = 300_000 * 20
     tranStateTableMapedFileSize: int = 2_000_000 * 24   # 3.x only
     tranRedoLogMapedFileSize: int = 2_000_000 * 20      # 3.x only
-    # --- on-disk habits ----------------------------------------------------------------------------------------
+    # --- on-disk habits -------------------------------------------------------------------------------------
     op_body_format: Optional[str] = None           # OP_BODY_*; None without half/op topics
     discard_topic: bool = False                    # TRANS_CHECK_MAX_TIME_TOPIC records (4.6+)
     ipv6_hosts: bool = False                       # BORNHOST/STOREHOST V6 flags exist (4.6+)
@@ -80,21 +85,21 @@ class Profile:
     checkpoint_size: int = 24                      # bytes of the checkpoint file actually used
     uniq_key: bool = True                          # client writes UNIQ_KEY
     writes_transaction_id: bool = False            # 5.1+: __transactionId__ on halves
-    writes_cluster_property: bool = False          # CLUSTER added by the broker (4.6+; UNVERIFIED below 4.9.8)
+    writes_cluster_property: bool = False  # CLUSTER added by the broker (4.6+; UNVERIFIED below 4.9.8)
     client_region_trace: bool = False              # 5.x client adds MSG_REGION / TRACE_ON
     wait_on_ordinary: bool = True                  # WAIT=true on ordinary sends (3.x, 5.x yes; 4.9.8 no)
     immunity_reject_end: bool = False              # 5.1.1+: non-check EndTransaction past immunity rejected
     rollback_record: bool = False                  # 3.x / 4.0-4.2 write a ROLLBACK record
-    blank_fill: str = "zero"                       # "zero" (4.x/5.x) or "scratch" (3.1.4 copies a stale buffer)
+    blank_fill: str = "zero"  # "zero" (4.x/5.x) or "scratch" (3.1.4 copies a stale buffer)
     data_version_timestamp_key: str = "timestamp"  # 3.x fastjson wrote the field "timestatmp"
     data_version_state_version: bool = False       # 5.x DataVersion.stateVersion
     topic_config_extra_fields: bool = True         # 4.x+: order, topicSysFlag
     topic_config_attributes: bool = False          # 5.x: attributes {}
     consumer_offset_data_version: bool = False     # 5.x consumerOffset.json has dataVersion + groupTopicMap
-    persists_op_topic_config: bool = False         # 5.x pre-creates RMQ_SYS_TRANS_OP_HALF_TOPIC in topics.json
+    persists_op_topic_config: bool = False  # 5.x pre-creates RMQ_SYS_TRANS_OP_HALF_TOPIC in topics.json
     writes_lock_file: bool = True
 
-    # -------------------------------------------------------------------------------------------------------------
+    # --------------------------------------------------------------------------------------------------------
     def with_(self, **changes) -> "Profile":
         """A copy with some fields changed (e.g. short timeouts for a scenario or a test)."""
         unknown = set(changes) - set(self.__dataclass_fields__)

@@ -1,26 +1,29 @@
-"""The reference broker's message store: CommitLog, consume queues, 3.x statetable/redolog, config, checkpoint.
+"""The reference broker's message store: CommitLog, consume queues, 3.x statetable/redolog, config,
+checkpoint.
 
-This is the file-writing half of the reference broker (the transaction semantics live in refbroker.broker).  It
-plays the part of RocketMQ's ``DefaultMessageStore`` + ``CommitLog`` + ``ConsumeQueue`` + (3.x)
+This is the file-writing half of the reference broker (the transaction semantics live in refbroker.broker).
+It plays the part of RocketMQ's ``DefaultMessageStore`` + ``CommitLog`` + ``ConsumeQueue`` + (3.x)
 ``TransactionStateService``, and writes bytes only through txlog_io's encoders:
 
 * CommitLog records: ``txlog_io.commitlog.encode_record`` / ``encode_blank``; a record is written only if
-  ``size + 8 <= bytes left`` in the file, otherwise the BLANK header is written and the record goes to the next
-  file (``CommitLog.doAppend``).  3.1.4 fills the rest of a BLANK-ended file from its reused message buffer, so the
-  ``3.x`` profile reproduces that stale-buffer garbage (``Profile.blank_fill == "scratch"``); 4.x/5.x leave zeros.
-* QUEUEOFFSET per transaction type (``doAppend``): NOT/COMMIT take the next offset of (topic, queueId) and get a
-  consume-queue entry; PREPARED takes 0 (4.x) or the statetable counter (3.x); ROLLBACK takes 0 (4.x) or the
+  ``size + 8 <= bytes left`` in the file, otherwise the BLANK header is written and the record goes to the
+  next file (``CommitLog.doAppend``).  3.1.4 fills the rest of a BLANK-ended file from its reused message
+  buffer, so the ``3.x`` profile reproduces that stale-buffer garbage (``Profile.blank_fill == "scratch"``);
+  4.x/5.x leave zeros.
+* QUEUEOFFSET per transaction type (``doAppend``): NOT/COMMIT take the next offset of (topic, queueId) and get
+  a consume-queue entry; PREPARED takes 0 (4.x) or the statetable counter (3.x); ROLLBACK takes 0 (4.x) or the
   statetable index carried by the EndTransaction request (3.x).  Neither gets a consume-queue entry.
-* Consume queues (``txlog_io.consumequeue.encode_cq_unit`` / ``encode_pre_blank``): written by a dispatcher that can
-  be held back (consume-queue dispatch lagging the CommitLog at a crash).  A queue whose first file starts after
-  index 0 gets pre-blank units from the file start (``ConsumeQueue.fillPreBlank``).
+* Consume queues (``txlog_io.consumequeue.encode_cq_unit`` / ``encode_pre_blank``): written by a dispatcher
+  that can be held back (consume-queue dispatch lagging the CommitLog at a crash).  A queue whose first file
+  starts after index 0 gets pre-blank units from the file start (``ConsumeQueue.fillPreBlank``).
 * 3.x: the statetable (24-byte units, ``encode_statetable_unit``, state rewritten in place on COMMIT/ROLLBACK
   dispatch) and the redolog (``encode_redolog_unit``, a consume queue named TRANSACTION_REDOLOG_TOPIC_XXXX/0).
 * ``config/*.json`` through ``txlog_io.config.write_fastjson`` + ``write_config_file`` (keeps ``.bak``), the
   checkpoint through ``encode_checkpoint``, the ``abort`` marker and (4.x/5.x) the ``lock`` file.
 
 Every mapped file is created at its full configured size (``truncate`` = sparse zero fill), like RocketMQ's
-pre-allocated mapped files, and written sequentially through one large buffered handle per open file, so memory
+pre-allocated mapped files, and written sequentially through one large buffered handle per open file, so
+memory
 stays bounded however large the store grows.  A crash is modelled by what reaches the files: everything the
 broker process wrote (page cache survives a process crash) except a held-back dispatch backlog and, for a torn
 tail (power loss), the unwritten end of the last record.
@@ -53,9 +56,9 @@ class InternalError(RuntimeError):
     """The reference broker broke one of its own invariants (a bug here, never bad input)."""
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # mapped-file queues
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 class MappedQueueWriter:
     """Sequential writer over one mapped-file queue directory (20-digit names, every file its full size)."""
@@ -176,8 +179,8 @@ class CommitLogWriter:
     def append(self, msg: CL.Message, torn_keep: Optional[int] = None) -> tuple:
         """Write ``msg`` at the end; returns (physical_offset, size, file_name, file_position).
 
-        ``torn_keep``: write only the first bytes of the record (a torn tail after a power loss); the write position
-        stays at the start of the torn record, so the next write after recovery overwrites it.
+        ``torn_keep``: write only the first bytes of the record (a torn tail after a power loss); the write
+        position stays at the start of the torn record, so the next write after recovery overwrites it.
         """
         q = self.queue
         offset = q.position
@@ -281,7 +284,8 @@ class UnitQueueWriter:
 class ConsumeQueueWriter(UnitQueueWriter):
     """A consume queue whose units are collected and written in batches with ``encode_cq_units``.
 
-    The batch is only Python-side buffering of what the broker has already dispatched (in RocketMQ the unit is in
+    The batch is only Python-side buffering of what the broker has already dispatched (in RocketMQ the unit is
+    in
     the mapped page at once), so every flush/close/crash writes it out; the queue's max offset counts it."""
 
     BATCH = 2048
@@ -321,8 +325,15 @@ class ConsumeQueueWriter(UnitQueueWriter):
             if q.bytes_left == 0:
                 q.next_file()
             take = min(len(offsets) - done, q.bytes_left // self.UNIT)
-            q.write(CQ.encode_cq_units({"commitlog_offset": offsets[done:done + take],
-                                        "size": sizes[done:done + take], "tags_code": tags[done:done + take]}))
+            q.write(
+                CQ.encode_cq_units(
+                    {
+                        "commitlog_offset": offsets[done : done + take],
+                        "size": sizes[done : done + take],
+                        "tags_code": tags[done : done + take],
+                    }
+                )
+            )
             done += take
 
     def _open_for(self, index: int) -> None:
@@ -384,7 +395,8 @@ class StateTableWriter:
         return index
 
     def update_state(self, index: int, commitlog_offset: int, group_hash: int, state: int) -> bool:
-        """TransactionStateService.updateTransactionState: only a PREPARED unit with matching offset and group."""
+        """TransactionStateService.updateTransactionState: only a PREPARED unit with matching offset and
+        group."""
         if not 0 <= index < len(self.units):
             return False
         unit = self.units[index]
@@ -407,11 +419,11 @@ class StateTableWriter:
         self.queue.close()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # the store
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class PutResult:
     physical_offset: int
     size: int
@@ -422,7 +434,7 @@ class PutResult:
     torn: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class DispatchRequest:
     topic: str
     queue_id: int
@@ -449,14 +461,18 @@ class MessageStore:
         self.cq_file_size = consumequeue_file_size or profile.mappedFileSizeConsumeQueue
         self.statetable_file_size = statetable_file_size or profile.tranStateTableMapedFileSize
         self.redolog_file_size = redolog_file_size or profile.tranRedoLogMapedFileSize
-        self.commitlog = CommitLogWriter(self.root / "commitlog", self.commitlog_file_size, profile.blank_fill)
+        self.commitlog = CommitLogWriter(
+            self.root / "commitlog", self.commitlog_file_size, profile.blank_fill
+        )
         self.queues: "OrderedDict[tuple, ConsumeQueueWriter]" = OrderedDict()
         self.queue_next: dict = {}            # CommitLog.topicQueueTable: (topic, qid) -> next offset
         self.tran_state_table_offset = 0      # 3.x TransactionStateService.tranStateTableOffset
         self.statetable: Optional[StateTableWriter] = None
         self.redolog: Optional[UnitQueueWriter] = None
         if profile.transaction_model == "STATETABLE":
-            self.statetable = StateTableWriter(self.root / "transaction" / "statetable", self.statetable_file_size)
+            self.statetable = StateTableWriter(
+                self.root / "transaction" / "statetable", self.statetable_file_size
+            )
             self.redolog = UnitQueueWriter(self.root / "transaction" / "redolog" / REDOLOG_TOPIC / "0",
                                            self.redolog_file_size)
         self.redolog_units: list = []          # 3.x: (commitlog_offset, size, tags_code) per redolog index
@@ -466,17 +482,19 @@ class MessageStore:
         self.last_dispatched_timestamp = 0     # of the newest record with a CQ entry (checkpoint logics time)
         self.records_written = 0
         self.bytes_written = 0
-        self.statetable_listener: Optional[Callable] = None   # broker hook: a new statetable file (its number)
+        self.statetable_listener: Optional[Callable] = None  # broker hook: a new statetable file (its number)
         self.running = False
         self.last_put: Optional[dict] = None   # the newest whole record (truncation fault target)
-        self._written: dict = {}               # config/checkpoint content last written (skip identical rewrites)
+        self._written: dict = {}  # config/checkpoint content last written (skip identical rewrites)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "config").mkdir(exist_ok=True)
         if not self.commitlog.queue.is_open:
-            self.commitlog.start(self.commitlog.max_offset if self.commitlog.queue.file_start is not None else 0)
+            self.commitlog.start(
+                self.commitlog.max_offset if self.commitlog.queue.file_start is not None else 0
+            )
         (self.root / "abort").touch()          # DefaultMessageStore.createTempFile
         if self.profile.writes_lock_file:
             with open(self.root / "lock", "wb") as f:
@@ -525,7 +543,8 @@ class MessageStore:
         (self.root / "abort").touch()
         self.running = True
 
-    # -- queue offsets (CommitLog.topicQueueTable) ------------------------------------------------------------
+    # -- queue offsets (CommitLog.topicQueueTable)
+    # ------------------------------------------------------------
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         return self.queue_next.get((topic, queue_id), 0)
 
@@ -538,7 +557,8 @@ class MessageStore:
         q = self.queues.get((topic, queue_id))
         return q.min_index if q is not None and q.next_index is not None else 0
 
-    # -- put ----------------------------------------------------------------------------------------------------
+    # -- put
+    # ----------------------------------------------------------------------------------------------------
     def put(self, msg: CL.Message, *, tran_state_table_offset: int = 0, producer_group: Optional[str] = None,
             torn_keep: Optional[int] = None, cq_tags_code: Optional[int] = None) -> PutResult:
         """CommitLog.putMessage + doAppend: assign QUEUEOFFSET by transaction type, append, dispatch."""
@@ -561,8 +581,13 @@ class MessageStore:
             self.tran_state_table_offset += 1
         self.records_written += 1
         self.bytes_written += size
-        self.last_put = {"commitlog_offset": offset, "size": size, "file": file_name, "file_position": file_pos,
-                         "record": msg.topic}
+        self.last_put = {
+            "commitlog_offset": offset,
+            "size": size,
+            "file": file_name,
+            "file_position": file_pos,
+            "record": msg.topic,
+        }
         self.last_store_timestamp = msg.store_timestamp
         if cq_tags_code is None:
             tags = msg.properties.get("TAGS") if msg.properties else None
@@ -578,7 +603,8 @@ class MessageStore:
             self.dispatch_all()
         return result
 
-    # -- dispatch (ReputMessageService / DispatchMessageService) -----------------------------------------------
+    # -- dispatch (ReputMessageService / DispatchMessageService)
+    # -----------------------------------------------
     def dispatch_all(self) -> None:
         backlog = self.dispatch_backlog
         while backlog:
@@ -627,7 +653,8 @@ class MessageStore:
     def queue_writer(self, topic: str, queue_id: int) -> Optional["ConsumeQueueWriter"]:
         return self.queues.get((topic, queue_id))
 
-    # -- checkpoint / abort -------------------------------------------------------------------------------------
+    # -- checkpoint / abort
+    # -------------------------------------------------------------------------------------
     def write_checkpoint(self) -> None:
         from txlog_io.config import encode_checkpoint
 
@@ -660,5 +687,15 @@ class MessageStore:
         self._written[name] = text
 
 
-__all__ = ["MessageStore", "PutResult", "DispatchRequest", "CommitLogWriter", "UnitQueueWriter", "ConsumeQueueWriter",
-           "StateTableWriter", "MappedQueueWriter", "InternalError", "SCHEDULE_TOPIC"]
+__all__ = [
+    "MessageStore",
+    "PutResult",
+    "DispatchRequest",
+    "CommitLogWriter",
+    "UnitQueueWriter",
+    "ConsumeQueueWriter",
+    "StateTableWriter",
+    "MappedQueueWriter",
+    "InternalError",
+    "SCHEDULE_TOPIC",
+]

@@ -1,15 +1,17 @@
 """Check a generated store against its ledger with txlog_io's decoders (read-only).
 
-``verify(out_dir)`` decodes every CommitLog, consume-queue, statetable and redolog file and the config files, and
-returns a :class:`VerifyReport` listing
+``verify(out_dir)`` decodes every CommitLog, consume-queue, statetable and redolog file and the config files,
+and returns a :class:`VerifyReport` listing
 
-* ``anomalies``: everything the decoders reported, and ``unexplained``: those not at an injected fault's place;
+* ``anomalies``: everything the decoders reported, and ``unexplained``: those not at an injected fault's
+  place;
 * ``problems``: broken invariants or disagreements with the ledger, e.g.
-  - a consume-queue unit that does not point at a record of its topic/queue with its size, tagsCode and offset;
+  - a consume-queue unit that does not point at a record of its topic/queue with its size, tagsCode and
+    offset;
   - a NOT/COMMIT record without its unit (except the dispatch lag of a final crash / deleted queues);
   - a PREPARED/ROLLBACK record with a unit; non-contiguous queue offsets of a queue;
-  - a COMMIT record whose PREPARED_TRANSACTION_OFFSET is not a half copy (4.3+) / prepared record (3.x, 4.0-4.2)
-    of the same transaction;
+  - a COMMIT record whose PREPARED_TRANSACTION_OFFSET is not a half copy (4.3+) / prepared record (3.x,
+    4.0-4.2) of the same transaction;
   - a consumer offset beyond its queue's max offset;
   - a ledger record marked present that is not on disk as described, or a transaction record on disk that no
     ledger line claims;
@@ -84,7 +86,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
     transactions = [e for e in entries if e["kind"] == "transaction"]
     faults = [e for e in entries if e["kind"] == "fault"]
 
-    # ---- mapped-file queues (names, sizes, gaps) and the checkpoint -----------------------------------------
+    # ---- mapped-file queues (names, sizes, gaps) and the checkpoint ----------------------------------------
     layout = discover_store(root)
     for a in layout.anomalies:
         report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
@@ -94,7 +96,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
             report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
                                      "detail": a.detail})
 
-    # ---- CommitLog -------------------------------------------------------------------------------------------
+    # ---- CommitLog -----------------------------------------------------------------------------------------
     records: dict = {}
     for path in sorted((root / "commitlog").glob("*")) if (root / "commitlog").is_dir() else []:
         for batch, anomalies in decode_file(str(path), with_body=True):
@@ -112,7 +114,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
     for row in records.values():
         by_type[row["transaction_type"]].append(row)
 
-    # ---- consume queues --------------------------------------------------------------------------------------
+    # ---- consume queues ------------------------------------------------------------------------------------
     lag_start = None
     for fault in faults:
         if fault["fault"] == "CQ_DISPATCH_LAG" and not fault.get("redispatched"):
@@ -134,16 +136,24 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
         for path in sorted(qdir.iterdir()):
             for batch, anomalies in decode_consumequeue(str(path), topic=topic, queue_id=queue_id):
                 for a in anomalies:
-                    report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
-                                             "detail": a.detail})
+                    report.anomalies.append(
+                        {
+                            "kind": a.kind,
+                            "file": _rel(root, a.file),
+                            "position": a.position,
+                            "detail": a.detail,
+                        }
+                    )
                 for unit in batch.to_pylist():
                     report.cq_units += 1
                     indexes.append(unit["queue_offset"])
                     rec = records.get(unit["commitlog_offset"])
                     if rec is None:
-                        if unit["commitlog_offset"] >= min_offset and (retention_min is None or
-                                                                       unit["commitlog_offset"] >= retention_min) \
-                                and not _damaged(unit["commitlog_offset"], faults):
+                        if (
+                            unit["commitlog_offset"] >= min_offset
+                            and (retention_min is None or unit["commitlog_offset"] >= retention_min)
+                            and not _damaged(unit["commitlog_offset"], faults)
+                        ):
                             report.problems.append(f"CQ {topic}/{queue_id}#{unit['queue_offset']} points at "
                                                    f"{unit['commitlog_offset']}: no record there")
                         continue
@@ -151,10 +161,17 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
                     expected_tags = rec["tags_code"]
                     if topic == SCHEDULE_TOPIC:
                         expected_tags = unit["tags_code"]        # delivery time, checked separately
-                    if (rec["topic"], rec["queue_id"], rec["queue_offset"], rec["total_size"], expected_tags) != \
-                            (topic, queue_id, unit["queue_offset"], unit["size"], unit["tags_code"]):
-                        report.problems.append(f"CQ {topic}/{queue_id}#{unit['queue_offset']} disagrees with the "
-                                               f"record at {rec['physical_offset']}")
+                    if (
+                        rec["topic"],
+                        rec["queue_id"],
+                        rec["queue_offset"],
+                        rec["total_size"],
+                        expected_tags,
+                    ) != (topic, queue_id, unit["queue_offset"], unit["size"], unit["tags_code"]):
+                        report.problems.append(
+                            f"CQ {topic}/{queue_id}#{unit['queue_offset']} disagrees with the "
+                            f"record at {rec['physical_offset']}"
+                        )
         damaged = f"consumequeue/{topic}/{queue_id}" in damaged_queues
         if indexes and not damaged:
             queue_max[(topic, queue_id)] = max(indexes) + 1
@@ -179,7 +196,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
             report.problems.append(f"{tx_type} record at {row['physical_offset']} ({row['topic']}/"
                                    f"{row['queue_id']}#{row['queue_offset']}) has no CQ unit")
 
-    # ---- half queue contiguity, commit -> half, consumer offsets ---------------------------------------------
+    # ---- half queue contiguity, commit -> half, consumer offsets -------------------------------------------
     halves = {r["physical_offset"]: r for r in records.values() if r["topic"] == HALF_TOPIC}
     half_qos = sorted(r["queue_offset"] for r in halves.values())
     if half_qos and half_qos != list(range(half_qos[0], half_qos[-1] + 1)):
@@ -198,9 +215,15 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
             continue
         if target["topic"] == HALF_TOPIC:
             if target["uniq_key"] != row["uniq_key"]:
-                report.problems.append(f"COMMIT at {row['physical_offset']}: half at {prepared} has another UNIQ_KEY")
-        elif target["transaction_type"] != "PREPARED" or target["props"].get("KEYS") != row["props"].get("KEYS"):
-            report.problems.append(f"COMMIT at {row['physical_offset']}: {prepared} is not its prepared record")
+                report.problems.append(
+                    f"COMMIT at {row['physical_offset']}: half at {prepared} has another UNIQ_KEY"
+                )
+        elif target["transaction_type"] != "PREPARED" or target["props"].get("KEYS") != row["props"].get(
+            "KEYS"
+        ):
+            report.problems.append(
+                f"COMMIT at {row['physical_offset']}: {prepared} is not its prepared record"
+            )
     offsets_path = root / "config" / "consumerOffset.json"
     if offsets_path.exists():
         rows, anomalies = read_consumer_offsets(offsets_path)
@@ -212,8 +235,10 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
                 continue
             limit = queue_max.get((r["topic"], r["queue_id"]), 0)
             if r["offset"] > limit and f"consumequeue/{r['topic']}" not in deleted_queues:
-                report.problems.append(f"consumer offset {r['topic']}@{r['group']}/{r['queue_id']} = {r['offset']} "
-                                       f"beyond queue max {limit}")
+                report.problems.append(
+                    f"consumer offset {r['topic']}@{r['group']}/{r['queue_id']} = {r['offset']} "
+                    f"beyond queue max {limit}"
+                )
 
     # ---- 3.x statetable / redolog --------------------------------------------------------------------------
     for sub, decoder in (("transaction/statetable", decode_statetable),
@@ -222,8 +247,14 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
         for path in sorted(directory.iterdir()) if directory.is_dir() else []:
             for _batch, anomalies in decoder(str(path)):
                 for a in anomalies:
-                    report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
-                                             "detail": a.detail})
+                    report.anomalies.append(
+                        {
+                            "kind": a.kind,
+                            "file": _rel(root, a.file),
+                            "position": a.position,
+                            "detail": a.detail,
+                        }
+                    )
 
     # ---- ledger agreement ----------------------------------------------------------------------------------
     claimed = set()
@@ -247,24 +278,34 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
                 if not rec["present"]:
                     continue
                 if row is None or row["total_size"] != rec["size"]:
-                    report.problems.append(f"{key}: {group} record at {offset} not on disk as the ledger says")
+                    report.problems.append(
+                        f"{key}: {group} record at {offset} not on disk as the ledger says"
+                    )
                     continue
                 if tx_type is not None and row["transaction_type"] != tx_type:
-                    report.problems.append(f"{key}: {group} record at {offset} has type {row['transaction_type']}")
+                    report.problems.append(
+                        f"{key}: {group} record at {offset} has type {row['transaction_type']}"
+                    )
                 if entry["uniq_key"] is not None and row["uniq_key"] != entry["uniq_key"]:
                     report.problems.append(f"{key}: record at {offset} has UNIQ_KEY {row['uniq_key']}")
                 if "queue_offset" in rec and rec["queue_offset"] is not None and \
                         row["queue_offset"] != rec["queue_offset"]:
-                    report.problems.append(f"{key}: record at {offset} has queue offset {row['queue_offset']}, "
-                                           f"ledger {rec['queue_offset']}")
+                    report.problems.append(
+                        f"{key}: record at {offset} has queue offset {row['queue_offset']}, "
+                        f"ledger {rec['queue_offset']}"
+                    )
         for op in entry["op_records"]:
             claimed.add(op["op_commitlog_offset"])
-            if op["present"] and op["op_commitlog_offset"] not in ops_by_half.get(op["half_queue_offset"], ()):
+            if op["present"] and op["op_commitlog_offset"] not in ops_by_half.get(
+                op["half_queue_offset"], ()
+            ):
                 report.problems.append(f"{key}: op at {op['op_commitlog_offset']} does not list half offset "
                                        f"{op['half_queue_offset']}")
         decoded = decoded_outcomes.get(key, L.PREPARED)
         if decoded != entry["visible_outcome"]:
-            report.problems.append(f"{key}: ledger visible_outcome {entry['visible_outcome']}, records say {decoded}")
+            report.problems.append(
+                f"{key}: ledger visible_outcome {entry['visible_outcome']}, records say {decoded}"
+            )
     for row in records.values():
         is_tx_record = (row["topic"] in (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
                         or (row["transaction_type"] != "NOT" and row["topic"] != SCHEDULE_TOPIC
@@ -327,7 +368,9 @@ def _explaining_fault(anomaly: dict, faults: list) -> Optional[str]:
         if region is None:
             continue
         file, low, high = region
-        if (anomaly["file"] == file or anomaly["file"].startswith(file + "/")) and low <= anomaly["position"] < high:
+        if (anomaly["file"] == file or anomaly["file"].startswith(file + "/")) and low <= anomaly[
+            "position"
+        ] < high:
             return fault["fault_id"]
     return None
 
@@ -335,7 +378,9 @@ def _explaining_fault(anomaly: dict, faults: list) -> Optional[str]:
 def _decoded_outcomes(records: dict, ops_by_half: dict) -> dict:
     """transaction key -> outcome from the decoded records alone (grouped by UNIQ_KEY, or for 3.x / 4.0-4.2 by
     the prepared record's offset), with the ledger's precedence."""
-    groups: dict = defaultdict(lambda: {"commit": False, "rollback": False, "discard": False, "half_qos": set()})
+    groups: dict = defaultdict(
+        lambda: {"commit": False, "rollback": False, "discard": False, "half_qos": set()}
+    )
     for row in records.values():
         t = row["transaction_type"]
         if row["topic"] == HALF_TOPIC:
@@ -344,7 +389,11 @@ def _decoded_outcomes(records: dict, ops_by_half: dict) -> dict:
             groups[row["uniq_key"]]["discard"] = True
         elif t == "PREPARED":
             groups[str(row["physical_offset"])]
-        elif t in ("COMMIT", "ROLLBACK") and row["topic"] != SCHEDULE_TOPIC and not row["topic"].startswith("%RETRY%"):
+        elif (
+            t in ("COMMIT", "ROLLBACK")
+            and row["topic"] != SCHEDULE_TOPIC
+            and not row["topic"].startswith("%RETRY%")
+        ):
             # (PREPARED_TRANSACTION_OFFSET may legitimately be 0: the prepared record at physical offset 0)
             if "REAL_TOPIC" in row["props"]:           # 4.3+: the commit carries the half's properties
                 key = row["uniq_key"]

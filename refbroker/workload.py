@@ -3,9 +3,11 @@
 A workload is a stream of sends on a simulated clock: every ``tx_interval_ms`` one transactional send to
 ``TopicOrders`` (4 queues) from producer group ``PID_TX_ORDERS``, with ordinary traffic spread between them
 (``TopicEvents`` 4 queues, ``TopicLogs`` 2 queues with large compressed bodies, IPv6-born messages on 4.6+,
-consumer retries through ``SCHEDULE_TOPIC_XXXX`` into ``%RETRY%<group>`` — stored with magic V2 on 5.1+ where the
+consumer retries through ``SCHEDULE_TOPIC_XXXX`` into ``%RETRY%<group>`` — stored with magic V2 on 5.1+ where
+the
 consumer group is long enough to push the topic past 127 characters).  Each transaction gets a class (its
-producer's behaviour, :data:`TX_CLASSES`) drawn by weight from the scenario's mix; the producer's check callback
+producer's behaviour, :data:`TX_CLASSES`) drawn by weight from the scenario's mix; the producer's check
+callback
 answers from that class.  Bodies come from a small pool generated once per run (compressed and CRC'd once), so
 generation cost is dominated by record encoding and file writes.
 
@@ -77,12 +79,12 @@ class Scenario:
     crashes: tuple = ()                           # crash kinds spread over the send phase
     final: str = "shutdown"                       # "shutdown" or "crash" (store left as after a crash)
     shutdown_grace_ms: int = 0
-    drain_checks: Optional[int] = None            # check intervals to run after the last send (None: enough to
-    #                                               let every unanswered transaction reach transactionCheckMax)
+    drain_checks: Optional[int] = None  # check intervals to run after the last send (None: enough to
+    # let every unanswered transaction reach transactionCheckMax)
     profile_overrides: dict = field(default_factory=dict)
     profiles: Optional[tuple] = None              # allowed final profiles (None: all)
     start_profile: Optional[str] = None           # upgrade: the profile of the first half of the run
-    clock_jump_hours: float = 0                   # jump after the send phase (retention: past fileReservedTime)
+    clock_jump_hours: float = 0  # jump after the send phase (retention: past fileReservedTime)
     post_faults: tuple = ()                       # refbroker.faults names, applied to the finished store
     default_sizes: dict = field(default_factory=dict)
 
@@ -90,56 +92,131 @@ class Scenario:
 _BASE_MIX = {"commit": 40, "rollback": 18, "check_commit": 10, "check_rollback": 8, "check2_commit": 5,
              "check2_rollback": 3, "immunity_commit": 3, "late_commit": 3, "unknown": 2, "inflight": 2}
 
-SCENARIOS = {s.name: s for s in (
-    Scenario("clean", "normal traffic, every check answered the way the producer decided, a few never-answered "
-             "transactions (discarded after transactionCheckMax on 4.6+), a few in flight at a clean shutdown; no "
-             "faults", dict(_BASE_MIX)),
-    Scenario("crashy", "the clean mix plus producers that commit twice, and broker crashes at every interesting "
-             "step: between a commit record and its op, with 5.1+ ops still in the batch buffer, a torn tail write "
-             "(power loss), consume-queue dispatch lagging the CommitLog, a plain kill (consumerOffset.json stale by "
-             "up to its 5 s flush interval); each followed by an abnormal restart; the run ends in a crash "
-             "(abort file present, dispatch lag, stale offsets, torn last record); once the operator also deletes a consume "
-             "queue (the op queue on 4.3+) before the restart, which recovery rebuilds with pre-blank units",
-             {**_BASE_MIX, "commit_twice": 4},
-             crashes=("after_commit_before_op", "op_batch", "torn", "cq_lag", "plain", "delete_cq"),
-             final="crash"),
-    Scenario("unresolved", "producers that answer UNKNOWN, never answer, or are gone: many re-put copies, "
-             "discards to TRANS_CHECK_MAX_TIME_TOPIC (4.6+; 4.3-4.5 only log), prepared forever on 3.x/4.0-4.2; "
-             "the check service keeps running for 10 s after the producers disconnect",
-             {"commit": 15, "rollback": 5, "check_commit": 10, "check2_commit": 10, "unknown": 25, "silent": 15,
-              "unreachable": 15, "inflight": 5}, shutdown_grace_ms=10_000),
-    Scenario("checkmax-storm", "transactionTimeOut 1 s, check interval 1 s, transactionCheckMax 3 (the 5.3.3 "
-             "fixture's settings): halves already ended at send are re-checked before their ops are flushed "
-             "(5.1+ op batch 3 s), so commits are duplicated and transactions are committed and discarded",
-             {"commit": 15, "rollback": 15, "check_commit": 18, "check_rollback": 12, "check2_commit": 12,
-              "immunity_commit": 12, "unknown": 12, "inflight": 4},
-             profile_overrides={"transactionTimeOut": 1000, "transactionCheckInterval": 1000,
-                                "transactionCheckMax": 3},
-             profiles=("4.3-4.5", "4.6-4.9", "5.0", "5.1+")),
-    Scenario("retention", "a long run: the clock jumps past fileReservedTime so the check service discards "
-             "unresolved halves by age (needSkip), then retention deletes the oldest CommitLog files and the "
-             "consume-queue files that point only into them",
-             {"commit": 45, "rollback": 20, "check_commit": 10, "check_rollback": 5, "unknown": 8,
-              "unreachable": 8, "silent": 4},
-             clock_jump_hours=80, post_faults=("retention",)),
-    Scenario("corrupt", "a clean run, then damage: bit flips in CommitLog records (a commit body, an ordinary "
-             "header), in a consume-queue unit, in the checkpoint (and the 3.x statetable), a truncated CommitLog "
-             "file and consumerOffset.json, and (4.3+) a deleted op consume queue",
-             dict(_BASE_MIX),
-             post_faults=("bitflip_commit_body", "bitflip_record_header", "bitflip_cq_unit", "bitflip_checkpoint",
-                          "bitflip_statetable", "truncate_commitlog", "truncate_config", "delete_op_cq")),
-    Scenario("upgrade-4.9-to-5.1", "the first half of the run on a 4.6-4.9 broker (single-offset ops, no "
-             "__transactionId__, no trailing 0x02), clean shutdown, restart as 5.1+ on the same store (batched comma "
-             "ops, V2 retry records, 40-byte checkpoint): both op formats in one op queue",
-             dict(_BASE_MIX), profiles=("5.1+",), start_profile="4.6-4.9"),
-    Scenario("legacy-3x", "3.x statetable/redolog transactions with small statetable (100 units) and redolog "
-             "(200 units) files; an abnormal restart rebuilds the statetable through the 3.1.4 bug (only the first "
-             "redolog file is read), producers still ending with old indexes afterwards",
-             {"commit": 30, "rollback": 20, "check_commit": 15, "check_rollback": 15, "unknown": 10,
-              "late_commit": 5, "inflight": 5},
-             crashes=("plain",), profiles=("3.x",),
-             default_sizes={"statetable_file_size": 2400, "redolog_file_size": 4000}),
-)}
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario(
+            "clean",
+            "normal traffic, every check answered the way the producer decided, a few never-answered "
+            "transactions (discarded after transactionCheckMax on 4.6+), a few in flight at a clean "
+            "shutdown; no faults",
+            dict(_BASE_MIX),
+        ),
+        Scenario(
+            "crashy",
+            "the clean mix plus producers that commit twice, and broker crashes at every interesting step: "
+            "between a commit record and its op, with 5.1+ ops still in the batch buffer, a torn tail write "
+            "(power loss), consume-queue dispatch lagging the CommitLog, a plain kill (consumerOffset.json "
+            "stale by up to its 5 s flush interval); each followed by an abnormal restart; the run ends in "
+            "a crash (abort file present, dispatch lag, stale offsets, torn last record); once the operator "
+            "also deletes a consume queue (the op queue on 4.3+) before the restart, which recovery "
+            "rebuilds with pre-blank units",
+            {**_BASE_MIX, "commit_twice": 4},
+            crashes=("after_commit_before_op", "op_batch", "torn", "cq_lag", "plain", "delete_cq"),
+            final="crash",
+        ),
+        Scenario(
+            "unresolved",
+            "producers that answer UNKNOWN, never answer, or are gone: many re-put copies, discards to "
+            "TRANS_CHECK_MAX_TIME_TOPIC (4.6+; 4.3-4.5 only log), prepared forever on 3.x/4.0-4.2; the "
+            "check service keeps running for 10 s after the producers disconnect",
+            {
+                "commit": 15,
+                "rollback": 5,
+                "check_commit": 10,
+                "check2_commit": 10,
+                "unknown": 25,
+                "silent": 15,
+                "unreachable": 15,
+                "inflight": 5,
+            },
+            shutdown_grace_ms=10_000,
+        ),
+        Scenario(
+            "checkmax-storm",
+            "transactionTimeOut 1 s, check interval 1 s, transactionCheckMax 3 (the 5.3.3 fixture's "
+            "settings): halves already ended at send are re-checked before their ops are flushed (5.1+ op "
+            "batch 3 s), so commits are duplicated and transactions are committed and discarded",
+            {
+                "commit": 15,
+                "rollback": 15,
+                "check_commit": 18,
+                "check_rollback": 12,
+                "check2_commit": 12,
+                "immunity_commit": 12,
+                "unknown": 12,
+                "inflight": 4,
+            },
+            profile_overrides={
+                "transactionTimeOut": 1000,
+                "transactionCheckInterval": 1000,
+                "transactionCheckMax": 3,
+            },
+            profiles=("4.3-4.5", "4.6-4.9", "5.0", "5.1+"),
+        ),
+        Scenario(
+            "retention",
+            "a long run: the clock jumps past fileReservedTime so the check service discards unresolved "
+            "halves by age (needSkip), then retention deletes the oldest CommitLog files and the "
+            "consume-queue files that point only into them",
+            {
+                "commit": 45,
+                "rollback": 20,
+                "check_commit": 10,
+                "check_rollback": 5,
+                "unknown": 8,
+                "unreachable": 8,
+                "silent": 4,
+            },
+            clock_jump_hours=80,
+            post_faults=("retention",),
+        ),
+        Scenario(
+            "corrupt",
+            "a clean run, then damage: bit flips in CommitLog records (a commit body, an ordinary header), "
+            "in a consume-queue unit, in the checkpoint (and the 3.x statetable), a truncated CommitLog "
+            "file and consumerOffset.json, and (4.3+) a deleted op consume queue",
+            dict(_BASE_MIX),
+            post_faults=(
+                "bitflip_commit_body",
+                "bitflip_record_header",
+                "bitflip_cq_unit",
+                "bitflip_checkpoint",
+                "bitflip_statetable",
+                "truncate_commitlog",
+                "truncate_config",
+                "delete_op_cq",
+            ),
+        ),
+        Scenario(
+            "upgrade-4.9-to-5.1",
+            "the first half of the run on a 4.6-4.9 broker (single-offset ops, no __transactionId__, no "
+            "trailing 0x02), clean shutdown, restart as 5.1+ on the same store (batched comma ops, V2 retry "
+            "records, 40-byte checkpoint): both op formats in one op queue",
+            dict(_BASE_MIX),
+            profiles=("5.1+",),
+            start_profile="4.6-4.9",
+        ),
+        Scenario(
+            "legacy-3x",
+            "3.x statetable/redolog transactions with small statetable (100 units) and redolog (200 units) "
+            "files; an abnormal restart rebuilds the statetable through the 3.1.4 bug (only the first "
+            "redolog file is read), producers still ending with old indexes afterwards",
+            {
+                "commit": 30,
+                "rollback": 20,
+                "check_commit": 15,
+                "check_rollback": 15,
+                "unknown": 10,
+                "late_commit": 5,
+                "inflight": 5,
+            },
+            crashes=("plain",),
+            profiles=("3.x",),
+            default_sizes={"statetable_file_size": 2400, "redolog_file_size": 4000},
+        ),
+    )
+}
 
 
 def describe_scenarios() -> str:
@@ -159,12 +236,32 @@ def get_scenario(name) -> Scenario:
         raise UsageError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}") from None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # bodies
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
-_WORDS = ("order", "payment", "amount", "currency", "USD", "EUR", "sku", "user", "shipping", "invoice", "refund",
-          "status", "created", "paid", "été", "数据", "region", "warehouse", "item", "total")
+_WORDS = (
+    "order",
+    "payment",
+    "amount",
+    "currency",
+    "USD",
+    "EUR",
+    "sku",
+    "user",
+    "shipping",
+    "invoice",
+    "refund",
+    "status",
+    "created",
+    "paid",
+    "été",
+    "数据",
+    "region",
+    "warehouse",
+    "item",
+    "total",
+)
 
 
 class BodyPool:
@@ -177,8 +274,10 @@ class BodyPool:
         words = [rng.choice(_WORDS) for _ in range(max(msg_bytes * 3 // 2, large_max) // 3 + 64)]
         self._text = " ".join(words).encode("utf-8")
         self.plain = [self._body(rng, max(16, int(msg_bytes * rng.uniform(0.5, 1.5)))) for _ in range(count)]
-        self.large = [self._body(rng, max(COMPRESS_OVER + 1, int(max(msg_bytes, 6000) * rng.uniform(1.2, 2.5))))
-                      for _ in range(max(4, count // 6))]
+        self.large = [
+            self._body(rng, max(COMPRESS_OVER + 1, int(max(msg_bytes, 6000) * rng.uniform(1.2, 2.5))))
+            for _ in range(max(4, count // 6))
+        ]
         self._stored: dict = {}
 
     def _body(self, rng: random.Random, size: int) -> bytes:
@@ -195,7 +294,11 @@ class BodyPool:
                 data, bits = body, 0
             else:
                 data = CMP.compress(body, compression)
-                bits = CMP.sys_flag_bits(compression) if self.profile.compression_type_bits else CMP.COMPRESSED_FLAG
+                bits = (
+                    CMP.sys_flag_bits(compression)
+                    if self.profile.compression_type_bits
+                    else CMP.COMPRESSED_FLAG
+                )
             hit = self._stored[key] = (data, bits, body_crc(data))
         return hit
 
@@ -204,9 +307,9 @@ class BodyPool:
         self._stored.clear()
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # the driver
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def _check_answer(request) -> Optional[str]:
     plan: TxClass = request.transaction.plan
@@ -328,8 +431,15 @@ class Workload:
         b = self.broker
         self.ordinary_sent += 1
         body = self.bodies.plain[self.ordinary_sent % len(self.bodies.plain)]
-        b.send_message(self.event_producer, EVENTS_TOPIC, 0, body, tags="TagA", keys=f"EV-{self.ordinary_sent}",
-                       stored_body=self.bodies.stored(body, CMP.NONE))
+        b.send_message(
+            self.event_producer,
+            EVENTS_TOPIC,
+            0,
+            body,
+            tags="TagA",
+            keys=f"EV-{self.ordinary_sent}",
+            stored_body=self.bodies.stored(body, CMP.NONE),
+        )
 
     def send_transaction(self, index: int, inflight: bool = False) -> None:
         b, rng = self.broker, self.rng
@@ -346,9 +456,18 @@ class Workload:
         if plan.immunity and b.profile.transaction_model == MODEL_HALF_OP:
             immunity = max(1, 2 * (b.profile.transactionTimeOut or 6000) // 1000)
         user = {"bizId": f"B{index}"} if rng.random() < 0.3 else None
-        txn = b.send_transactional(producer, TX_TOPIC, rng.randrange(4), body, tags=("create", "pay")[index % 2],
-                                   keys=f"TX-{index}", user_props=user, immunity_s=immunity, plan=plan,
-                                   stored_body=self.bodies.stored(body, kind))
+        txn = b.send_transactional(
+            producer,
+            TX_TOPIC,
+            rng.randrange(4),
+            body,
+            tags=("create", "pay")[index % 2],
+            keys=f"TX-{index}",
+            user_props=user,
+            immunity_s=immunity,
+            plan=plan,
+            stored_body=self.bodies.stored(body, kind),
+        )
         if txn is None:
             self._ensure_running()
             return
@@ -383,7 +502,8 @@ class Workload:
             else:
                 self._pending_plain_crash = True
         elif kind == "delete_cq":
-            # a plain crash after which the operator deletes a consume queue; recovery rebuilds it from the newest
+            # a plain crash after which the operator deletes a consume queue; recovery rebuilds it from the
+            # newest
             # CommitLog file with pre-blank units in front (the op queue where there is one)
             self._pending_plain_crash = True
             if b.profile.transaction_model == MODEL_HALF_OP and (OP_QUEUE_KEY in b.store.queues):
@@ -476,7 +596,8 @@ class Workload:
             self._advance(b.now + checks * interval + 1 + (STATETABLE_DELAY if
                                                             p.transaction_model == MODEL_STATETABLE else 0))
         if sc.clock_jump_hours:
-            # the broker is stopped for the jump (a long maintenance window); on restart the check service finds
+            # the broker is stopped for the jump (a long maintenance window); on restart the check service
+            # finds
             # halves older than fileReservedTime (needSkip)
             b.shutdown()
             b.run_until(b.now + int(sc.clock_jump_hours * 3600 * 1000))
@@ -506,7 +627,8 @@ STATETABLE_DELAY = 60_000
 
 
 def resolve_profiles(scenario: Scenario, profile: Profile) -> tuple:
-    """(start profile, final profile) for a scenario, with its overrides applied; UsageError if not allowed."""
+    """(start profile, final profile) for a scenario, with its overrides applied; UsageError if not
+    allowed."""
     from refbroker.profiles import get_profile
 
     if scenario.profiles is not None and profile.name not in scenario.profiles:

@@ -1,6 +1,7 @@
-"""Reference broker: every profile x scenario writes a store that decodes cleanly apart from its injected faults,
-whose consume queues match their records and whose ledger agrees with what is on disk; plus targeted checks of
-the version-specific behaviour (profiles, 3.x statetable/redolog, V2, compression, IPv6, fastjson, checkpoint)."""
+"""Reference broker: every profile x scenario writes a store that decodes cleanly apart from its injected
+faults, whose consume queues match their records and whose ledger agrees with what is on disk; plus targeted
+checks of the version-specific behaviour (profiles, 3.x statetable/redolog, V2, compression, IPv6, fastjson,
+checkpoint)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,12 @@ from refbroker.profiles import PROFILE_NAMES
 from refbroker.verify import verify
 from refbroker.workload import SCENARIOS
 from txlog_io.commitlog_decode import decode_file
-from txlog_io.config import checkpoint_variant_for_version, decode_checkpoint, parse_fastjson, read_consumer_offsets
+from txlog_io.config import (
+    checkpoint_variant_for_version,
+    decode_checkpoint,
+    parse_fastjson,
+    read_consumer_offsets,
+)
 from txlog_io.consumequeue import decode_redolog, decode_statetable, encode_pre_blank
 from txlog_io.errors import UsageError
 
@@ -43,7 +49,9 @@ def store(tmp_path_factory):
             sizes = dict(SMALL)
             if scenario == "legacy-3x":
                 sizes["background_messages"] = 20
-            _CACHE[key] = generate(profile, scenario, TX if scenario != "legacy-3x" else 120, 11, out, **sizes)
+            _CACHE[key] = generate(
+                profile, scenario, TX if scenario != "legacy-3x" else 120, 11, out, **sizes
+            )
         return _CACHE[key]
     return get
 
@@ -56,9 +64,9 @@ def _records(store_dir: Path) -> list:
     return rows
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # the matrix: decode cleanly, CQ <-> records, ledger <-> disk, invariants
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("scenario,profile", list(_combos()))
 def test_store_decodes_and_agrees_with_ledger(store, scenario, profile):
@@ -103,15 +111,17 @@ def test_every_mapped_file_has_its_configured_size(store, scenario, profile):
         assert (root / "config" / name).exists() and (root / "config" / (name + ".bak")).exists()
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # profiles
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def test_profile_defaults_follow_the_reference():
     p43, p46, p50, p51 = (get_profile(n) for n in ("4.3-4.5", "4.6-4.9", "5.0", "5.1+"))
     for p in (p43, p46, p50, p51):
         assert (p.transactionTimeOut, p.transactionCheckMax, p.fileReservedTime) == (6000, 15, 72)
-    assert p43.transactionCheckInterval == p46.transactionCheckInterval == p50.transactionCheckInterval == 60_000
+    assert (
+        p43.transactionCheckInterval == p46.transactionCheckInterval == p50.transactionCheckInterval == 60_000
+    )
     assert p51.transactionCheckInterval == 30_000
     assert (p51.transactionOpMsgMaxSize, p51.transactionOpBatchInterval) == (4096, 3000)
     assert p50.op_body_format == "SINGLE" and p51.op_body_format == "COMMA_BATCH"
@@ -122,8 +132,12 @@ def test_profile_defaults_follow_the_reference():
     assert [get_profile(n).magic_v2 for n in PROFILE_NAMES] == [False] * 5 + [True]
     assert [get_profile(n).ipv6_hosts for n in PROFILE_NAMES] == [False, False, False, True, True, True]
     assert not p46.properties_trailing_separator and p51.properties_trailing_separator
-    assert set(p51.broker_defaults()) >= {"transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
-                                          "fileReservedTime"}
+    assert set(p51.broker_defaults()) >= {
+        "transactionTimeOut",
+        "transactionCheckMax",
+        "transactionCheckInterval",
+        "fileReservedTime",
+    }
     with pytest.raises(UsageError):
         get_profile("6.0")
     with pytest.raises(UsageError):
@@ -137,9 +151,9 @@ def test_checkpoint_variant_per_profile(store):
         assert not cp["anomalies"] and cp["physic_msg_timestamp"] > 1_700_000_000_000
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # record-level behaviour
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def test_half_records_and_transaction_id(store):
     for name in ("4.6-4.9", "5.0", "5.1+"):
@@ -171,13 +185,18 @@ def test_half_records_and_transaction_id(store):
 def test_3x_prepared_rollback_statetable_and_redolog(store):
     result = store("clean", "3.x")
     rows = _records(result.store_dir)
-    prepared = sorted((r for r in rows if r["transaction_type"] == "PREPARED"), key=lambda r: r["physical_offset"])
+    prepared = sorted(
+        (r for r in rows if r["transaction_type"] == "PREPARED"), key=lambda r: r["physical_offset"]
+    )
     rollbacks = [r for r in rows if r["transaction_type"] == "ROLLBACK"]
     assert prepared and rollbacks
     assert [r["queue_offset"] for r in prepared] == list(range(len(prepared)))   # = statetable index
     by_offset = {r["physical_offset"]: r for r in prepared}
     for r in rollbacks:
-        assert r["body_size"] == 0 and r["queue_offset"] == by_offset[r["prepared_transaction_offset"]]["queue_offset"]
+        assert (
+            r["body_size"] == 0
+            and r["queue_offset"] == by_offset[r["prepared_transaction_offset"]]["queue_offset"]
+        )
     assert all(r["uniq_key"] is None and "CLUSTER" not in dict(r["properties"]) for r in rows)
     units = []
     for path in sorted((result.store_dir / "transaction" / "statetable").iterdir()):
@@ -290,7 +309,11 @@ def test_crashy_leaves_a_crashed_store(store):
     assert (root / "abort").exists()
     faults = [e for e in iter_ledger(result.ledger_path) if e["kind"] == "fault"]
     kinds = Counter(f["fault"] for f in faults)
-    assert kinds["TORN_TAIL"] >= 2 and kinds["CQ_DISPATCH_LAG"] >= 1 and kinds["CRASH_BETWEEN_COMMIT_AND_OP"] == 1
+    assert (
+        kinds["TORN_TAIL"] >= 2
+        and kinds["CQ_DISPATCH_LAG"] >= 1
+        and kinds["CRASH_BETWEEN_COMMIT_AND_OP"] == 1
+    )
     rebuilt = [f for f in faults if f["fault"] == "CQ_DELETED_AND_REBUILT"]
     assert rebuilt
     queue_dir = root / rebuilt[0]["file"]

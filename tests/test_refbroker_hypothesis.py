@@ -2,11 +2,12 @@
 every kind, restarts) on every profile; afterwards the store must satisfy the broker's invariants:
 
 * it decodes cleanly apart from injected faults, and every consume-queue unit matches its record (verify);
-* every COMMIT record's PREPARED_TRANSACTION_OFFSET points at a half copy of the same UNIQ_KEY (4.3+) or at the
-  prepared record (3.x, 4.0-4.2);
+* every COMMIT record's PREPARED_TRANSACTION_OFFSET points at a half copy of the same UNIQ_KEY (4.3+) or at
+  the prepared record (3.x, 4.0-4.2);
 * half-queue offsets are contiguous; consumer offsets never exceed the queue's max offset;
 * the ledger's outcome agrees with its records and with what the decoded store shows;
-* TRANSACTION_CHECK_TIMES never exceeds transactionCheckMax; copies of one transaction have increasing offsets.
+* TRANSACTION_CHECK_TIMES never exceeds transactionCheckMax; copies of one transaction have increasing
+  offsets.
 """
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def _run_sequence(out: Path, profile: str, operations: list, final: str) -> None
     run = Run(out, profile, seed=1, commitlog_file_size=24 * 1024, consumequeue_file_size=200)
     b = run.broker
     producer = Producer("PID_TX", check_listener=_check_answer, port=40000)
-    gone = Producer("PID_GONE", check_listener=_check_answer, port=40001, connected=False, same_jvm_as=producer)
+    gone = Producer(
+        "PID_GONE", check_listener=_check_answer, port=40001, connected=False, same_jvm_as=producer
+    )
     plain = Producer("PID_PLAIN", port=40002, pid=777)
     for p in (producer, gone, plain):
         b.register_producer(p)
