@@ -731,6 +731,10 @@ def _parse_properties(props: pa.Array) -> _Props:
     rec_off = np.frombuffer(bufs[1], np.int32, n + 1, props.offset * 4).astype(np.int64)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     data = data[:rec_off[-1]]
+    fast = _well_formed_segments(data, rec_off, n)
+    if fast is not None:
+        s, kv, e, r = fast
+        return _props_from_segments(bufs[2], s, kv, e, r, n)
     sep2 = np.flatnonzero(data == 2)
     sep1 = np.flatnonzero(data == 1)
     merged = np.concatenate([rec_off[1:], sep2])
@@ -758,7 +762,53 @@ def _parse_properties(props: pa.Array) -> _Props:
         valid = (kv > s) & (kv < e - 1)
     if valid is not None:
         s, e, r, kv = s[valid], e[valid], r[valid], kv[valid]
+    return _props_from_segments(bufs[2], s, kv, e, r, n)
+
+
+def _well_formed_segments(data: np.ndarray, rec_off: np.ndarray, n: int):
+    """Fast path for the shape every broker writes: per record ``k 01 v 02 k 01 v 02 ...`` with or without the
+    final 02 (3.x/5.x vs 4.9.x), the same style in every record of the batch.  Returns (key start, 0x01
+    position, segment end, record) per entry, or None to let the general path decide."""
+    sep = np.flatnonzero(data < 3)
+    kinds = data[sep]
+    lens = np.diff(rec_off)
+    nonempty = np.flatnonzero(lens > 0)
+    if not nonempty.size:
+        return None
+    ends = rec_off[1:][nonempty]
+    final_two = data[ends - 1] == 2
+    if final_two.all():
+        virtual = None
+    elif not final_two.any():
+        # 4.9.x: a virtual 0x02 at every record end (one past its last byte) makes both styles alike
+        at = np.searchsorted(sep, ends)
+        sep = np.insert(sep, at, ends)
+        kinds = np.insert(kinds, at, 2)
+        virtual = at + np.arange(at.size)
+    else:
+        return None
+    if sep.size % 2 or (kinds[0::2] != 1).any() or (kinds[1::2] != 2).any():
+        return None
+    kv, e = sep[0::2], sep[1::2]
+    s = np.empty_like(e)
+    s[0] = rec_off[nonempty[0]]
+    s[1:] = e[:-1] + 1
+    if virtual is None:
+        final = np.searchsorted(e, ends - 1)            # index of each record's last segment
+    else:
+        final = (virtual - 1) // 2
+        s[final[:-1] + 1] = e[final[:-1]]               # after a virtual 0x02 the next record starts right there
+    counts = np.diff(np.concatenate([[-1], final]))
+    r = np.repeat(nonempty, counts)
+    valid = (kv > s) & (kv < e - 1)                     # empty key or value: ignored, as Java does
+    if not valid.all():
+        s, kv, e, r = s[valid], kv[valid], e[valid], r[valid]
+    return s, kv, e, r
+
+
+def _props_from_segments(data_buf, s, kv, e, r, n: int) -> _Props:
     m = s.size
+    bufs = [None, None, data_buf]
     if m:
         offs = np.empty(4 * m, np.int32)
         offs[0::4], offs[1::4], offs[2::4], offs[3::4] = s, kv, kv + 1, e
