@@ -89,6 +89,7 @@ class Run:
                  commitlog_file_size: Optional[int] = None, consumequeue_file_size: Optional[int] = None,
                  statetable_file_size: Optional[int] = None, redolog_file_size: Optional[int] = None):
         self.started = time.perf_counter()
+        self.started_cpu = time.process_time()
         self.profile = get_profile(profile)
         self.seed = seed
         self.start_ms = start_ms
@@ -114,6 +115,7 @@ class Run:
             on_fault=self.collect,
         )
         self.sim_seconds = 0.0
+        self.sim_cpu_seconds = 0.0
         self._ended = False
 
     def collect(self, fault: dict) -> str:
@@ -136,6 +138,7 @@ class Run:
             if not broker.down:
                 broker.store.close_files()
         self.sim_seconds = time.perf_counter() - self.started
+        self.sim_cpu_seconds = time.process_time() - self.started_cpu
         end_offset = broker.store.commitlog.max_offset
         for fault in self.faults:
             if fault["fault"] == "TORN_TAIL":
@@ -188,7 +191,9 @@ class Run:
             "timing": {
                 "seconds": round(elapsed, 3),
                 "simulation_seconds": round(self.sim_seconds, 3),
+                "simulation_cpu_seconds": round(self.sim_cpu_seconds, 3),
                 "record_mb_per_s": round(data_bytes / MIB / max(self.sim_seconds, 1e-9), 2),
+                "record_mb_per_cpu_s": round(data_bytes / MIB / max(self.sim_cpu_seconds, 1e-9), 2),
             },
             "profile_settings": broker.profile.broker_defaults(),
         }

@@ -33,7 +33,7 @@ OPERATION = st.one_of(
     st.tuples(st.just("advance"), st.integers(1, 40_000)),
     st.tuples(st.just("check")),
     st.tuples(st.just("jump_hours"), st.sampled_from([1, 80])),
-    st.tuples(st.just("crash"), st.sampled_from(["plain", "torn", "after_commit", "lag"])),
+    st.tuples(st.just("crash"), st.sampled_from(["plain", "torn", "after_commit", "lag", "delete_cq"])),
 )
 
 
@@ -89,6 +89,10 @@ def _run_sequence(out: Path, profile: str, operations: list, final: str) -> None
             how = op[1]
             if how == "plain":
                 b.crash("plain")
+            elif how == "delete_cq":
+                b.crash("plain")
+                key = ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)
+                b.delete_consume_queue(*(key if key in b.store.queues else ("TopicPlain", 0)))
             elif how == "torn":
                 b.tear_next_put = 0.5
             elif how == "after_commit":
