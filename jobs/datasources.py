@@ -338,22 +338,6 @@ def _consumer_offsets_path(p: StoreFiles) -> Optional[str]:
     return p.consumer_offsets_path
 
 
-def _consumer_offsets_batch(broker: str, rows, path: str) -> Optional[pa.RecordBatch]:
-    inner = CONSUMER_OFFSETS.arrow_schema()
-    if isinstance(rows, pa.Table):
-        table = rows
-    elif isinstance(rows, pa.RecordBatch):
-        table = pa.Table.from_batches([rows])
-    else:
-        table = pa.Table.from_pylist([dict(r, file=r.get("file", path)) if isinstance(r, dict) else r._asdict()
-                                      for r in rows], schema=inner)
-    table = table.select(inner.names).cast(inner)
-    if table.num_rows == 0:
-        return None
-    batch = table.combine_chunks().to_batches()[0]
-    return prepend_broker(batch, broker, inner, SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema())
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Readers
 # ---------------------------------------------------------------------------------------------------------------
@@ -406,12 +390,12 @@ class StoreReader(DataSourceReader):
         path = _consumer_offsets_path(p)
         if path is None:
             return
-        from txlog_io.config import read_consumer_offsets
+        from txlog_io.config import consumer_offsets_batch, read_consumer_offsets
 
         rows, _ = read_consumer_offsets(path)
-        batch = _consumer_offsets_batch(p.broker, rows, path)
-        if batch is not None:
-            yield batch
+        if rows:
+            yield prepend_broker(consumer_offsets_batch(rows), p.broker, CONSUMER_OFFSETS.arrow_schema(),
+                                 SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema())
 
     # -- anomalies ----------------------------------------------------------------------------------------------
     def _read_anomalies(self, p: InputPartition) -> Iterator[pa.RecordBatch]:

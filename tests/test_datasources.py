@@ -140,6 +140,20 @@ def test_statetable_and_redolog_rows_equal_truth(rs):
     assert rs.read.format("rocketmq_statetable").load(store_of("rocketmq-5.3.3")).count() == 0
 
 
+def test_consumer_offsets_equal_txlog_io(rs):
+    from txlog_io.config import read_consumer_offsets
+
+    got = rs.read.format("rocketmq_consumer_offsets").load([store_of(v) for v in VERSIONS]).collect()
+    assert {r["broker"] for r in got} >= {"rocketmq-4.9.8", "rocketmq-5.3.3"}
+    for version in VERSIONS:
+        rows, anomalies = read_consumer_offsets(os.path.join(store_of(version), "config", "consumerOffset.json"))
+        assert not anomalies
+        expected = sorted((version, r["file"], r["topic"], r["group"], r["queue_id"], r["offset"]) for r in rows)
+        assert sorted(tuple(r) for r in got if r["broker"] == version) == expected
+    assert ("rocketmq-4.9.8", "TopicEvents", "CID_EVENTS", 0, 506) in {
+        (r["broker"], r["topic"], r["group"], r["queue_id"], r["offset"]) for r in got}
+
+
 # --- options -----------------------------------------------------------------------------------------------------
 
 def _planning_error(build) -> str:
@@ -265,6 +279,7 @@ def damaged_store(tmp_path_factory, commitlog_tables):
         fh.seek(body_at + 120)
         fh.write(bytes([byte[0] ^ 0xFF]))
     os.truncate(f1, cut_at + 10)
+    (root / "config" / "consumerOffset.json").write_text('{"offsetTable":{"TopicEvents@CID_EVENTS":{0:5')
     return {"root": str(root), "f0": str(f0), "f1": str(f1), "magic_at": magic_at, "body_at": body_at,
             "cut_at": cut_at}
 
@@ -285,7 +300,9 @@ def test_anomalies_of_a_damaged_store_reach_the_anomalies_frame(rs, damaged_stor
     got = _anomaly_keys(full.anomalies)
     assert expected <= got
     assert any(k[1] in ("BAD_TOTAL_SIZE", "TRUNCATED_RECORD") and k[2:4] == (d["f1"], d["cut_at"]) for k in got)
+    assert any(k[1] == "BAD_JSON" and k[2].endswith("consumerOffset.json") and k[4] == "config" for k in got)
     assert full.anomalies.schema == SOURCE_TABLES["rocketmq_anomalies"].spark_schema()
+    assert full.consumer_offsets.where("topic = 'TopicEvents' AND queue_id = 0").count() == 1  # from the .bak
     # the damaged half record is still a row, flagged
     bad = full.commitlog.where(f"file_position = {d['body_at']} AND physical_offset = {d['body_at']}").collect()
     assert len(bad) == 1 and bad[0]["body_crc_ok"] is False
