@@ -315,11 +315,10 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
 
     # ---- anomalies vs faults -------------------------------------------------------------------------------
     for anomaly in report.anomalies:
-        fault_id = _explaining_fault(anomaly, faults)
-        if fault_id is None:
+        fault_ids = _explaining_faults(anomaly, faults)
+        if not fault_ids:
             report.unexplained.append(anomaly)
-        else:
-            report.explained_faults.add(fault_id)
+        report.explained_faults.update(fault_ids)
     for fault in faults:
         region = _fault_region(fault)
         if region is not None and fault.get("expected_anomalies") and fault["fault_id"] not in \
@@ -362,17 +361,18 @@ def _fault_region(fault: dict) -> Optional[tuple]:
     return None
 
 
-def _explaining_fault(anomaly: dict, faults: list) -> Optional[str]:
+def _explaining_faults(anomaly: dict, faults: list) -> list:
+    """Ids of every fault whose region holds the anomaly (two torn writes at one place share one finding)."""
+    found = []
     for fault in faults:
         region = _fault_region(fault)
         if region is None:
             continue
         file, low, high = region
-        if (anomaly["file"] == file or anomaly["file"].startswith(file + "/")) and low <= anomaly[
-            "position"
-        ] < high:
-            return fault["fault_id"]
-    return None
+        in_file = anomaly["file"] == file or anomaly["file"].startswith(file + "/")
+        if in_file and low <= anomaly["position"] < high:
+            found.append(fault["fault_id"])
+    return found
 
 
 def _decoded_outcomes(records: dict, ops_by_half: dict) -> dict:
