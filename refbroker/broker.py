@@ -320,8 +320,13 @@ class Broker:
             raise UsageError("broker is not running")
         if grace_ms:
             self.run_until(self.clock.now + grace_ms)
+            if self.down:
+                return                              # it crashed during the grace period
         if self.op_pending:
-            self._flush_ops(force=True)
+            try:
+                self._flush_ops(force=True)
+            except BrokerDown:
+                return                              # a torn write while flushing: the broker is down
         self.store.dispatch_all()
         self._persist_offsets(force=True)          # BrokerController.shutdown persists every config once more
         self._persist_topics(force=True)
