@@ -79,7 +79,7 @@ from pyspark.sql.datasource import (
 
 from jobs.options import OptionError, SourceOptions, parse_options
 from schemas.sources import SOURCE_TABLES
-from schemas.store import ANOMALIES, COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE
+from schemas.store import COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE
 from txlog_io.errors import Anomaly, TxlogError, UsageError
 
 COMMITLOG_FORMAT = "rocketmq_commitlog"
@@ -282,7 +282,6 @@ def prepend_broker(batch: pa.RecordBatch, broker: str, inner: pa.Schema, target:
     return pa.RecordBatch.from_arrays([col, *batch.columns], schema=target)
 
 
-_ANOMALY_INNER = ANOMALIES.arrow_schema()
 _ANOMALY_TARGET = SOURCE_TABLES[ANOMALIES_FORMAT].arrow_schema()
 
 
@@ -538,6 +537,6 @@ def register(spark) -> None:
 
 
 __all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "UnitSlice", "UnitFiles", "StoreFiles",
-           "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch", "prepend_broker", "StoreReader",
-           "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT", "STATETABLE_FORMAT", "REDOLOG_FORMAT",
+           "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch", "prepend_broker",
+           "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT", "STATETABLE_FORMAT", "REDOLOG_FORMAT",
            "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT"]

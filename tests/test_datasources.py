@@ -115,6 +115,26 @@ def test_tiny_split_reads_every_record_exactly_once(rs, commitlog_tables):
     assert by_offset(got).equals(by_offset(commitlog_tables["rocketmq-4.9.8"]))
 
 
+def test_partitions_are_small_picklable_ranges_covering_each_file():
+    import pickle
+
+    from jobs.datasources import CommitLogRange, StoreFiles, UnitFiles, plan_partitions
+
+    opts = parse_options("rocketmq_anomalies", {"path": store_of("rocketmq-4.9.8"), "split_bytes": "256k"})
+    parts = plan_partitions("rocketmq_anomalies", opts)
+    ranges = [p for p in parts if isinstance(p, CommitLogRange)]
+    assert len(ranges) == 8 and sum(isinstance(p, StoreFiles) for p in parts) == 1
+    for path in {r.path for r in ranges}:
+        mine = sorted((r.start, r.end) for r in ranges if r.path == path)
+        assert mine[0][0] == 0 and mine[-1][1] == 1 << 20
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+    units = [s for p in parts if isinstance(p, UnitFiles) for s in p.slices]  # 18 queues, one with 2 files
+    assert len(units) == 19 and all(sum(s.end - s.start for s in p.slices) <= 256 << 10
+                                    for p in parts if isinstance(p, UnitFiles))
+    assert all(pickle.loads(pickle.dumps(p)) == p and len(pickle.dumps(p)) < 4096 for p in parts)
+    assert plan_partitions("rocketmq_commitlog", opts, brokers=frozenset({"other"})) == []
+
+
 def test_include_bodies(rs):
     got = (rs.read.format("rocketmq_commitlog").option("include_bodies", "true")
            .load(store_of("rocketmq-5.3.3")).where("body_size > 0").select("body", "body_size").toArrow())
