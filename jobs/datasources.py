@@ -1,37 +1,33 @@
 """Spark Python data sources over RocketMQ broker store files (``pyspark.sql.datasource``, Spark 4.1+).
 
-``register(spark)`` registers six batch formats; each reads one or several store roots and puts a ``broker`` column
-first (schemas: :mod:`schemas.sources`, i.e. ``broker`` + the store table of :mod:`schemas.store`, exactly):
+``register(spark)`` registers six batch formats.  Each reads one or several store roots and puts a ``broker``
+column first (schemas: :mod:`schemas.sources`, i.e. ``broker`` + the :mod:`schemas.store` table, exactly):
 
-=============================  ========================================  ===========================================
-format                         rows                                      partitions (``InputPartition`` dataclasses)
-=============================  ========================================  ===========================================
-``rocketmq_commitlog``         ``txlog_io.commitlog.decode_range``       one :class:`CommitLogRange` per
-                                                                         ``split_bytes`` byte range of every file
-``rocketmq_consumequeue``      ``txlog_io.consumequeue``                 :class:`UnitFiles`: ConsumeQueue files (or
-                               ``.decode_consumequeue``                  ranges of big ones) packed up to
-                                                                         ``split_bytes`` per partition
-``rocketmq_statetable``        ``...decode_statetable`` (3.x stores)     :class:`UnitFiles`
-``rocketmq_redolog``           ``...decode_redolog`` (3.x stores)        :class:`UnitFiles`
-``rocketmq_consumer_offsets``  ``txlog_io.config.read_consumer_offsets`` one :class:`StoreFiles` per store
-``rocketmq_anomalies``         the anomalies of all of the above plus    the union of the partitions above
-                               store discovery (``mappedfile``)
-=============================  ========================================  ===========================================
+* ``rocketmq_commitlog``: ``txlog_io.commitlog.decode_range``; one :class:`CommitLogRange` partition per
+  ``split_bytes`` byte range of every CommitLog file (a 1 GiB file spreads over all cores);
+* ``rocketmq_consumequeue``: ``txlog_io.consumequeue.decode_consumequeue``; :class:`UnitFiles` partitions,
+  ConsumeQueue files (or ranges of big ones) packed up to ``split_bytes`` per task;
+* ``rocketmq_statetable`` / ``rocketmq_redolog``: ``decode_statetable`` / ``decode_redolog`` (3.x stores),
+  :class:`UnitFiles` partitions;
+* ``rocketmq_consumer_offsets``: ``txlog_io.config.read_consumer_offsets``; one :class:`StoreFiles` per store;
+* ``rocketmq_anomalies``: the anomalies of all of the above plus store discovery (``mappedfile``), over the
+  union of the same partitions.
 
-Options are parsed once, on the driver, into :class:`jobs.options.SourceOptions` (``DataSource.schema()`` runs first
-and keeps the result on the data source instance, which Spark pickles into the plan; ``reader()`` reuses it).  A bad
-option fails the ``load()`` with a one-line ``TXAUDIT_BAD_OPTION <format>: option '<name>': ...`` message.
+Options are parsed once, on the driver, into :class:`jobs.options.SourceOptions`: ``DataSource.schema()`` runs
+first and keeps the result on the data source instance, which Spark pickles into the plan; ``reader()`` reuses
+it.  A bad option fails the ``load()`` with a one-line ``TXAUDIT_BAD_OPTION <format>: option '<name>': ...``.
 
-The driver only lists directories and stats files (``partitions()``); every file is opened inside ``read()`` on an
-executor.  ``read()`` yields Arrow RecordBatches whose schema equals the Spark schema exactly (Spark checks it).
+The driver only lists directories and stats files (``partitions()``); every file is opened inside ``read()``
+on an executor.  ``read()`` yields Arrow RecordBatches whose schema equals the Spark schema exactly (Spark
+checks it).
 
 Anomalies: a separate source that re-runs the same partition plan
 -----------------------------------------------------------------
-Integrity findings (txlog_io ``Anomaly`` values) come out of the same decoders that produce the rows.  They reach
-Spark through ``rocketmq_anomalies``, whose partitions are the very same :class:`CommitLogRange` / :class:`UnitFiles`
-/ :class:`StoreFiles` values the row sources plan (one planner, ``plan_partitions``), decoded again on the executors
-with only the anomalies kept.  Chosen over one combined scan (record rows + anomaly rows + a discriminator, split by
-the caller after ``.cache()``) because:
+Integrity findings (txlog_io ``Anomaly`` values) come out of the same decoders that produce the rows.  They
+reach Spark through ``rocketmq_anomalies``, whose partitions are the very same :class:`CommitLogRange` /
+:class:`UnitFiles` / :class:`StoreFiles` values the row sources plan (one planner, ``plan_partitions``),
+decoded again on the executors with only the anomalies kept.  Chosen over one combined scan (record rows +
+anomaly rows + a discriminator, split by the caller after ``.cache()``) because:
 
 * every row source keeps its exact, non-nullable schema; a combined scan needs nullable record columns (or a
   nullable struct) that no longer equal ``schemas.COMMITLOG`` after the split;
@@ -39,30 +35,31 @@ the caller after ``.cache()``) because:
   memory/disk than the second pass costs CPU, and the cache's lifetime would leak into every caller;
 * anomalies are still produced by executors (never collected on the driver), including store-level findings
   (file-name / size / gap checks of ``discover_store``), which a :class:`StoreFiles` partition recomputes;
-* the anomaly pass skips bodies and topic filters, so it sees every record, whatever the row query pushed down.
+* the anomaly pass skips bodies and topic filters, so it sees every record, whatever the row query filtered.
 
-Ranges own what starts in them (records and anomalies alike, see ``txlog_io.commitlog_decode``), so neither rows
-nor findings are duplicated or lost at split points.
+Ranges own what starts in them (records and anomalies alike, see ``txlog_io.commitlog_decode``), so neither
+rows nor findings are duplicated or lost at split points.
 
 Filter pushdown (option ``pushdown=true`` + ``spark.sql.python.filterPushdown.enabled``)
 -------------------------------------------------------------------------------------
 With option ``pushdown=true`` the reader takes ``EqualTo`` / ``EqualNullSafe`` / ``In`` filters with string
-literals on ``topic`` (CommitLog: passed to the decoder as ``topics=``, so other records are dropped before their
-properties and bodies are cut; ConsumeQueue: prunes queue directories) and on ``broker`` (prunes whole stores).
-Those are handled exactly and Spark does not re-evaluate them; every other filter is returned to Spark.
+literals on ``topic`` (CommitLog: passed to the decoder as ``topics=``, so other records are dropped before
+their properties and bodies are cut; ConsumeQueue: prunes queue directories) and on ``broker`` (prunes whole
+stores).  Those are handled exactly and Spark does not re-evaluate them; every other filter goes back to
+Spark.
 
-It is off by default because of a Spark 4.2 defect (observed on 4.2.0, see tests/test_datasources.py): the JVM
-keeps ONE planned reader per loaded DataFrame (``PythonDataSourceV2.readInfo``), overwritten by every
-``pushFilters`` call and reused as-is by any later scan that pushes nothing.  So with pushdown, ``df.where("topic
-= 'X'").count()`` followed by ``df.count()`` counts only X, and a union/join of two differently filtered uses of
-the same ``df`` reads both with the last reader.  Without the option the reader never narrows itself, so reuse is
-safe; the ``topics`` option gives the same early drop per ``load()`` (what :mod:`jobs.store_frames` uses).  Use
-``pushdown=true`` only on a DataFrame that is read by a single scan.
+It is off by default because of a Spark 4.2 defect (observed on 4.2.0, see tests/test_datasources.py): the
+JVM keeps ONE planned reader per loaded DataFrame (``PythonDataSourceV2.readInfo``), overwritten by every
+``pushFilters`` call and reused as-is by any later scan that pushes nothing.  So with pushdown,
+``df.where("topic = 'X'").count()`` followed by ``df.count()`` counts only X, and a union/join of two
+differently filtered uses of the same ``df`` reads both with the last reader.  Without the option the reader
+never narrows itself, so reuse is safe; the ``topics`` option gives the same early drop per ``load()`` (what
+:mod:`jobs.store_frames` uses).  Use ``pushdown=true`` only on a DataFrame that is read by a single scan.
 
 Spark refuses to plan a reader that overrides ``pushFilters`` while the conf is off
-(``DATA_SOURCE_PUSHDOWN_DISABLED``), so ``DataSource.reader()`` returns the plain reader when it is called from
-Spark's non-pushdown planning worker (``plan_data_source_read._main``, which never calls ``pushFilters``); results
-are identical with the conf on or off.
+(``DATA_SOURCE_PUSHDOWN_DISABLED``), so ``DataSource.reader()`` returns the plain reader when it is called
+from Spark's non-pushdown planning worker (``plan_data_source_read._main``, which never calls
+``pushFilters``); results are identical with the conf on or off.
 """
 from __future__ import annotations
 
@@ -104,9 +101,9 @@ PUSHABLE_COLUMNS = {
 ANOMALY_FLUSH_ROWS = 8192
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # Partitions (small, picklable; built on the driver from listings only)
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class CommitLogRange(InputPartition):
@@ -134,7 +131,7 @@ class UnitSlice:
 
 @dataclass(frozen=True)
 class UnitFiles(InputPartition):
-    """Several small unit-file slices of one store read by one task (their sizes add up to about ``split_bytes``)."""
+    """Small unit-file slices of one store, read by one task (sizes adding up to about ``split_bytes``)."""
 
     broker: str
     slices: tuple
@@ -150,9 +147,9 @@ class StoreFiles(InputPartition):
     consumer_offsets_path: Optional[str] = None
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # Store listing (driver side: directory listing and stat only)
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -172,7 +169,7 @@ class StoreListing:
 
 
 def store_listing(root: str, commitlog_dirs: Optional[Sequence[str]] = None) -> StoreListing:
-    """List a store's mapped files through ``txlog_io.mappedfile.discover_store`` (no file content is read)."""
+    """A store's mapped files, from ``txlog_io.mappedfile.discover_store`` (no file content is read)."""
     from txlog_io.mappedfile import discover_store
 
     layout = discover_store(root, commitlog_dirs=list(commitlog_dirs) if commitlog_dirs else None)
@@ -193,15 +190,16 @@ def _listing_of(root: str, layout) -> StoreListing:
                         consumer_offsets_path=None if offsets_path is None else str(offsets_path))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # Planning
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 
 def commitlog_ranges(broker: str, files: Iterable[FileInfo], split_bytes: int) -> list:
     parts = []
     for f in files:
         for start in range(0, f.size, split_bytes):
-            parts.append(CommitLogRange(broker, f.path, f.base_offset, start, min(start + split_bytes, f.size)))
+            end = min(start + split_bytes, f.size)
+            parts.append(CommitLogRange(broker, f.path, f.base_offset, start, end))
     return parts
 
 
@@ -215,7 +213,7 @@ def _unit_slices(kind: str, files: Iterable[FileInfo], split_bytes: int, topic=N
 
 
 def pack_slices(broker: str, slices: Sequence[UnitSlice], split_bytes: int) -> list:
-    """Greedy, order-preserving packing of slices into partitions of at most ``split_bytes`` (>= 1 slice each)."""
+    """Greedy, order-preserving packing of slices into partitions of <= ``split_bytes`` (>= 1 slice each)."""
     parts, group, size = [], [], 0
     for s in slices:
         n = s.end - s.start
@@ -233,12 +231,13 @@ def plan_partitions(fmt: str, opts: SourceOptions, brokers: Optional[frozenset] 
                     topics: Optional[frozenset] = None, listings: Optional[dict] = None) -> list:
     """The partitions of format ``fmt``: the one planner every source (and the anomalies source) uses.
 
-    ``brokers`` / ``topics``: pushed-down filters (None = all).  ``listings``: broker -> StoreListing, to reuse a
-    listing the caller already made.
+    ``brokers`` / ``topics``: pushed-down filters (None = all).  ``listings``: broker -> StoreListing, to
+    reuse a listing the caller already made.
     """
     want = {
         "commitlog": fmt == COMMITLOG_FORMAT or (fmt == ANOMALIES_FORMAT and "commitlog" in opts.sources),
-        "consumequeue": fmt == CONSUMEQUEUE_FORMAT or (fmt == ANOMALIES_FORMAT and "consumequeue" in opts.sources),
+        "consumequeue": fmt == CONSUMEQUEUE_FORMAT
+        or (fmt == ANOMALIES_FORMAT and "consumequeue" in opts.sources),
         "statetable": fmt == STATETABLE_FORMAT or (fmt == ANOMALIES_FORMAT and "statetable" in opts.sources),
         "redolog": fmt == REDOLOG_FORMAT or (fmt == ANOMALIES_FORMAT and "redolog" in opts.sources),
         "store": fmt == CONSUMER_OFFSETS_FORMAT or (fmt == ANOMALIES_FORMAT
@@ -263,13 +262,14 @@ def plan_partitions(fmt: str, opts: SourceOptions, brokers: Optional[frozenset] 
         if want["redolog"]:
             parts.extend(pack_slices(broker, _unit_slices("redolog", listing.redolog, split), split))
         if want["store"]:
-            parts.append(StoreFiles(broker, root, opts.commitlog_dirs_of(root), listing.consumer_offsets_path))
+            parts.append(StoreFiles(broker, root, opts.commitlog_dirs_of(root),
+                                    listing.consumer_offsets_path))
     return parts
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # Executor side: decoding a partition
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 
 class DecoderContractError(TxlogError):
     """A txlog_io decoder yielded a batch whose schema is not the table's (a bug, not a data problem)."""
@@ -287,7 +287,7 @@ _ANOMALY_TARGET = SOURCE_TABLES[ANOMALIES_FORMAT].arrow_schema()
 
 def anomalies_batch(broker: str, anomalies: Sequence[Anomaly], default_source: str = "",
                     default_file: str = "") -> pa.RecordBatch:
-    """Anomaly values -> one RecordBatch of ``broker`` + ``schemas.ANOMALIES`` (required fields never null)."""
+    """Anomaly values -> one RecordBatch of ``broker`` + ``schemas.ANOMALIES`` (required fields not null)."""
     cols = {name: [] for name in _ANOMALY_TARGET.names}
     for a in anomalies:
         cols["broker"].append(broker)
@@ -337,9 +337,9 @@ def _consumer_offsets_path(p: StoreFiles) -> Optional[str]:
     return p.consumer_offsets_path
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # Readers
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 
 class StoreReader(DataSourceReader):
     """Reader of one ``rocketmq_*`` format (no filter pushdown; see :class:`FilteringStoreReader`)."""
@@ -364,7 +364,7 @@ class StoreReader(DataSourceReader):
             return self._read_consumer_offsets(partition)
         return iter(())  # InputPartition(None): Spark's stand-in for an empty plan
 
-    # -- rows ---------------------------------------------------------------------------------------------------
+    # -- rows -----------------------------------------------------------------------------------------------
     def _read_commitlog(self, p: CommitLogRange) -> Iterator[pa.RecordBatch]:
         from txlog_io.commitlog import decode_range
 
@@ -378,7 +378,8 @@ class StoreReader(DataSourceReader):
                 yield prepend_broker(batch, p.broker, inner, target)
 
     def _read_units(self, p: UnitFiles) -> Iterator[pa.RecordBatch]:
-        table = {CONSUMEQUEUE_FORMAT: CONSUMEQUEUE, STATETABLE_FORMAT: STATETABLE, REDOLOG_FORMAT: REDOLOG}[self.fmt]
+        table = {CONSUMEQUEUE_FORMAT: CONSUMEQUEUE, STATETABLE_FORMAT: STATETABLE,
+                 REDOLOG_FORMAT: REDOLOG}[self.fmt]
         inner, target = table.arrow_schema(), SOURCE_TABLES[self.fmt].arrow_schema()
         for s in p.slices:
             for batch, _ in _decode_unit_slice(s):
@@ -396,21 +397,23 @@ class StoreReader(DataSourceReader):
             yield prepend_broker(consumer_offsets_batch(rows), p.broker, CONSUMER_OFFSETS.arrow_schema(),
                                  SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema())
 
-    # -- anomalies ----------------------------------------------------------------------------------------------
+    # -- anomalies ------------------------------------------------------------------------------------------
     def _read_anomalies(self, p: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(p, CommitLogRange):
             from txlog_io.commitlog import decode_range
 
             pairs = decode_range(p.path, base_offset=p.base_offset, start=p.start, end=p.end, with_body=False)
-            yield from _anomaly_batches(p.broker, (a for _, found in pairs for a in found), "commitlog", p.path)
+            found = (a for _, anomalies in pairs for a in anomalies)
+            yield from _anomaly_batches(p.broker, found, "commitlog", p.path)
         elif isinstance(p, UnitFiles):
-            def found() -> Iterator[Anomaly]:
+            def unit_anomalies() -> Iterator[Anomaly]:
                 for s in p.slices:
                     for _, anomalies in _decode_unit_slice(s):
                         yield from anomalies
-            yield from _anomaly_batches(p.broker, found(), "", p.slices[0].path if p.slices else "")
+            yield from _anomaly_batches(p.broker, unit_anomalies(), "", p.slices[0].path if p.slices else "")
         elif isinstance(p, StoreFiles):
-            yield from _anomaly_batches(p.broker, iter(_store_anomalies(p, self.opts.sources)), "store", p.root)
+            found = iter(_store_anomalies(p, self.opts.sources))
+            yield from _anomaly_batches(p.broker, found, "store", p.root)
 
 
 def _anomaly_batches(broker: str, anomalies: Iterator[Anomaly], default_source: str,
@@ -453,12 +456,12 @@ class FilteringStoreReader(StoreReader):
                 self.topics = values if self.topics is None else self.topics & values
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # Data sources
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 
 def _called_from_non_pushdown_planner(depth: int = 2) -> bool:
-    """True when Spark's ``plan_data_source_read._main`` (the planner that never calls pushFilters) is our caller."""
+    """True when our caller is Spark's ``plan_data_source_read._main`` (it never calls pushFilters)."""
     try:
         frame = sys._getframe(depth)
     except ValueError:
@@ -492,8 +495,8 @@ class _RocketMQSource(DataSource):
                 [(f.name, f.dataType) for f in expected.fields]:
             raise OptionError(self.FORMAT, "schema", f"the schema of {self.FORMAT} is fixed "
                                                      f"({expected.simpleString()}); do not pass another one")
-        cls = FilteringStoreReader if opts.pushdown and not _called_from_non_pushdown_planner() else StoreReader
-        return cls(self.FORMAT, opts)
+        filtering = opts.pushdown and not _called_from_non_pushdown_planner()
+        return (FilteringStoreReader if filtering else StoreReader)(self.FORMAT, opts)
 
 
 class CommitLogSource(_RocketMQSource):
@@ -537,6 +540,6 @@ def register(spark) -> None:
 
 
 __all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "UnitSlice", "UnitFiles", "StoreFiles",
-           "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch", "prepend_broker",
-           "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT", "STATETABLE_FORMAT", "REDOLOG_FORMAT",
-           "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT"]
+           "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch",
+           "prepend_broker", "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT",
+           "STATETABLE_FORMAT", "REDOLOG_FORMAT", "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT"]

@@ -1,11 +1,11 @@
 """Options of the ``rocketmq_*`` Spark data sources, parsed once on the driver into a frozen dataclass.
 
 Spark hands a data source its options as a case-insensitive ``str -> str`` mapping (keys arrive lower-cased).
-:func:`parse_options` turns that mapping into :class:`SourceOptions` during planning (``DataSource.schema()`` /
-``reader()``, i.e. on the driver) and raises an :class:`OptionError` (a :class:`txlog_io.errors.UsageError`) for
-anything wrong: an unknown key, a value of the wrong shape, a missing path, a path that is not a broker store.  Every
-message is one line that starts with ``TXAUDIT_BAD_OPTION`` and names the format and the option, so it stays
-recognisable inside the ``AnalysisException`` Spark wraps Python errors in.
+:func:`parse_options` turns that mapping into :class:`SourceOptions` during planning (``DataSource.schema()``
+/ ``reader()``, i.e. on the driver) and raises an :class:`OptionError` (a :class:`txlog_io.errors.UsageError`)
+for anything wrong: an unknown key, a value of the wrong shape, a missing path, a path that is not a broker
+store.  Every message is one line that starts with ``TXAUDIT_BAD_OPTION`` and names the format and the option,
+so it stays recognisable inside the ``AnalysisException`` Spark wraps Python errors in.
 
 Options (all optional except a path):
 
@@ -16,21 +16,22 @@ Options (all optional except a path):
 ``brokers``         comma-separated broker names, one per root, in the same order
 ``commitlog_dirs``  comma-separated CommitLog directories replacing ``<root>/commitlog`` (5.x multi-dir
                     ``storePathCommitLog``); only with a single store root
-``split_bytes``     byte range per CommitLog partition (and size budget per group of small files); integer with an
-                    optional k/m/g suffix (binary units): ``134217728``, ``128m``; default 128 MiB, minimum 4 KiB
+``split_bytes``     byte range per CommitLog partition (and size budget per group of small files): an
+                    integer with an optional k/m/g suffix (binary units), ``134217728`` or ``128m``;
+                    default 128 MiB, minimum 4 KiB
 ``include_bodies``  ``true``/``false`` (default false): fill the CommitLog ``body`` column
 ``topics``          comma-separated topic filter (CommitLog and ConsumeQueue sources)
-``pushdown``        ``true``/``false`` (default false): let the reader take EqualTo/In filters on ``broker`` and
-                    ``topic`` itself (needs ``spark.sql.python.filterPushdown.enabled``; see jobs.datasources for
-                    why it is off by default: Spark 4.2 shares one planned reader among all scans of a loaded
-                    DataFrame, so a DataFrame read with pushdown must be used in one query only)
+``pushdown``        ``true``/``false`` (default false): let the reader take EqualTo/In filters on ``broker``
+                    and ``topic`` itself (needs ``spark.sql.python.filterPushdown.enabled``).  Off by
+                    default: Spark 4.2 shares one planned reader among all scans of a loaded DataFrame, so
+                    a DataFrame read with pushdown must be used by one scan only (see jobs.datasources)
 ``sources``         anomalies source only: which decoders to run, comma-separated subset of
                     ``commitlog,consumequeue,statetable,redolog,config,store`` (default: all)
 ==================  ==========================================================================================
 
-Broker names: without ``broker``/``brokers`` a root's name is its directory name, or its parent's name when the
-directory is literally called ``store`` (``.../rocketmq-4.9.8/store`` -> ``rocketmq-4.9.8``).  Names must be unique
-across the roots of one read.
+Broker names: without ``broker``/``brokers`` a root's name is its directory name, or its parent's name when
+the directory is literally called ``store`` (``.../rocketmq-4.9.8/store`` -> ``rocketmq-4.9.8``).  Names must
+be unique across the roots of one read.
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ class NotAStoreError(OptionError):
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """Everything a ``rocketmq_*`` reader needs, validated.  Picklable; shipped to executors with the reader."""
+    """Everything a ``rocketmq_*`` reader needs, validated.  Picklable; travels to executors in the reader."""
 
     format: str
     paths: tuple                       # absolute store roots, in the order given
@@ -123,11 +124,12 @@ def _parse_paths(fmt: str, key: str, value: str) -> list:
 def parse_split_bytes(fmt: str, value: str) -> int:
     m = _SIZE.match(value or "")
     if not m:
-        raise OptionError(fmt, "split_bytes", f"expected a byte count such as 134217728 or 128m, got {value!r}")
+        raise OptionError(fmt, "split_bytes",
+                          f"expected a byte count such as 134217728 or 128m, got {value!r}")
     n = int(m.group(1)) * _UNITS[m.group(2).lower()]
     if not MIN_SPLIT_BYTES <= n <= MAX_SPLIT_BYTES:
-        raise OptionError(fmt, "split_bytes", f"must be between {MIN_SPLIT_BYTES} and {MAX_SPLIT_BYTES} bytes, "
-                                              f"got {value!r}")
+        raise OptionError(fmt, "split_bytes",
+                          f"must be between {MIN_SPLIT_BYTES} and {MAX_SPLIT_BYTES} bytes, got {value!r}")
     return n
 
 
@@ -183,7 +185,8 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
                 if p not in roots:
                     roots.append(p)
     if not roots:
-        raise OptionError(fmt, "path", "no store root given: use .load(path) or .option('paths', 'rootA,rootB')")
+        raise OptionError(fmt, "path",
+                          "no store root given: use .load(path) or .option('paths', 'rootA,rootB')")
     key_of_paths = "path" if "path" in opts and "paths" not in opts else "paths"
     own_commitlog = "commitlog_dirs" in opts and len(roots) == 1
     paths = tuple(check_store_root(fmt, key_of_paths, p, has_commitlog_dirs=own_commitlog) for p in roots)
@@ -196,8 +199,8 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
         key = "broker" if "broker" in opts else "brokers"
         brokers = tuple(_split_list(opts[key]))
         if len(brokers) != len(paths):
-            raise OptionError(fmt, key, f"{len(brokers)} broker name(s) {list(brokers)} for {len(paths)} store "
-                                        f"root(s); give one name per root, in order")
+            raise OptionError(fmt, key, f"{len(brokers)} broker name(s) {list(brokers)} for {len(paths)} "
+                                        f"store root(s); give one name per root, in order")
     else:
         key = "brokers"
         brokers = tuple(default_broker_name(p) for p in paths)
@@ -217,7 +220,9 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
                 raise OptionError(fmt, "commitlog_dirs", f"not a directory: {d}")
         commitlog_dirs = tuple(dirs)
 
-    split_bytes = parse_split_bytes(fmt, opts["split_bytes"]) if "split_bytes" in opts else DEFAULT_SPLIT_BYTES
+    split_bytes = DEFAULT_SPLIT_BYTES
+    if "split_bytes" in opts:
+        split_bytes = parse_split_bytes(fmt, opts["split_bytes"])
     include_bodies = _parse_bool(fmt, "include_bodies", opts["include_bodies"]) if "include_bodies" in opts \
         else False
 
@@ -235,13 +240,13 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
         items = _split_list(opts["sources"])
         bad = [s for s in items if s not in ANOMALY_SOURCES]
         if bad or not items:
-            raise OptionError(fmt, "sources", f"expected a comma-separated subset of {','.join(ANOMALY_SOURCES)}, "
-                                              f"got {opts['sources']!r}")
+            raise OptionError(fmt, "sources", f"expected a comma-separated subset of "
+                                              f"{','.join(ANOMALY_SOURCES)}, got {opts['sources']!r}")
         sources = frozenset(items)
 
     return SourceOptions(format=fmt, paths=paths, brokers=brokers, commitlog_dirs=commitlog_dirs,
-                         split_bytes=split_bytes, include_bodies=include_bodies, topics=topics, sources=sources,
-                         pushdown=pushdown)
+                         split_bytes=split_bytes, include_bodies=include_bodies, topics=topics,
+                         sources=sources, pushdown=pushdown)
 
 
 __all__ = ["SourceOptions", "OptionError", "NotAStoreError", "parse_options", "parse_split_bytes",

@@ -1,44 +1,45 @@
-"""The DataFrames of one or several broker stores, read in one of two modes (pure functions, nothing is executed).
+"""The DataFrames of one or several broker stores, in one of two modes (pure functions; nothing is run).
 
 ``load_store_frames(spark, stores, mode=...)`` returns :class:`StoreFrames`: ``commitlog``, ``consumequeue``,
-``statetable``, ``redolog``, ``consumer_offsets`` and ``anomalies`` DataFrames (schemas: :mod:`schemas.sources`,
-``broker`` first) plus ``layout_info`` (driver-side listing summary per store).  The DataFrames are lazy; the only
-driver work is listing the stores (directory listing and ``stat``).  Nothing is cached: a caller that uses a frame
-several times may ``.cache()`` it.
+``statetable``, ``redolog``, ``consumer_offsets`` and ``anomalies`` DataFrames (schemas:
+:mod:`schemas.sources`, ``broker`` first) plus ``layout_info`` (driver-side listing summary per store).  The
+DataFrames are lazy; the only driver work is listing the stores (directory listing and ``stat``).  Nothing is
+cached: a caller that uses a frame several times may ``.cache()`` it.
 
 Modes
 -----
 ``full``
-    ``commitlog`` is the whole CommitLog of every store (``rocketmq_commitlog``, byte ranges of ``split_bytes``);
-    ``anomalies`` is ``rocketmq_anomalies`` with every decoder (CommitLog ranges, consume queues, statetable,
-    redolog, consumerOffset.json, store discovery).
+    ``commitlog`` is the whole CommitLog of every store (``rocketmq_commitlog``, byte ranges of
+    ``split_bytes``); ``anomalies`` is ``rocketmq_anomalies`` with every decoder (CommitLog ranges, consume
+    queues, statetable, redolog, consumerOffset.json, store discovery).
 
 ``indexed`` (default)
     ``commitlog`` holds only the transaction-relevant records, fetched by position with
-    ``txlog_io.commitlog.decode_at`` (``DataFrame.mapInArrow`` over a position DataFrame that is repartitioned by
-    (broker, CommitLog file, ``split_bytes`` chunk) and sorted by offset, so each task reads a few nearby records
-    of one file).  Exactly these records:
+    ``txlog_io.commitlog.decode_at`` (``DataFrame.mapInArrow`` over a position DataFrame repartitioned by
+    (broker, CommitLog file, ``split_bytes`` chunk) and sorted by offset, so each task reads nearby records of
+    one file).  Exactly these records:
 
-    1. every record indexed by the consume queues of ``RMQ_SYS_TRANS_HALF_TOPIC``, ``RMQ_SYS_TRANS_OP_HALF_TOPIC``
-       and ``TRANS_CHECK_MAX_TIME_TOPIC`` (4.3+ half / op / discard records);
-    2. every record at a CommitLog offset listed in the 3.x ``transaction/statetable`` or ``transaction/redolog``
-       (PREPARED records, and COMMIT / ROLLBACK records: 3.x PREPARED and ROLLBACK records have no
-       consume-queue entry, the redolog is their only index);
-    3. the *real topics* are the ``REAL_TOPIC`` values of the half and discard records of (1) and the topics of
-       the non-NOT records of (2); from the consume queues of those topics, every record whose transaction type
-       is not ``NOT`` (the COMMIT records: 4.3+ commit records live in the real topic with a CQ entry and carry
-       PREPARED_TRANSACTION_OFFSET back to the half).
+    1. every record indexed by the consume queues of ``RMQ_SYS_TRANS_HALF_TOPIC``,
+       ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` and ``TRANS_CHECK_MAX_TIME_TOPIC`` (4.3+ half / op / discard records);
+    2. every record at a CommitLog offset listed in the 3.x ``transaction/statetable`` or
+       ``transaction/redolog`` (PREPARED records, and COMMIT / ROLLBACK records: 3.x PREPARED and ROLLBACK
+       records have no consume-queue entry, the redolog is their only index);
+    3. the *real topics* are the ``REAL_TOPIC`` values of the half and discard records of (1) and the topics
+       of the non-NOT records of (2); from the consume queues of those topics, every record whose transaction
+       type is not ``NOT`` (the COMMIT records: 4.3+ commit records live in the real topic with a CQ entry and
+       carry PREPARED_TRANSACTION_OFFSET back to the half).
 
     A record reachable several ways is read once.  Not reachable in this mode: 4.0 - 4.2 PREPARED / ROLLBACK
     records (stored in the real topic without any index; use ``full``), COMMIT-typed consumer-retry copies in
-    ``SCHEDULE_TOPIC_XXXX`` / ``%RETRY%*`` (not transaction records; the broker keeps the sys_flag on retry), and
-    anything no index points to (orphans after a crash: ``full`` finds those).
+    ``SCHEDULE_TOPIC_XXXX`` / ``%RETRY%*`` (not transaction records; the broker keeps the sys_flag on retry),
+    and anything no index points to (orphans after a crash: ``full`` finds those).
     ``anomalies`` = ``rocketmq_anomalies`` without the CommitLog range scan, plus the anomalies ``decode_at``
-    reports for the fetched positions (``CQ_ENTRY_MISMATCH`` when no record starts there, CRC findings, ...) and
-    ``MISSING_FILE`` for an offset that falls in no CommitLog file (deleted by retention, or a bad index unit);
-    those come from a second ``mapInArrow`` pass over the same positions, on executors.
+    reports for the fetched positions (``CQ_ENTRY_MISMATCH`` when no record starts there, CRC findings, ...)
+    and ``MISSING_FILE`` for an offset that falls in no CommitLog file (deleted by retention, or a bad index
+    unit); those come from a second ``mapInArrow`` pass over the same positions, on executors.
 
-On a healthy store both modes give the same rows for the records listed above (tested on the real-broker fixtures).
+On a healthy store both modes give the same rows for the records listed above (tested on the real-broker
+fixtures).
 """
 from __future__ import annotations
 
@@ -149,17 +150,18 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 # indexed mode
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------
 
-def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[StoreInfo], opts: SourceOptions):
+def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[StoreInfo],
+                      opts: SourceOptions):
     """(transaction-relevant CommitLog rows, the positions they were fetched from).
 
-    Positions are (broker, commitlog_offset, only_tx) rows, duplicates allowed: ``only_tx`` marks a position found
-    through a real topic's consume queue, where a record is kept only if its transaction type is not NOT (a
-    position also listed by a transaction index is kept whatever its type).  Two fetch passes: the index records
-    (to learn the real topics), then every position once (:class:`_FetchAt` merges duplicates).
+    Positions are (broker, commitlog_offset, only_tx) rows, duplicates allowed: ``only_tx`` marks a position
+    found through a real topic's consume queue, where a record is kept only if its transaction type is not NOT
+    (a position also listed by a transaction index is kept whatever its type).  Two fetch passes: the index
+    records (to learn the real topics), then every position once (:class:`_FetchAt` merges duplicates).
     """
     from pyspark.sql import functions as F
 
@@ -201,16 +203,17 @@ def _located(spark, positions, info: Sequence[StoreInfo], split_bytes: int):
                      & (F.col("p.commitlog_offset") >= F.col("base_offset"))
                      & (F.col("p.commitlog_offset") < F.col("end_offset")), "left")
     chunk = F.floor((F.col("commitlog_offset") - F.col("base_offset")) / F.lit(split_bytes))
-    return (located.select("broker", "commitlog_offset", "only_tx", "path", "base_offset", chunk.alias("chunk"))
+    columns = ["broker", "commitlog_offset", "only_tx", "path", "base_offset"]
+    return (located.select(*columns, chunk.alias("chunk"))
             .repartition(n_parts, "broker", "path", "chunk")
             .sortWithinPartitions("broker", "path", "commitlog_offset")
-            .select("broker", "commitlog_offset", "only_tx", "path", "base_offset"))
+            .select(*columns))
 
 
 def fetch_records(spark, positions, info: Sequence[StoreInfo], opts: SourceOptions):
     """CommitLog rows (``broker`` + COMMITLOG) of the records starting at the given (broker, commitlog_offset)
-    positions (duplicates allowed, each record is read once); with a boolean ``only_tx`` column, a position whose
-    rows all say true yields its record only if its transaction type is not NOT."""
+    positions (duplicates allowed, each record is read once); with a boolean ``only_tx`` column, a position
+    whose rows all say true yields its record only if its transaction type is not NOT."""
     fn = _FetchAt(with_body=opts.include_bodies, emit="records")
     return _located(spark, positions, info, opts.split_bytes).mapInArrow(
         fn, SOURCE_TABLES[COMMITLOG_FORMAT].spark_schema())
@@ -239,8 +242,9 @@ class _FetchAt:
         missing: dict = {}
         for batch in batches:
             cols = batch.to_pydict()
-            for broker, offset, flag, path, base in zip(cols["broker"], cols["commitlog_offset"], cols["only_tx"],
-                                                        cols["path"], cols["base_offset"]):
+            rows = zip(cols["broker"], cols["commitlog_offset"], cols["only_tx"], cols["path"],
+                       cols["base_offset"])
+            for broker, offset, flag, path, base in rows:
                 if path is None:
                     missing[(broker, offset)] = True
                     continue
@@ -270,7 +274,8 @@ class _FetchAt:
         if self.emit == "records":
             if only_tx and batch.num_rows:
                 flagged = pc.is_in(batch.column("file_position"), pa.array(sorted(only_tx), pa.int64()))
-                batch = batch.filter(pc.invert(pc.and_(flagged, pc.equal(batch.column("transaction_type"), "NOT"))))
+                plain = pc.equal(batch.column("transaction_type"), "NOT")
+                batch = batch.filter(pc.invert(pc.and_(flagged, plain)))
             if batch.num_rows:
                 yield prepend_broker(batch, broker, COMMITLOG.arrow_schema(),
                                      SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema())

@@ -1,8 +1,8 @@
 """Tables as the Spark data sources deliver them: every store table with a leading ``broker`` column.
 
-``jobs.datasources`` reads one or several broker stores at once, so each row says which store it came from.  The
-columns after ``broker`` are exactly those of the store table in :mod:`schemas.store` (same names, Arrow types,
-nullability and comments); nothing here redefines them.
+``jobs.datasources`` reads one or several broker stores at once, so each row says which store it came from.
+The columns after ``broker`` are exactly those of the store table in :mod:`schemas.store` (same names, Arrow
+types, nullability and comments); nothing here redefines them.
 """
 from __future__ import annotations
 
@@ -38,5 +38,5 @@ SOURCE_TABLES = {
     "rocketmq_anomalies": ANOMALIES_SOURCE,
 }
 
-__all__ = ["BROKER", "with_broker", "SOURCE_TABLES", "COMMITLOG_SOURCE", "CONSUMEQUEUE_SOURCE", "STATETABLE_SOURCE",
-           "REDOLOG_SOURCE", "CONSUMER_OFFSETS_SOURCE", "ANOMALIES_SOURCE"]
+__all__ = ["BROKER", "with_broker", "SOURCE_TABLES", "COMMITLOG_SOURCE", "CONSUMEQUEUE_SOURCE",
+           "STATETABLE_SOURCE", "REDOLOG_SOURCE", "CONSUMER_OFFSETS_SOURCE", "ANOMALIES_SOURCE"]

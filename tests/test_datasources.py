@@ -1,4 +1,4 @@
-"""The rocketmq_* Spark data sources and load_store_frames, on the real-broker fixtures (and damaged copies)."""
+"""Tests of the rocketmq_* Spark data sources and load_store_frames (real-broker fixtures, damaged copies)."""
 from __future__ import annotations
 
 import gzip
@@ -60,7 +60,8 @@ def rs(spark):
 
 
 def split_by_broker(table: pa.Table) -> dict:
-    return {b: table.filter(pc.equal(table.column("broker"), b)) for b in table.column("broker").unique().to_pylist()}
+    brokers = table.column("broker").unique().to_pylist()
+    return {b: table.filter(pc.equal(table.column("broker"), b)) for b in brokers}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def decode_with_txlog_io(root: str, broker: str) -> pa.Table:
                             pa.array([broker] * table.num_rows, pa.string()))
 
 
-# --- schemas -------------------------------------------------------------------------------------------------
+# --- schemas ------------------------------------------------------------------------------------------------
 
 def test_source_schemas_are_broker_plus_store_tables(rs):
     root = store_of("rocketmq-4.9.8")
@@ -93,7 +94,7 @@ def test_source_schemas_are_broker_plus_store_tables(rs):
         assert rs.read.format(fmt).load(root).schema == table.spark_schema(), fmt
 
 
-# --- CommitLog ---------------------------------------------------------------------------------------------------
+# --- CommitLog ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_commitlog_equals_txlog_io_decode_and_truth_count(commitlog_tables, version):
@@ -142,7 +143,7 @@ def test_include_bodies(rs):
     assert pc.binary_length(got.column("body")).to_pylist() == got.column("body_size").to_pylist()
 
 
-# --- unit files -------------------------------------------------------------------------------------------------
+# --- unit files ---------------------------------------------------------------------------------------------
 
 def test_consumequeue_rows_equal_truth(rs):
     cq = rs.read.format("rocketmq_consumequeue").load([store_of(v) for v in VERSIONS])
@@ -166,15 +167,17 @@ def test_consumer_offsets_equal_txlog_io(rs):
     got = rs.read.format("rocketmq_consumer_offsets").load([store_of(v) for v in VERSIONS]).collect()
     assert {r["broker"] for r in got} >= {"rocketmq-4.9.8", "rocketmq-5.3.3"}
     for version in VERSIONS:
-        rows, anomalies = read_consumer_offsets(os.path.join(store_of(version), "config", "consumerOffset.json"))
+        path = os.path.join(store_of(version), "config", "consumerOffset.json")
+        rows, anomalies = read_consumer_offsets(path)
         assert not anomalies
-        expected = sorted((version, r["file"], r["topic"], r["group"], r["queue_id"], r["offset"]) for r in rows)
+        expected = sorted((version, r["file"], r["topic"], r["group"], r["queue_id"], r["offset"])
+                          for r in rows)
         assert sorted(tuple(r) for r in got if r["broker"] == version) == expected
     assert ("rocketmq-4.9.8", "TopicEvents", "CID_EVENTS", 0, 506) in {
         (r["broker"], r["topic"], r["group"], r["queue_id"], r["offset"]) for r in got}
 
 
-# --- options -----------------------------------------------------------------------------------------------------
+# --- options ------------------------------------------------------------------------------------------------
 
 def _planning_error(build) -> str:
     with pytest.raises(Exception) as info:
@@ -215,19 +218,20 @@ def test_options_parse_once_into_frozen_dataclass():
         parse_options("rocketmq_statetable", {"path": store_of("rocketmq-3.1.4"), "topics": "A"})
 
 
-# --- several stores --------------------------------------------------------------------------------------------
+# --- several stores -----------------------------------------------------------------------------------------
 
 def test_two_stores_carry_their_broker(rs):
     paths = f"{store_of('rocketmq-4.9.8')},{store_of('rocketmq-5.3.3')}"
     df = rs.read.format("rocketmq_commitlog").option("paths", paths).option("brokers", "b498,b533").load()
     counts = {r["broker"]: r["count"] for r in df.groupBy("broker").count().collect()}
     assert counts == {"b498": 999, "b533": 760}
-    default = rs.read.format("rocketmq_consumequeue").load([store_of("rocketmq-3.1.4"), store_of("rocketmq-5.3.3")])
+    default = rs.read.format("rocketmq_consumequeue").load([store_of("rocketmq-3.1.4"),
+                                                            store_of("rocketmq-5.3.3")])
     assert {r["broker"] for r in default.select("broker").distinct().collect()} == {"rocketmq-3.1.4",
                                                                                     "rocketmq-5.3.3"}
 
 
-# --- filter pushdown -----------------------------------------------------------------------------------------
+# --- filter pushdown ----------------------------------------------------------------------------------------
 
 PUSHDOWN_QUERIES = (
     "topic = 'RMQ_SYS_TRANS_HALF_TOPIC'",
@@ -263,9 +267,10 @@ def test_reused_dataframe_is_not_narrowed_by_an_earlier_filter(rs):
 
 
 @pytest.mark.xfail(strict=True, reason="Spark 4.2 keeps one planned Python reader per loaded DataFrame "
-                                       "(PythonDataSourceV2.readInfo): a later scan that pushes nothing reuses the "
-                                       "reader an earlier pushFilters narrowed. Why option pushdown is off by "
-                                       "default; this xpasses once Spark plans each scan separately.")
+                                       "(PythonDataSourceV2.readInfo): a later scan that pushes nothing "
+                                       "reuses the reader an earlier pushFilters narrowed. Why option "
+                                       "pushdown is off by default; this xpasses once Spark plans each scan "
+                                       "separately.")
 def test_spark_reuses_a_pushed_down_reader(rs):
     cq = (rs.read.format("rocketmq_consumequeue").option("pushdown", "true")
           .load(store_of("rocketmq-4.9.8")))
@@ -273,7 +278,7 @@ def test_spark_reuses_a_pushed_down_reader(rs):
     assert cq.count() == 999
 
 
-# --- anomalies ---------------------------------------------------------------------------------------------------
+# --- anomalies ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def damaged_store(tmp_path_factory, commitlog_tables):
@@ -287,8 +292,8 @@ def damaged_store(tmp_path_factory, commitlog_tables):
     halves = first.filter(pc.equal(first.column("topic"), HALF_TOPIC))
     magic_at = events.column("file_position")[100].as_py()
     body_at = halves.column("file_position")[10].as_py()
-    second = table.filter(pc.and_(pc.not_equal(table.column("physical_offset"), table.column("file_position")),
-                                  pc.equal(table.column("topic"), HALF_TOPIC)))
+    in_second_file = pc.not_equal(table.column("physical_offset"), table.column("file_position"))
+    second = table.filter(pc.and_(in_second_file, pc.equal(table.column("topic"), HALF_TOPIC)))
     cut_at = pc.max(second.column("file_position")).as_py()
     f0, f1 = root / "commitlog" / "00000000000000000000", root / "commitlog" / "00000000000001048576"
     with open(f0, "r+b") as fh:
@@ -319,12 +324,14 @@ def test_anomalies_of_a_damaged_store_reach_the_anomalies_frame(rs, damaged_stor
     full = load_store_frames(rs, d["root"], mode="full")
     got = _anomaly_keys(full.anomalies)
     assert expected <= got
-    assert any(k[1] in ("BAD_TOTAL_SIZE", "TRUNCATED_RECORD") and k[2:4] == (d["f1"], d["cut_at"]) for k in got)
+    assert any(k[1] in ("BAD_TOTAL_SIZE", "TRUNCATED_RECORD") and k[2:4] == (d["f1"], d["cut_at"])
+               for k in got)
     assert any(k[1] == "BAD_JSON" and k[2].endswith("consumerOffset.json") and k[4] == "config" for k in got)
     assert full.anomalies.schema == SOURCE_TABLES["rocketmq_anomalies"].spark_schema()
     assert full.consumer_offsets.where("topic = 'TopicEvents' AND queue_id = 0").count() == 1  # from the .bak
     # the damaged half record is still a row, flagged
-    bad = full.commitlog.where(f"file_position = {d['body_at']} AND physical_offset = {d['body_at']}").collect()
+    bad = full.commitlog.where(f"file_position = {d['body_at']} AND physical_offset = {d['body_at']}")
+    bad = bad.collect()
     assert len(bad) == 1 and bad[0]["body_crc_ok"] is False
     # the same findings, exactly once each, whatever the split
     tiny = rs.read.format("rocketmq_anomalies").option("split_bytes", "128k").load(d["root"]).collect()
@@ -333,10 +340,10 @@ def test_anomalies_of_a_damaged_store_reach_the_anomalies_frame(rs, damaged_stor
     indexed = _anomaly_keys(load_store_frames(rs, d["root"], mode="indexed").anomalies)
     assert ("broker-x", "BODY_CRC_MISMATCH", d["f0"], d["body_at"], "commitlog") in indexed
     assert ("broker-x", "FILE_SIZE_MISMATCH", d["f1"], 0, "commitlog") in indexed
-    assert ("broker-x", "CQ_ENTRY_MISMATCH", d["f1"], d["cut_at"], "commitlog") in indexed  # half queue -> cut
+    assert ("broker-x", "CQ_ENTRY_MISMATCH", d["f1"], d["cut_at"], "commitlog") in indexed  # half CQ -> cut
 
 
-# --- indexed vs full -----------------------------------------------------------------------------------------------
+# --- indexed vs full ----------------------------------------------------------------------------------------
 
 def transaction_relevant(full: pa.Table) -> pa.Table:
     """What indexed mode promises, computed independently from a full scan of a healthy store."""
@@ -346,7 +353,8 @@ def transaction_relevant(full: pa.Table) -> pa.Table:
     real_topics = set(half_or_discard.column("real_topic").drop_null().to_pylist()) | \
         set(old_style.column("topic").to_pylist())
     keep = pc.or_(pc.is_in(topic, pa.array(list(TX_SYSTEM_TOPICS))),
-                  pc.and_(pc.not_equal(tx, "NOT"), pc.is_in(topic, pa.array(sorted(real_topics), pa.string()))))
+                  pc.and_(pc.not_equal(tx, "NOT"),
+                          pc.is_in(topic, pa.array(sorted(real_topics), pa.string()))))
     return full.filter(keep)
 
 
