@@ -78,11 +78,22 @@ class UniqKey:
         return ip_text(self.ip)
 
 
+_MONTH_CACHE: dict = {}
+
+
 def month_start_ms(epoch_ms: int, tz=timezone.utc) -> int:
-    """Start of the month containing epoch_ms, as MessageClientIDSetter.setStartTime computes it."""
+    """Start of the month containing epoch_ms, as MessageClientIDSetter.setStartTime computes it.
+
+    Cached per (time zone, month window): generating millions of ids must not build a datetime per id."""
+    window = _MONTH_CACHE.get(tz)
+    if window is not None and window[0] <= epoch_ms < window[1]:
+        return window[0]
     dt = datetime.fromtimestamp(epoch_ms / 1000.0, tz)
     start = dt.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    return int(start.timestamp() * 1000)
+    nxt = (start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1))
+    window = (int(start.timestamp() * 1000), int(nxt.timestamp() * 1000))
+    _MONTH_CACHE[tz] = window
+    return window[0]
 
 
 def create_uniq_key(ip: bytes, pid: int, class_loader_hash: int, epoch_ms: int, counter: int,
