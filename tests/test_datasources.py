@@ -180,8 +180,9 @@ def test_consumer_offsets_equal_txlog_io(rs):
 # --- options ------------------------------------------------------------------------------------------------
 
 def _planning_error(build) -> str:
+    """The error of load() (DataSource.schema() checks the options), else of the driver's reader() call."""
     with pytest.raises(Exception) as info:
-        build().schema  # noqa: B018  (load() plans; .schema forces analysis where Spark defers it)
+        build().count()
     return str(info.value)
 
 
@@ -198,6 +199,7 @@ def _planning_error(build) -> str:
      "1 store root"),
     (lambda r, root: r.read.format("rocketmq_commitlog").option("include_bodies", "maybe").load(root),
      "include_bodies", "true or false"),
+    (lambda r, root: r.read.format("rocketmq_redolog").schema("a INT").load(root), "schema", "is fixed"),
 ])
 def test_bad_option_fails_at_planning_with_clear_message(rs, setup, option, words):
     message = _planning_error(lambda: setup(rs, store_of("rocketmq-4.9.8")))
@@ -341,6 +343,38 @@ def test_anomalies_of_a_damaged_store_reach_the_anomalies_frame(rs, damaged_stor
     assert ("broker-x", "BODY_CRC_MISMATCH", d["f0"], d["body_at"], "commitlog") in indexed
     assert ("broker-x", "FILE_SIZE_MISMATCH", d["f1"], 0, "commitlog") in indexed
     assert ("broker-x", "CQ_ENTRY_MISMATCH", d["f1"], d["cut_at"], "commitlog") in indexed  # half CQ -> cut
+
+
+def test_fetch_at_merges_duplicates_filters_plain_records_and_reports_missing_files(commitlog_tables):
+    """The mapInArrow body of indexed mode, driven directly (no Spark)."""
+    from jobs.store_frames import _FetchAt
+
+    table = commitlog_tables["rocketmq-4.9.8"]
+    f0 = table.filter(pc.equal(table.column("physical_offset"), table.column("file_position")))
+    commit = f0.filter(pc.equal(f0.column("transaction_type"), "COMMIT")).column("file_position")[0].as_py()
+    plain = f0.filter(pc.equal(f0.column("transaction_type"), "NOT")).column("file_position")[0].as_py()
+    path = f0.column("file")[0].as_py()
+    rows = sorted([(commit, True), (commit, True), (plain, True), (plain, False)])  # plain: also indexed
+    batch = pa.RecordBatch.from_pydict({
+        "broker": ["b"] * 5, "commitlog_offset": [o for o, _ in rows] + [1 << 40],
+        "only_tx": [f for _, f in rows] + [False], "path": [path] * 4 + [None],
+        "base_offset": [0] * 4 + [None]})
+    records = pa.Table.from_batches(list(_FetchAt(with_body=False, emit="records")(iter([batch]))))
+    assert sorted(records.column("file_position").to_pylist()) == sorted([commit, plain])
+    assert records.schema.equals(SOURCE_TABLES["rocketmq_commitlog"].arrow_schema())
+    only_tx = pa.RecordBatch.from_pydict({k: v[:2] for k, v in batch.to_pydict().items()})
+    only_tx = only_tx.set_column(0, "broker", pa.array(["b", "b"])).set_column(
+        1, "commitlog_offset", pa.array([min(commit, plain), max(commit, plain)], pa.int64())).set_column(
+        2, "only_tx", pa.array([True, True]))
+    kept = pa.Table.from_batches(list(_FetchAt(with_body=False, emit="records")(iter([only_tx]))))
+    assert kept.column("file_position").to_pylist() == [commit]
+    fetch = _FetchAt(False, "anomalies", {"b": "/x/commitlog"})
+    anomalies = pa.Table.from_batches(list(fetch(iter([batch]))))
+    assert anomalies.to_pylist() == [{
+        "broker": "b", "kind": "MISSING_FILE", "file": "/x/commitlog", "position": 1 << 40,
+        "detail": anomalies.column("detail")[0].as_py(),
+        "expected": "a CommitLog file containing this offset",
+        "actual": "no such file", "source": "commitlog", "physical_offset": 1 << 40}]
 
 
 # --- indexed vs full ----------------------------------------------------------------------------------------
