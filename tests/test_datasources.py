@@ -108,9 +108,11 @@ def test_commitlog_equals_txlog_io_decode_and_truth_count(commitlog_tables, vers
 
 
 def test_tiny_split_reads_every_record_exactly_once(rs, commitlog_tables):
-    df = rs.read.format("rocketmq_commitlog").option("split_bytes", "64k").load(store_of("rocketmq-4.9.8"))
-    assert df.rdd.getNumPartitions() == 2 * (1024 // 64)      # two 1 MiB files in 64 KiB ranges
-    got = df.toArrow()
+    from jobs.datasources import plan_partitions
+
+    options = {"path": store_of("rocketmq-4.9.8"), "split_bytes": "64k"}
+    assert len(plan_partitions("rocketmq_commitlog", parse_options("rocketmq_commitlog", options))) == 2 * 16
+    got = rs.read.format("rocketmq_commitlog").options(**options).load().toArrow()   # 2 files x 16 ranges
     keys = list(zip(got.column("file").to_pylist(), got.column("file_position").to_pylist()))
     assert len(keys) == len(set(keys)) == 999
     assert by_offset(got).equals(by_offset(commitlog_tables["rocketmq-4.9.8"]))
