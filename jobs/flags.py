@@ -1,0 +1,174 @@
+"""The documented flag codes the reconstruction puts on transactions (and on unattributable findings).
+
+``FLAGS`` maps code -> description; it is the public contract (codes appear in the Delta tables, work lists
+and tests).  ``ANOMALY_ONLY`` are codes that can only appear in the audit_anomalies table, because the
+evidence they describe cannot be attached to a transaction.  ``RECOVERY_ACTIONS`` maps each recovery_worklist
+action to what the operator is expected to do.
+
+Terms: "copy" = a half record in RMQ_SYS_TRANS_HALF_TOPIC (the original or a re-put by the check service);
+"op" = an offset named in the body of an RMQ_SYS_TRANS_OP_HALF_TOPIC message (a half-queue offset); "discard"
+= a TRANS_CHECK_MAX_TIME_TOPIC record; timeout = transactionTimeOut, or CHECK_IMMUNITY_TIME_IN_SECONDS x 1000
+when the message has one (the broker's check immunity); consume offsets are those of CID_RMQ_SYS_TRANS.
+"""
+
+from __future__ import annotations
+
+FLAGS: dict = {
+    # --- still-open transactions ----------------------------------------------------------------------------
+    "PREPARED_PAST_TIMEOUT": (
+        "PREPARED and as_of - born > timeout (transactionTimeOut, or the message's check immunity): due for "
+        "a check-back."
+    ),
+    "PREPARED_NEVER_CHECKED": (
+        "PREPARED past timeout and no check is visible on disk: a single copy without "
+        "TRANSACTION_CHECK_TIMES (4.3+), or any 4.0-4.2 prepared record (that line has no check service). "
+        "Not raised for 3.x, whose checks leave no trace in the store."
+    ),
+    "AT_CHECK_MAX": (
+        "PREPARED (4.3+) and the newest copy's TRANSACTION_CHECK_TIMES >= transactionCheckMax: the next "
+        "check pass discards it to TRANS_CHECK_MAX_TIME_TOPIC (4.6+; 4.3-4.5 only log it) instead of "
+        "checking it."
+    ),
+    "AGE_PAST_FILE_RESERVED_TIME": (
+        "PREPARED and as_of - born > fileReservedTime: 4.3+ discards it at the next pass (needSkip); in "
+        "every version its records may already be eligible for deletion by retention."
+    ),
+    "PAST_DEADLINE": (
+        "PREPARED and deadline_ms <= as_of: the broker should already have discarded it (or retention "
+        "deleted it); it is still PREPARED because the broker was stopped, lost the discard (4.3-4.5 write "
+        "none), or the snapshot is older than as_of."
+    ),
+    "PREPARED_PASSED_BY_CHECKER": (
+        "PREPARED (4.3+) with no op and no discard, but its newest copy is below the half consume offset: "
+        "the check service has moved past it and will never check it again."
+    ),
+    # --- resolution evidence --------------------------------------------------------------------------------
+    "DUPLICATE_COMMIT": (
+        "More than one COMMIT record for the transaction (each points to a different copy): consumers "
+        "received the message more than once."
+    ),
+    "COMMIT_WITHOUT_OP": (
+        "4.3+: a COMMIT record whose copy has no op (crash between the commit write and the op write, or a "
+        "5.1+ op batch lost in memory): the broker keeps checking that copy."
+    ),
+    "RESOLVED_COPY_PENDING_CHECK": (
+        "4.3+: resolved, but the newest copy has no op (also none for its TRAN_PREPARED_QUEUE_OFFSET), no "
+        "discard followed it and it is at/above the half consume offset: the broker will check (and may "
+        "commit again or discard) it."
+    ),
+    "OP_WITHOUT_HALF": (
+        "An op names a half-queue offset at or above the oldest retained half record but no half record has "
+        "that QUEUEOFFSET (orphan op)."
+    ),
+    "OP_BELOW_HALF_CONSUME_OFFSET": (
+        "An op of this transaction is not yet consumed by the check service (op queue offset >= op consume "
+        "offset) but names a copy below the half consume offset: the broker will ignore it (the checker "
+        "already passed that copy). Still valid evidence of the resolution."
+    ),
+    "CONFLICTING_ENDS": (
+        "Both commit and rollback evidence: a COMMIT record and a ROLLBACK record (3.x, 4.0-4.2), or a "
+        "COMMIT record plus an op on a copy that no COMMIT record points to (4.3+: op without commit = "
+        "rollback)."
+    ),
+    "DISCARDED_WITH_RESOLUTION": (
+        "Discarded to TRANS_CHECK_MAX_TIME_TOPIC although a COMMIT record or op exists (the resolution wins; "
+        "the discard is noise, cf. RocketMQ issue #8311 and op batching in 5.1+)."
+    ),
+    "PREPARED_RECORD_MISSING": (
+        "Commit/rollback/discard evidence whose half or prepared record is not in the store, and retention "
+        "does not explain it (the offset it points to is not below the oldest retained CommitLog offset)."
+    ),
+    # --- store integrity ------------------------------------------------------------------------------------
+    "CQ_MISMATCH": (
+        "A consume-queue unit of the half/op/discard queues (or of a commit record) disagrees with the "
+        "CommitLog (no record at its offset, other size, topic, queue or queue offset), or such a record has "
+        "no CQ unit."
+    ),
+    "EVIDENCE_IN_DELETED_RANGE": (
+        "Evidence points into CommitLog ranges already deleted by retention: a commit/rollback whose "
+        "prepared offset is below the oldest retained CommitLog offset, an op naming a half offset below the "
+        "oldest retained half record, a CQ unit or statetable unit pointing below the oldest retained "
+        "CommitLog offset."
+    ),
+    "CORRUPT_RECORD": (
+        "A decoder anomaly lies inside one of the transaction's records, or one of them fails its body CRC."
+    ),
+    "OP_BODY_UNPARSABLE": (
+        "An op body piece is not a decimal number (4.x/5.0 readers treat the whole body as one number; 5.1+ "
+        "split on ','). The broker reads it as -1 and ignores it."
+    ),
+    "OP_BODY_MISSING": (
+        "An op record whose body was not provided to the reconstruction (the op_bodies input lacks it): "
+        "resolutions recorded by it are unknown."
+    ),
+    # --- 3.x statetable / redolog ---------------------------------------------------------------------------
+    "STATETABLE_REDOLOG_DISAGREE": (
+        "3.x: the statetable unit's state and the redolog disagree (e.g. unit PREPARED but the redolog has "
+        "an END entry, or unit COMMIT but the redolog END is a rollback)."
+    ),
+    "STATETABLE_COMMITLOG_DISAGREE": (
+        "3.x: the statetable unit's state differs from what the CommitLog COMMIT/ROLLBACK records say (e.g. "
+        "a failed statetable update after a rebuild: the broker keeps checking a resolved transaction)."
+    ),
+    "REDOLOG_COMMITLOG_DISAGREE": (
+        "3.x: the redolog lacks the PREPARED entry for a prepared record, or its END entries differ from the "
+        "CommitLog's COMMIT/ROLLBACK records."
+    ),
+    "STATETABLE_MISSING_PREPARED": (
+        "3.x: a prepared record has no statetable unit (e.g. dropped by the faulty statetable rebuild after "
+        "an abnormal restart): the broker will never check it."
+    ),
+    "STATETABLE_INDEX_MISMATCH": (
+        "3.x: the prepared record's QUEUEOFFSET differs from its statetable unit's index (statetable "
+        "rebuilt): a check-driven EndTransaction is rejected, and a producer's own one cannot update the "
+        "unit."
+    ),
+    "STATETABLE_ORPHAN_UNIT": (
+        "3.x: a statetable unit points to a CommitLog offset that holds no prepared record."
+    ),
+}
+
+ANOMALY_ONLY = frozenset(
+    {"OP_WITHOUT_HALF", "OP_BODY_UNPARSABLE", "OP_BODY_MISSING", "STATETABLE_ORPHAN_UNIT"}
+)
+
+#: recovery_worklist actions, most important first (a transaction's ``action`` is the first that applies).
+RECOVERY_ACTIONS: dict = {
+    "REBUILD_STATETABLE": (
+        "3.x: the statetable does not reflect the CommitLog (missing unit, wrong index, or stale state). "
+        "Rebuild it from the CommitLog/redolog (offline, broker stopped) so the check timer sees exactly the "
+        "open ones."
+    ),
+    "REVIEW_CONFLICTING_ENDS": (
+        "Commit and rollback evidence for one transaction: confirm with the producer which outcome holds; "
+        "the message was delivered (COMMIT record) whatever the rollback says."
+    ),
+    "REVIEW_DUPLICATE_COMMIT": (
+        "The committed message was delivered once per COMMIT record: make sure consumers de-duplicated on "
+        "UNIQ_KEY / keys."
+    ),
+    "MARK_DONE": (
+        "4.3+: resolved but the broker will still check a copy: write an op message (topic "
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC, queue = half queue, tag 'd', body = the half offsets in "
+        "mark_done_half_offsets) so the check service skips it."
+    ),
+    "RESUME_DISCARDED": (
+        "Discarded without resolution: send RESUME_CHECK_HALF_MESSAGE (request code 323; mqadmin "
+        "resumeCheckHalfMessage) with topic resume_topic (TRANS_CHECK_MAX_TIME_TOPIC) and msgId "
+        "resume_msg_id (offsetMsgId of the discard record; 4.x headers carry only msgId). The broker re-puts "
+        "it into the half topic with TRANSACTION_CHECK_TIMES=0 and checks it again."
+    ),
+    "REDRIVE_EXPIRED": (
+        "PREPARED beyond automatic handling (at transactionCheckMax, past fileReservedTime or its deadline): "
+        "ask the producer's owner for the outcome and re-send the message (or resume it once discarded)."
+    ),
+    "REVIEW_EVIDENCE": (
+        "The state rests on damaged or missing evidence (CORRUPT_RECORD, CQ_MISMATCH, "
+        "EVIDENCE_IN_DELETED_RANGE, PREPARED_RECORD_MISSING): verify before acting on it."
+    ),
+}
+
+
+def describe(code: str) -> str:
+    """Description of a flag code (KeyError for an unknown code: every code used must be documented)."""
+    return FLAGS[code]

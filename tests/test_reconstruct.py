@@ -1,0 +1,900 @@
+"""jobs/reconstruct.py: transaction state reconstruction, flags and work lists.
+
+Two Spark runs carry most assertions (each is one reconstruct over several brokers, its outputs collected
+once):
+
+* ``truth_audit``: the three real-broker fixtures, frames built from their truth/ files
+  (tests/truth_frames.py), judged with each fixture's own broker settings (README) and as_of = the fixture's
+  newest store time, i.e. the moment the broker was shut down: "what would the auditor have said about this
+  store at that moment".  Every transaction's state is compared with the intended client outcome
+  (workload_client_side.json); where the README documents that the real broker diverged (5.3.3 op batching:
+  duplicate commits, commit/rollback + discard), the flags are asserted instead, from counts derived
+  independently from truth/commitlog.jsonl.gz.
+* ``scenarios``: tiny hand-built stores, one broker per scenario (op body forms, copy grouping, commit via the
+  newest copy, duplicate commit, commit without op, orphan op, op below the consume offset, conflicting ends,
+  discards, deleted ranges, CQ mismatch, corruption, immunity, deadlines, 3.x statetable disagreements,
+  4.0-4.2).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+import truth_frames as tf
+from jobs.flags import ANOMALY_ONLY, FLAGS, RECOVERY_ACTIONS
+from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES as PROFILES_TABLE, RECOVERY, TRANSACTIONS
+
+pytestmark = pytest.mark.spark
+
+FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
+V314, V498, V533 = "rocketmq-3.1.4", "rocketmq-4.9.8", "rocketmq-5.3.3"
+
+INTENDED_STATE = {
+    "commit": "COMMITTED",
+    "check_commit": "COMMITTED",
+    "check2_commit": "COMMITTED",
+    "immunity_commit": "COMMITTED",
+    "rollback": "ROLLED_BACK",
+    "check_rollback": "ROLLED_BACK",
+    "check2_rollback": "ROLLED_BACK",
+    "immunity_rollback": "ROLLED_BACK",
+    "unknown_discard": "DISCARDED",
+    "inflight_unknown": "PREPARED",
+    "unknown": "PREPARED",
+}
+
+
+def _collect(df):
+    return [r.asDict(recursive=True) for r in df.collect()]
+
+
+def _result_dicts(result):
+    out = {
+        "transactions": _collect(result.transactions),
+        "check_back": _collect(result.check_back),
+        "recovery": _collect(result.recovery),
+        "anomalies": _collect(result.anomalies),
+        "profiles": _collect(result.profiles),
+    }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Real-broker fixtures
+# ------------------------------------------------------------------------------------------------------------
+
+
+def fixture_params():
+    """Each fixture broker's own transaction settings (from its README), as_of = its newest store time."""
+    from jobs.reconstruct import AuditParams
+
+    as_of = {v: tf.max_store_timestamp(FIXTURES / v) for v in (V314, V498, V533)}
+    return {
+        # 3.1.4 defaults: checkTransactionMessageAtleastInterval 60 s, no max, fileReservedTime 48 h
+        V314: AuditParams.for_profile("3.x", {"as_of_ms": as_of[V314]}),
+        V498: AuditParams.for_profile(
+            "4.3-5.0",
+            {
+                "transactionTimeOut": 2000,
+                "transactionCheckInterval": 1000,
+                "transactionCheckMax": 4,
+                "as_of_ms": as_of[V498],
+            },
+        ),
+        V533: AuditParams.for_profile(
+            "5.1+",
+            {
+                "transactionTimeOut": 1000,
+                "transactionCheckInterval": 1000,
+                "transactionCheckMax": 3,
+                "as_of_ms": as_of[V533],
+            },
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def frames(spark):
+    """The three fixture brokers (from truth/) and every scenario broker, in one set of frames."""
+    rows = tf.truth_rows({v: FIXTURES / v for v in (V314, V498, V533)})
+    for name, extra in scenario_rows().items():
+        rows[name] += extra
+    return tf.frames_from_rows(spark, rows)
+
+
+@pytest.fixture(scope="module")
+def audit(frames):
+    """ONE reconstruct over the fixture brokers and the scenario brokers (one Spark plan, intermediates
+    materialized, collected once): fixtures judged with their README settings, scenarios with 4.3.1+ defaults,
+    as_of 10 s."""
+    from jobs.reconstruct import AuditParams, reconstruct
+
+    scenario = AuditParams(6000, 15, 60000, 72, as_of_ms=10_000)
+    params = {**fixture_params(), **{b: scenario for b in SCENARIO_BROKERS}}
+    return _result_dicts(reconstruct(frames, params, materialize=True))
+
+
+def _only(out, brokers):
+    return {k: [r for r in v if r["broker"] in brokers] for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def truth_audit(audit):
+    return _only(audit, {V314, V498, V533})
+
+
+def truth_records(version):
+    with gzip.open(FIXTURES / version / "truth" / "commitlog.jsonl.gz", "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def truth_expectations(version):
+    """Per KEYS (DTX-n), derived straight from the truth records (independently of the Spark code):
+    commits (real-topic COMMIT records), discards, half copies and the newest copy."""
+    recs = truth_records(version)
+    exp = defaultdict(lambda: {"commits": 0, "discards": 0, "copies": [], "rollbacks": 0})
+    for r in recs:
+        key = r["properties"].get("KEYS")
+        if not key or not key.startswith("DTX-"):
+            continue
+        topic = r["topic"]
+        if r["tranType"] == 8 and not topic.startswith("%") and topic != "SCHEDULE_TOPIC_XXXX":
+            exp[key]["commits"] += 1
+        elif r["tranType"] == 12:
+            exp[key]["rollbacks"] += 1
+        elif topic == "TRANS_CHECK_MAX_TIME_TOPIC":
+            exp[key]["discards"] += 1
+            exp[key]["discard_msg_id"] = r["msgId"]
+        elif topic == "RMQ_SYS_TRANS_HALF_TOPIC" or r["tranType"] == 4:
+            exp[key]["copies"].append(r)
+    return exp
+
+
+def tx_by_keys(audit, broker):
+    rows = [t for t in audit["transactions"] if t["broker"] == broker]
+    by_keys = defaultdict(list)
+    for t in rows:
+        by_keys[t["keys"]].append(t)
+    return rows, by_keys
+
+
+def test_profiles_detected_per_store(truth_audit):
+    prof = {p["broker"]: p for p in truth_audit["profiles"]}
+    assert {b: p["profile"] for b, p in prof.items()} == {V314: "3.x", V498: "4.3-5.0", V533: "5.1+"}
+    assert all(p["profile"] == p["detected_profile"] for p in prof.values())
+    assert any("comma-batched" in e for e in prof[V533]["evidence"])
+    assert any("statetable" in e for e in prof[V314]["evidence"])
+
+
+@pytest.mark.parametrize("version", [V314, V498, V533])
+def test_every_transaction_matches_the_intended_outcome(truth_audit, version):
+    intended = tf.intended_outcomes(FIXTURES / version)
+    exp = truth_expectations(version)
+    rows, by_keys = tx_by_keys(truth_audit, version)
+    assert len(rows) == len(intended), "one row per transaction, nothing else"
+    assert set(by_keys) == set(intended)
+    for key, cls in intended.items():
+        (t,) = by_keys[key]
+        e = exp[key]
+        assert t["state"] == INTENDED_STATE[cls], (key, cls, t["state"], t["flags"])
+        assert len(t["commit_offsets"]) == e["commits"], key
+        assert t["copies"] == len(e["copies"]), key
+        newest = max(e["copies"], key=lambda r: r["physicalOffset"])
+        first = min(e["copies"], key=lambda r: r["physicalOffset"])
+        assert t["newest_copy_commitlog_offset"] == newest["physicalOffset"]
+        assert t["newest_copy_queue_offset"] == newest["queueOffset"]
+        assert t["prepared_commitlog_offset"] == first["physicalOffset"]
+        assert t["born_timestamp"] == first["bornTimestamp"]
+        assert t["producer_group"] == first["properties"]["PGROUP"]
+        # documented real-broker divergences are flagged, and nothing else is
+        assert ("DUPLICATE_COMMIT" in t["flags"]) == (e["commits"] > 1), key
+        resolved = e["commits"] > 0 or t["state"] == "ROLLED_BACK"
+        assert ("DISCARDED_WITH_RESOLUTION" in t["flags"]) == (e["discards"] > 0 and resolved), key
+        expected = {"PREPARED_PAST_TIMEOUT"} if t["state"] == "PREPARED" else set()
+        if e["commits"] > 1:
+            expected.add("DUPLICATE_COMMIT")
+        if e["discards"] and resolved:
+            expected.add("DISCARDED_WITH_RESOLUTION")
+        if cls == "inflight_unknown" and version == V314:
+            expected = set()  # sent just before shutdown: younger than the 60 s 3.x timeout at as_of
+        assert set(t["flags"]) == expected, (key, cls, t["flags"])
+        if t["state"] == "DISCARDED":
+            assert t["discard_msg_id"] == e["discard_msg_id"]
+        if version == V314:
+            assert t["uniq_key"] is None and t["transaction_key"] == str(first["physicalOffset"])
+            assert t["mechanism"] == "PREPARED_RECORD"
+        else:
+            assert t["transaction_key"] == t["uniq_key"] == first["properties"]["UNIQ_KEY"]
+            assert t["mechanism"] == "HALF_QUEUE"
+
+
+def test_state_counts_per_fixture(truth_audit):
+    counts = Counter((t["broker"], t["state"]) for t in truth_audit["transactions"])
+    assert counts == {
+        (V314, "COMMITTED"): 15,
+        (V314, "ROLLED_BACK"): 20,
+        (V314, "PREPARED"): 7,
+        (V498, "COMMITTED"): 30,
+        (V498, "ROLLED_BACK"): 21,
+        (V498, "DISCARDED"): 6,
+        (V498, "PREPARED"): 3,
+        (V533, "COMMITTED"): 29,
+        (V533, "ROLLED_BACK"): 13,
+        (V533, "DISCARDED"): 6,
+        (V533, "PREPARED"): 4,
+    }
+    dup = Counter(t["broker"] for t in truth_audit["transactions"] if "DUPLICATE_COMMIT" in t["flags"])
+    dwr = Counter(
+        t["broker"] for t in truth_audit["transactions"] if "DISCARDED_WITH_RESOLUTION" in t["flags"]
+    )
+    assert dup == {V533: 22} and dwr == {
+        V533: 40
+    }  # README: 6+10+6 duplicate, 6+6+10+6+6+6 commit/rollback+discard
+
+
+def test_3x_matches_transactions_expected(truth_audit):
+    rows, _ = tx_by_keys(truth_audit, V314)
+    by_offset = {t["prepared_commitlog_offset"]: t for t in rows}
+    for line in (FIXTURES / V314 / "truth" / "transactions_expected.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        t = by_offset[e["prepared_commitlog_offset"]]
+        assert t["state"] == e["state_from_commitlog"]
+        assert t["statetable_index"] == e["statetable"][0]["index"] == e["prepared_queue_offset_field"]
+        assert t["statetable_state"] == e["statetable"][0]["stateName"]
+        ends = e["end_records"]
+        assert t["commit_offsets"] == sorted(x["commitlog_offset"] for x in ends if x["type"] == "COMMIT")
+        assert t["rollback_offsets"] == sorted(x["commitlog_offset"] for x in ends if x["type"] == "ROLLBACK")
+        assert t["redolog_state"] == (
+            "PREPARED" if e["state_from_redolog"] == "PREPARED" else ends[0]["type"]
+        )
+        assert e["flags"] == []
+
+
+def test_op_offsets_are_half_queue_offsets(truth_audit):
+    """Every 4.9.8/5.3.3 op names a half-queue offset of a copy of its transaction, and the op queue offsets
+    match."""
+    for version in (V498, V533):
+        ops = defaultdict(set)
+        for r in truth_records(version):
+            if r["topic"] == "RMQ_SYS_TRANS_OP_HALF_TOPIC":
+                for piece in base64.b64decode(r["body_b64"]).decode().split(","):
+                    if piece:
+                        ops[int(piece)].add(r["queueOffset"])
+        rows, _ = tx_by_keys(truth_audit, version)
+        named = {h for t in rows for h in t["op_half_offsets"]}
+        assert named == set(ops)
+        for t in rows:
+            assert set(t["op_queue_offsets"]) == {q for h in t["op_half_offsets"] for q in ops[h]}
+
+
+def test_check_back_worklist_on_fixtures(truth_audit):
+    """as_of = shutdown time: 3.1.4's 5 'unknown' keys are older than the 60 s 3.x timeout (its 2 in-flight
+    ones, sent just before shutdown, are not yet due); 4.9.8's 3 and 5.3.3's 4 in-flight keys are past their 2
+    s / 1 s timeout with 3 < 4 / 2 < 3 checks.  Nothing else is PREPARED."""
+    cb = truth_audit["check_back"]
+    intended = {v: tf.intended_outcomes(FIXTURES / v) for v in (V314, V498, V533)}
+    tx = {(t["broker"], t["transaction_key"]): t for t in truth_audit["transactions"]}
+    got = Counter(
+        (r["broker"], intended[r["broker"]][tx[(r["broker"], r["transaction_key"])]["keys"]]) for r in cb
+    )
+    assert got == {(V314, "unknown"): 5, (V498, "inflight_unknown"): 3, (V533, "inflight_unknown"): 4}
+    ranks = [r["urgency_rank"] for r in cb]  # global over all brokers of the run (scenarios included)
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    order = [({"CRITICAL": 0, "HIGH": 1}.get(r["priority"], 2), r["deadline_ms"], -r["age_ms"]) for r in cb]
+    assert order == sorted(order)
+    for r in cb:
+        t = tx[(r["broker"], r["transaction_key"])]
+        assert r["commitlog_offset"] == t["newest_copy_commitlog_offset"]
+        assert r["offset_msg_id"] == t["newest_copy_msg_id"]
+        assert r["producer_group"] == t["producer_group"]
+        if r["broker"] == V314:
+            assert r["tran_state_table_offset"] == t["statetable_index"] == t["newest_copy_queue_offset"]
+            assert r["request_topic"] == "TopicTx" and r["msg_id"] == t["newest_copy_msg_id"]
+        else:
+            assert r["tran_state_table_offset"] == t["newest_copy_queue_offset"]
+            assert r["request_topic"] == "RMQ_SYS_TRANS_HALF_TOPIC"
+            assert r["msg_id"] == r["transaction_id"] == t["uniq_key"]
+            assert r["check_times"] == t["newest_copy_check_times"]
+    # 4.9.8: newest copy has 3 checks of max 4 -> one more pass checks, the next discards: deadline within 2 s
+    assert all(r["priority"] == "CRITICAL" for r in cb if r["broker"] != V314)
+
+
+def test_recovery_worklist_on_fixtures(truth_audit):
+    rec = truth_audit["recovery"]
+    assert Counter((r["broker"], r["action"]) for r in rec) == {
+        (V498, "RESUME_DISCARDED"): 6,
+        (V533, "RESUME_DISCARDED"): 6,
+        (V533, "REVIEW_DUPLICATE_COMMIT"): 22,
+    }
+    exp = {v: truth_expectations(v) for v in (V498, V533)}
+    tx = {(t["broker"], t["transaction_key"]): t for t in truth_audit["transactions"]}
+    for r in rec:
+        t = tx[(r["broker"], r["transaction_key"])]
+        if r["action"] == "RESUME_DISCARDED":
+            assert r["state"] == "DISCARDED" and r["resume_topic"] == "TRANS_CHECK_MAX_TIME_TOPIC"
+            assert r["resume_msg_id"] == exp[r["broker"]][t["keys"]]["discard_msg_id"]
+        else:
+            assert r["state"] == "COMMITTED" and len(r["commit_offsets"]) > 1 and r["resume_msg_id"] is None
+        assert r["actions"][0] == r["action"] and r["reason"]
+
+
+def test_truth_stores_have_no_findings(truth_audit):
+    assert truth_audit["anomalies"] == []
+
+
+def test_output_schemas(truth_audit):
+    # the collected dicts carry exactly the schema's columns
+    for name, table in (
+        ("transactions", TRANSACTIONS),
+        ("check_back", CHECK_BACK),
+        ("recovery", RECOVERY),
+        ("profiles", PROFILES_TABLE),
+    ):
+        assert list(truth_audit[name][0]) == table.names, name
+    assert AUDIT_ANOMALIES.names == [
+        "broker",
+        "code",
+        "source",
+        "physical_offset",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "transaction_key",
+        "file",
+        "position",
+        "detail",
+    ]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Hand-built scenarios (one broker each)
+# ------------------------------------------------------------------------------------------------------------
+
+H, OPT, DT = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"
+
+
+def half(b, off, qo, uniq, ct=None, *, born=0, store=None, pgroup="PG", topic="T", imm=None, tpqo=None, **kw):
+    props = {
+        "UNIQ_KEY": uniq,
+        "PGROUP": pgroup,
+        "REAL_TOPIC": topic,
+        "REAL_QID": 1,
+        "TRAN_MSG": "true",
+        "KEYS": f"K-{uniq}",
+    }
+    if ct is not None:
+        props["TRANSACTION_CHECK_TIMES"] = ct
+    if imm is not None:
+        props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = imm
+    if tpqo is not None:
+        props["TRAN_PREPARED_QUEUE_OFFSET"] = tpqo
+    return tf.commitlog_row(
+        b,
+        off,
+        H,
+        props=props,
+        queue_offset=qo,
+        born_timestamp=born,
+        store_timestamp=off if store is None else store,
+        **kw,
+    )
+
+
+def commit(b, off, pto, uniq, *, pgroup="PG", topic="T", **kw):
+    props = {
+        "UNIQ_KEY": uniq,
+        "PGROUP": pgroup,
+        "REAL_TOPIC": topic,
+        "REAL_QID": 1,
+        "TRAN_MSG": "true",
+        "KEYS": f"K-{uniq}",
+    }
+    return tf.commitlog_row(
+        b,
+        off,
+        topic,
+        props=props,
+        transaction_type="COMMIT",
+        prepared_transaction_offset=pto,
+        queue_id=1,
+        store_timestamp=off,
+        **kw,
+    )
+
+
+def op(b, off, oqo, body, **kw):
+    return tf.commitlog_row(
+        b,
+        off,
+        OPT,
+        props={"TAGS": "d", "WAIT": "true"},
+        queue_offset=oqo,
+        body=body.encode(),
+        store_timestamp=off,
+        **kw,
+    )
+
+
+def discard(b, off, uniq, ct, *, pgroup="PG", topic="T", **kw):
+    props = {
+        "UNIQ_KEY": uniq,
+        "PGROUP": pgroup,
+        "REAL_TOPIC": topic,
+        "REAL_QID": 1,
+        "TRAN_MSG": "true",
+        "TRANSACTION_CHECK_TIMES": ct,
+        "KEYS": f"K-{uniq}",
+    }
+    return tf.commitlog_row(b, off, DT, props=props, store_timestamp=off, **kw)
+
+
+def prepared(b, off, qo, *, tt="PREPARED", pto=0, uniq=None, key=None, **kw):
+    props = {"PGROUP": "PG3", "TRAN_MSG": "true", "KEYS": key or f"P{off}"}
+    if uniq:
+        props["UNIQ_KEY"] = uniq
+    return tf.commitlog_row(
+        b,
+        off,
+        "T3",
+        props=props,
+        transaction_type=tt,
+        queue_offset=qo,
+        prepared_transaction_offset=pto,
+        store_timestamp=off,
+        **kw,
+    )
+
+
+def co(b, half_offset, op_offset):
+    return [
+        {
+            "broker": b,
+            "file": "config/consumerOffset.json",
+            "topic": t,
+            "group": "CID_RMQ_SYS_TRANS",
+            "queue_id": 0,
+            "offset": o,
+        }
+        for t, o in ((H, half_offset), (OPT, op_offset))
+    ]
+
+
+def cq(b, topic, qo, off, size=100):
+    return {
+        "broker": b,
+        "file": f"consumequeue/{topic}/0/{0:020d}",
+        "file_position": qo * 20,
+        "topic": topic,
+        "queue_id": 0,
+        "queue_offset": qo,
+        "commitlog_offset": off,
+        "size": size,
+        "tags_code": 0,
+    }
+
+
+def st_unit(b, index, off, state):
+    return {
+        "broker": b,
+        "file": "transaction/statetable/00000000000000000000",
+        "index": index,
+        "commitlog_offset": off,
+        "size": 100,
+        "store_timestamp_s": 0,
+        "producer_group_hash": 0,
+        "state": state,
+    }
+
+
+def redo(b, index, off, tags_code):
+    return {
+        "broker": b,
+        "file": "transaction/redolog/x",
+        "index": index,
+        "commitlog_offset": off,
+        "size": 100,
+        "tags_code": tags_code,
+        "kind": "PREPARED" if tags_code == -1 else "END",
+    }
+
+
+SCENARIO_BROKERS = (
+    "s-newest",
+    "s-group",
+    "s-dup",
+    "s-noop",
+    "s-orphan",
+    "s-below",
+    "s-conflict",
+    "s-discard",
+    "s-deleted",
+    "s-cq",
+    "s-corrupt",
+    "s-deadline",
+    "s-3x",
+    "s-40",
+)
+
+
+def scenario_rows():
+    cl, cqs, sts, redos, cos = [], [], [], [], []
+    # commit joined via the NEWEST copy (the one the check re-put and the producer answered)
+    b = "s-newest"
+    cl += [
+        half(b, 0, 0, "U1"),
+        half(b, 100, 1, "U1", ct=1, store=61000),
+        commit(b, 200, 100, "U1"),
+        op(b, 300, 0, "1"),
+    ]
+    cos += co(b, 2, 1)
+    # copies of different producer groups / real topics are different transactions; no UNIQ_KEY -> own offset
+    b = "s-group"
+    cl += [
+        half(b, 0, 0, "U1"),
+        half(b, 100, 1, "U1", ct=1),
+        half(b, 200, 2, "U1", pgroup="OTHER"),
+        half(b, 300, 3, "U1", topic="T2"),
+        tf.commitlog_row(b, 400, H, props={"PGROUP": "PG", "REAL_TOPIC": "T"}, queue_offset=4),
+        # a COMMIT-typed retry copy of a committed message: not a commit record
+        tf.commitlog_row(
+            b,
+            500,
+            "%RETRY%CG",
+            props={"UNIQ_KEY": "U1", "PGROUP": "PG", "TRAN_MSG": "true"},
+            transaction_type="COMMIT",
+        ),
+        op(b, 600, 0, "4"),
+    ]
+    # duplicate commit (5.x op batching): two COMMIT records for two copies, one comma-batched op for both
+    b = "s-dup"
+    cl += [
+        half(b, 0, 0, "U2"),
+        half(b, 100, 1, "U2", ct=1),
+        commit(b, 200, 0, "U2"),
+        commit(b, 300, 100, "U2"),
+        op(b, 400, 0, "0,1,"),
+    ]
+    cos += co(b, 2, 1)
+    # commit without op (crash between commit and op, or lost 5.x op batch)
+    b = "s-noop"
+    cl += [half(b, 0, 0, "U3"), commit(b, 200, 0, "U3")]
+    cos += co(b, 0, 0)
+    # orphan ops: one naming no half, one below the oldest retained half, one unparsable
+    b = "s-orphan"
+    cl += [half(b, 1000, 5, "U4"), op(b, 2000, 0, "99"), op(b, 2100, 1, "2"), op(b, 2200, 2, "x,")]
+    # op not yet consumed by the checker but naming a copy below the half consume offset
+    b = "s-below"
+    cl += [half(b, 0, 3, "U5"), op(b, 100, 0, "3")]
+    cos += co(b, 10, 0)
+    # commit for one copy, op (= rollback) for another copy without commit
+    b = "s-conflict"
+    cl += [
+        half(b, 0, 0, "U6"),
+        half(b, 100, 1, "U6", ct=1),
+        commit(b, 200, 100, "U6"),
+        op(b, 300, 0, "0"),
+        op(b, 400, 1, "1"),
+    ]
+    cos += co(b, 2, 2)
+    # discarded without resolution
+    b = "s-discard"
+    cl += [half(b, 0, 0, "U7"), half(b, 100, 1, "U7", ct=1), discard(b, 200, "U7", 1)]
+    cos += co(b, 2, 0)
+    # commit whose half lies in a CommitLog file already deleted (oldest retained file starts at 4096)
+    b = "s-deleted"
+    cl += [commit(b, 5000, 100, "U8", file_start=4096)]
+    # CQ disagreements in the half queue: unit with a wrong size, record without unit
+    b = "s-cq"
+    cl += [half(b, 0, 0, "U9"), half(b, 100, 1, "U10")]
+    cqs += [cq(b, H, 0, 0, size=99)]
+    # corrupt record
+    b = "s-corrupt"
+    cl += [half(b, 0, 0, "U11", body_crc_ok=False)]
+    # deadlines: never checked; at check max; immunity not yet due; immunity re-put covered by the original's
+    # op
+    b = "s-deadline"
+    cl += [
+        half(b, 0, 0, "U12", born=0, store=0),
+        half(b, 100, 1, "U13", born=0, store=0),
+        half(b, 200, 2, "U13", ct=15, born=0, store=50000),
+        half(b, 300, 3, "U14", born=0, store=0, imm=60),
+        half(b, 400, 4, "U15", born=0, store=0, imm=1),
+        half(b, 500, 5, "U15", ct=1, born=0, store=2000, imm=1, tpqo=4),
+        op(b, 600, 0, "4"),
+    ]
+    cos += co(b, 0, 0)
+    # 3.x: statetable + redolog vs CommitLog
+    b = "s-3x"
+    cl += [
+        prepared(b, 1000, 0),
+        prepared(b, 2000, 1),
+        prepared(b, 3000, 2),
+        prepared(b, 6000, 7),
+        prepared(b, 7000, 4),
+        prepared(b, 4000, 0, tt="COMMIT", pto=1000),
+        prepared(b, 5000, 1, tt="ROLLBACK", pto=2000),
+        prepared(b, 8000, 1, tt="COMMIT", pto=7000),
+        prepared(b, 9000, 4, tt="ROLLBACK", pto=7000),
+    ]
+    sts += [
+        st_unit(b, 0, 1000, "COMMIT"),
+        st_unit(b, 1, 2000, "PREPARED"),
+        st_unit(b, 3, 6000, "PREPARED"),
+        st_unit(b, 4, 7000, "COMMIT"),
+        st_unit(b, 5, 9999, "PREPARED"),
+    ]
+    redos += [
+        redo(b, 0, 1000, -1),
+        redo(b, 1, 2000, -1),
+        redo(b, 2, 3000, -1),
+        redo(b, 3, 4000, 1000),
+        redo(b, 4, 5000, 2000),
+        redo(b, 5, 6000, -1),
+        redo(b, 6, 7000, -1),
+        redo(b, 7, 8000, 7000),
+    ]
+    # 4.0-4.2: PREPARED records with UNIQ_KEY in the real topic, no statetable, no check service
+    b = "s-40"
+    cl += [
+        prepared(b, 0, 0, uniq="U40"),
+        prepared(b, 100, 0, uniq="U41"),
+        prepared(b, 200, 0, tt="COMMIT", pto=100, uniq="U41"),
+    ]
+    return {
+        "commitlog": cl,
+        "consumequeue": cqs,
+        "statetable": sts,
+        "redolog": redos,
+        "consumer_offsets": cos,
+    }
+
+
+@pytest.fixture(scope="module")
+def scenarios(audit):
+    out = _only(audit, set(SCENARIO_BROKERS))
+    tx = defaultdict(dict)
+    for t in out["transactions"]:
+        tx[t["broker"]][t["transaction_key"]] = t
+    out["tx"] = tx
+    return out
+
+
+def _recovery(scen, broker):
+    return {r["transaction_key"]: r for r in scen["recovery"] if r["broker"] == broker}
+
+
+def _check_back(scen, broker):
+    return {r["transaction_key"]: r for r in scen["check_back"] if r["broker"] == broker}
+
+
+def _findings(scen, broker):
+    return sorted((a["code"], a["queue_offset"]) for a in scen["anomalies"] if a["broker"] == broker)
+
+
+def test_commit_joins_via_the_newest_copy(scenarios):
+    (t,) = scenarios["tx"]["s-newest"].values()
+    assert t["state"] == "COMMITTED" and t["flags"] == []
+    assert (t["copies"], t["first_copy_commitlog_offset"], t["newest_copy_commitlog_offset"]) == (2, 0, 100)
+    assert (t["commit_offsets"], t["op_half_offsets"], t["op_queue_offsets"]) == ([200], [1], [0])
+    assert t["check_times"] == 1 and t["resolved_timestamp"] == 200 and t["open_copy_offsets"] == []
+
+
+def test_grouping_of_copies(scenarios):
+    tx = [t for t in scenarios["transactions"] if t["broker"] == "s-group"]
+    # (U1, PG, T) x2 copies, (U1, OTHER, T), (U1, PG, T2), and the copy without UNIQ_KEY keyed by its offset
+    assert sorted((t["transaction_key"], t["producer_group"], t["real_topic"], t["copies"]) for t in tx) == [
+        ("400", "PG", "T", 1),
+        ("U1", "OTHER", "T", 1),
+        ("U1", "PG", "T", 2),
+        ("U1", "PG", "T2", 1),
+    ]
+    by = {(t["transaction_key"], t["producer_group"], t["real_topic"]): t for t in tx}
+    assert by[("400", "PG", "T")]["state"] == "ROLLED_BACK"  # op names its queue offset 4
+    assert by[("U1", "PG", "T")]["commit_offsets"] == []  # the %RETRY% COMMIT copy is not a commit
+    assert all(t["state"] == "PREPARED" for k, t in by.items() if k != ("400", "PG", "T"))
+
+
+def test_duplicate_commit(scenarios):
+    (t,) = scenarios["tx"]["s-dup"].values()
+    assert t["state"] == "COMMITTED" and t["flags"] == ["DUPLICATE_COMMIT"]
+    assert t["commit_offsets"] == [200, 300] and t["op_half_offsets"] == [0, 1]
+    assert _recovery(scenarios, "s-dup")["U2"]["action"] == "REVIEW_DUPLICATE_COMMIT"
+
+
+def test_commit_without_op(scenarios):
+    (t,) = scenarios["tx"]["s-noop"].values()
+    assert t["state"] == "COMMITTED"
+    assert t["flags"] == ["COMMIT_WITHOUT_OP", "RESOLVED_COPY_PENDING_CHECK"]
+    r = _recovery(scenarios, "s-noop")["U3"]
+    assert r["action"] == "MARK_DONE" and r["mark_done_half_offsets"] == [0]
+
+
+def test_orphan_ops(scenarios):
+    assert _findings(scenarios, "s-orphan") == [
+        ("EVIDENCE_IN_DELETED_RANGE", 2),
+        ("OP_BODY_UNPARSABLE", None),
+        ("OP_WITHOUT_HALF", 99),
+    ]
+    (t,) = scenarios["tx"]["s-orphan"].values()
+    assert t["state"] == "PREPARED" and t["op_half_offsets"] == []
+
+
+def test_op_below_half_consume_offset(scenarios):
+    (t,) = scenarios["tx"]["s-below"].values()
+    assert t["state"] == "ROLLED_BACK" and t["flags"] == ["OP_BELOW_HALF_CONSUME_OFFSET"]
+
+
+def test_conflicting_ends(scenarios):
+    (t,) = scenarios["tx"]["s-conflict"].values()
+    assert t["state"] == "COMMITTED" and t["flags"] == ["CONFLICTING_ENDS"]
+    assert _recovery(scenarios, "s-conflict")["U6"]["action"] == "REVIEW_CONFLICTING_ENDS"
+
+
+def test_discarded_without_resolution(scenarios):
+    (t,) = scenarios["tx"]["s-discard"].values()
+    assert t["state"] == "DISCARDED" and t["discard_commitlog_offset"] == 200 and t["discards"] == 1
+    r = _recovery(scenarios, "s-discard")["U7"]
+    assert r["action"] == "RESUME_DISCARDED" and r["resume_topic"] == DT
+    assert r["resume_msg_id"] == "7F00000100002A9F00000000000000C8"
+
+
+def test_evidence_in_deleted_range(scenarios):
+    (t,) = scenarios["tx"]["s-deleted"].values()
+    assert t["state"] == "COMMITTED" and t["copies"] == 0 and t["transaction_key"] == "U8"
+    assert t["prepared_commitlog_offset"] == 100 and t["flags"] == ["EVIDENCE_IN_DELETED_RANGE"]
+    assert _recovery(scenarios, "s-deleted")["U8"]["action"] == "REVIEW_EVIDENCE"
+
+
+def test_cq_mismatch(scenarios):
+    tx = scenarios["tx"]["s-cq"]
+    assert set(tx["U9"]["flags"]) == {"CQ_MISMATCH", "PREPARED_NEVER_CHECKED", "PREPARED_PAST_TIMEOUT"}
+    assert "CQ_MISMATCH" in tx["U10"]["flags"]
+    assert [c for c, _ in _findings(scenarios, "s-cq")] == ["CQ_MISMATCH", "CQ_MISMATCH"]
+
+
+def test_corrupt_record(scenarios):
+    (t,) = scenarios["tx"]["s-corrupt"].values()
+    assert "CORRUPT_RECORD" in t["flags"]
+
+
+def test_deadlines_and_check_back_priorities(scenarios):
+    tx, cb, rec = (
+        scenarios["tx"]["s-deadline"],
+        _check_back(scenarios, "s-deadline"),
+        _recovery(scenarios, "s-deadline"),
+    )
+    # never checked: first pass one interval after the copy (0 + 60 s), then 15 re-puts, the next pass
+    # discards
+    assert tx["U12"]["deadline_ms"] == 60_000 + 15 * 60_000
+    assert set(tx["U12"]["flags"]) == {"PREPARED_PAST_TIMEOUT", "PREPARED_NEVER_CHECKED"}
+    assert cb["U12"]["priority"] == "HIGH" and cb["U12"]["tran_state_table_offset"] == 0
+    # at check max: the next pass (newest copy at 50 s + 60 s) discards it -> recovery, not check-back
+    assert tx["U13"]["deadline_ms"] == 110_000 and "AT_CHECK_MAX" in tx["U13"]["flags"]
+    assert "U13" not in cb and rec["U13"]["action"] == "REDRIVE_EXPIRED"
+    # immunity 60 s: not due at as_of 10 s
+    assert tx["U14"]["flags"] == [] and "U14" not in cb
+    assert tx["U14"]["deadline_ms"] == 60_000 + 15 * 60_000
+    # immunity re-put (TRAN_PREPARED_QUEUE_OFFSET 4) is covered by the op for the original offset 4
+    assert (
+        tx["U15"]["state"] == "ROLLED_BACK"
+        and tx["U15"]["open_copy_offsets"] == []
+        and tx["U15"]["flags"] == []
+    )
+    assert set(cb) == {"U12"}
+
+
+def test_3x_statetable_and_redolog_disagreements(scenarios):
+    tx = scenarios["tx"]["s-3x"]
+    assert tx["1000"]["state"] == "COMMITTED" and tx["1000"]["flags"] == []
+    assert tx["1000"]["statetable_index"] == 0 and tx["1000"]["redolog_state"] == "COMMIT"
+    assert tx["2000"]["state"] == "ROLLED_BACK"
+    assert tx["2000"]["flags"] == ["STATETABLE_COMMITLOG_DISAGREE", "STATETABLE_REDOLOG_DISAGREE"]
+    assert tx["3000"]["state"] == "PREPARED"
+    # (the scenarios share one 6 s timeout, so the open ones are past it)
+    assert tx["3000"]["flags"] == ["PREPARED_PAST_TIMEOUT", "STATETABLE_MISSING_PREPARED"]
+    assert tx["6000"]["flags"] == ["PREPARED_PAST_TIMEOUT", "STATETABLE_INDEX_MISMATCH"]
+    assert tx["7000"]["state"] == "COMMITTED"
+    assert tx["7000"]["flags"] == ["CONFLICTING_ENDS", "REDOLOG_COMMITLOG_DISAGREE"]
+    rec = _recovery(scenarios, "s-3x")
+    assert {k: r["action"] for k, r in rec.items()} == {
+        "2000": "REBUILD_STATETABLE",
+        "3000": "REBUILD_STATETABLE",
+        "6000": "REBUILD_STATETABLE",
+        "7000": "REVIEW_CONFLICTING_ENDS",
+    }
+    assert _check_back(scenarios, "s-3x") == {}
+    assert _findings(scenarios, "s-3x") == [("STATETABLE_ORPHAN_UNIT", 5)]
+
+
+def test_4_0_prepared_records(scenarios):
+    tx = scenarios["tx"]["s-40"]
+    assert tx["U40"]["state"] == "PREPARED" and tx["U40"]["profile"] == "4.0-4.2"
+    assert set(tx["U40"]["flags"]) == {"PREPARED_PAST_TIMEOUT", "PREPARED_NEVER_CHECKED"}
+    assert tx["U41"]["state"] == "COMMITTED" and tx["U41"]["mechanism"] == "PREPARED_RECORD"
+    assert _check_back(scenarios, "s-40")["U40"]["request_topic"] == "T3"
+
+
+def test_scenario_profiles(scenarios):
+    prof = {p["broker"]: p["profile"] for p in scenarios["profiles"]}
+    assert prof["s-3x"] == "3.x" and prof["s-40"] == "4.0-4.2" and prof["s-dup"] == "5.1+"
+    assert prof["s-newest"] == "4.3-5.0"
+
+
+def test_every_flag_used_is_documented(scenarios, truth_audit):
+    used = {f for out in (scenarios, truth_audit) for t in out["transactions"] for f in t["flags"]}
+    assert used <= set(FLAGS) - ANOMALY_ONLY
+    codes = {a["code"] for a in scenarios["anomalies"]}
+    assert codes <= set(FLAGS)
+    assert {r["action"] for r in scenarios["recovery"]} <= set(RECOVERY_ACTIONS)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Small transforms
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_parse_op_bodies_both_forms(spark):
+    from jobs.reconstruct import parse_op_bodies
+
+    df = spark.createDataFrame(
+        [
+            ("b", 0, 10, 0, 5, "1234"),
+            ("b", 0, 20, 1, 6, "1,4,9,"),
+            ("b", 0, 30, 2, 7, ""),
+            ("b", 0, 40, 3, 8, " 7 ,x,"),
+            ("b", 0, 50, 4, 9, None),
+        ],
+        "broker string, queue_id int, physical_offset long, queue_offset long, store_timestamp long, "
+        "body string",
+    )
+    got = sorted(
+        ((r.physical_offset, r.queue_offset, r.half_offset, r.piece) for r in parse_op_bodies(df).collect()),
+        key=lambda x: (x[0], x[3]),
+    )
+    assert got == [
+        (10, 0, 1234, "1234"),
+        (20, 1, 1, "1"),
+        (20, 1, 4, "4"),
+        (20, 1, 9, "9"),
+        (40, 3, 7, "7"),
+        (40, 3, None, "x"),
+    ]
+
+
+def test_audit_params_defaults():
+    from jobs.reconstruct import AuditParams
+
+    assert AuditParams.for_profile("5.1+") == AuditParams(6000, 15, 30000, 72, None)
+    assert AuditParams.for_profile("4.3-5.0") == AuditParams(6000, 15, 60000, 72, None)
+    p3 = AuditParams.for_profile("3.x")
+    assert (p3.transactionCheckMax, p3.fileReservedTime) == (None, 48)
+    assert AuditParams.for_profile(
+        "4.3-5.0", {"transactionTimeOut": 3000, "transactionCheckMax": 5}
+    ) == AuditParams(
+        3000, 5, 60000, 72, None
+    )  # 4.3.0
+    with pytest.raises(ValueError):
+        AuditParams.for_profile("9.9")
+    with pytest.raises(ValueError):
+        AuditParams.for_profile("5.1+", {"nope": 1})
+
+
+def test_profile_override(frames):
+    from jobs.reconstruct import detect_profile
+
+    f = frames
+    got = {
+        r.broker: (r.profile, r.detected_profile)
+        for r in detect_profile(
+            f["commitlog"], f["statetable"], f["redolog"], profile_override={"s-40": "3.x"}
+        ).collect()
+    }
+    assert got["s-40"] == ("3.x", "4.0-4.2") and got["s-3x"] == ("3.x", "3.x")
+    with pytest.raises(ValueError):
+        detect_profile(f["commitlog"], profile_override="6.0")
