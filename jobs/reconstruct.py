@@ -14,6 +14,9 @@ are the frames the data sources produce, each ``broker`` + the columns of a sche
                       binary) [, queue_id] of the RMQ_SYS_TRANS_OP_HALF_TOPIC records.  When absent it
                       is derived from the commitlog rows of that topic whose ``body`` is not null (so ask the
                       source for op bodies).
+``commitlog_bounds``  optional: broker, min_commitlog_offset (start of the oldest retained CommitLog file);
+                      derived from ``layout_info`` (jobs.store_frames.StoreFrames) when the frames have it,
+                      else from the records (only right when the commitlog frame holds every record)
 ====================  ======================================================================================
 
 Outputs (schemas.audit): ``transactions`` (one row per transaction), ``check_back`` and ``recovery`` work
@@ -252,11 +255,15 @@ def broker_facts(
     redolog: Optional[DataFrame] = None,
     consumer_offsets: Optional[DataFrame] = None,
     op_bodies: Optional[DataFrame] = None,
+    commitlog_bounds: Optional[DataFrame] = None,
 ) -> DataFrame:
     """-> one row per broker: record counts the profile detection uses (``n_*``) and the store bounds.
 
-    min_commitlog_offset = start of the oldest retained CommitLog file (physical_offset - file_position);
-    anything below was deleted by retention.  min_half_queue_offset = oldest retained half record's
+    min_commitlog_offset = start of the oldest retained CommitLog file: the smallest of
+    ``commitlog_bounds.min_commitlog_offset`` (broker, min_commitlog_offset: from the store listing, see
+    commitlog_bounds_from_layout) and physical_offset - file_position of the records (enough when the frame
+    holds every record; a commitlog holding only transaction records needs the listing).  Anything below was
+    deleted by retention.  min_half_queue_offset = oldest retained half record's
     QUEUEOFFSET. half/op_consume_offset = CID_RMQ_SYS_TRANS on queue 0 of the half / op topic (null when
     absent). snapshot_ms = newest store time.  One pass: projections of every input, unioned, one aggregation.
     """
@@ -293,6 +300,8 @@ def broker_facts(
         )
     if consumequeue is not None:
         parts.append(consumequeue.select("broker", F.lit(1).alias("n_cq")))
+    if commitlog_bounds is not None:
+        parts.append(commitlog_bounds.select("broker", "min_commitlog_offset"))
     if consumer_offsets is not None:
         mine = (c("group") == CHECK_GROUP) & (c("queue_id") == 0)
         parts.append(
@@ -1162,9 +1171,19 @@ def finalize_transactions(
     return conform(tx, TRANSACTIONS)
 
 
+def transaction_records(commitlog: DataFrame) -> DataFrame:
+    """The CommitLog rows the reconstruction reads: half / op / discard topics and every record whose
+    transaction type is not NOT (prepared, commit, rollback; consumer-retry copies of commits included, they
+    are filtered later by topic).  Bodies are kept for op records only."""
+    c = F.col
+    relevant = c("topic").isin(*TX_SYSTEM_TOPICS) | (c("transaction_type") != "NOT")
+    cols = [F.when(c("topic") == OP_TOPIC, c(n)).alias(n) if n == "body" else c(n) for n in commitlog.columns]
+    return commitlog.filter(relevant).select(*cols)
+
+
 def build_transactions(
     commitlog: DataFrame,
-    op_bodies: DataFrame,
+    op_bodies: Optional[DataFrame],
     consumequeue: Optional[DataFrame],
     statetable: Optional[DataFrame],
     redolog: Optional[DataFrame],
@@ -1172,17 +1191,30 @@ def build_transactions(
     anomalies: Optional[DataFrame],
     params: ParamsArg = None,
     profile_override=None,
-    op_bodies_derived: bool = False,
     materialize: bool = False,
+    commitlog_bounds: Optional[DataFrame] = None,
 ):
     """-> (transactions [TRANSACTIONS], findings [AUDIT_ANOMALIES], profiles [PROFILES]).  See
-    reconstruct()."""
+    reconstruct(); ``op_bodies`` None = derived from the commitlog's op records."""
     c = F.col
 
     def cut(df: DataFrame) -> DataFrame:
         return df.localCheckpoint(eager=True) if materialize else df
 
-    facts = cut(broker_facts(commitlog, consumequeue, statetable, redolog, consumer_offsets, op_bodies))
+    full_commitlog = commitlog
+    commitlog = cut(transaction_records(full_commitlog))
+    op_bodies_derived = op_bodies is None
+    if op_bodies_derived:
+        op_bodies = op_bodies_from_commitlog(commitlog)
+    facts = cut(
+        broker_facts(
+            full_commitlog, consumequeue, statetable, redolog, consumer_offsets, op_bodies, commitlog_bounds
+        )
+    )
+    if consumequeue is not None:
+        consumequeue = cut(consumequeue.filter(c("topic").isin(*TX_SYSTEM_TOPICS)))
+    if anomalies is not None:
+        anomalies = cut(anomalies)
     rows = evidence_rows(commitlog, op_bodies, statetable, redolog, cut=cut)
     linked = rows.filter(c("tx_id").isNotNull())
 
@@ -1522,6 +1554,20 @@ def recovery_worklist(transactions: DataFrame) -> DataFrame:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def commitlog_bounds_from_layout(spark, layout_info) -> Optional[DataFrame]:
+    """(broker, min_commitlog_offset) from store listings (``StoreFrames.layout_info``: objects with
+    ``broker`` and ``commitlog_files`` = ((path, base_offset, size), ...)); None when no store has a CommitLog
+    file."""
+    rows = [
+        (s.broker, int(min(base for _, base, _ in s.commitlog_files)))
+        for s in layout_info
+        if getattr(s, "commitlog_files", None)
+    ]
+    if not rows:
+        return None
+    return spark.createDataFrame(rows, "broker string, min_commitlog_offset bigint")
+
+
 def reconstruct(
     frames: Any,
     params: ParamsArg = None,
@@ -1534,10 +1580,11 @@ def reconstruct(
     or {broker or profile: AuditParams}.  ``profile_override``: a profile for all brokers or
     {broker: profile}.
     ``materialize``: False (default) = pure lazy transforms, nothing runs until the caller acts on an output.
-    True = compute the shared intermediates now (per-broker facts, the evidence rows before and after linking,
-    the transactions) as local checkpoints: each is computed once and the outputs' plans start from them.  The
-    plans of this reconstruction are large; on small stores analysing them dominates the run time, so True is
-    much faster whenever more than one output is used (jobs, tests).
+    True = compute the shared intermediates now as local checkpoints (the transaction-relevant CommitLog
+    records, per-broker facts, the half/op/discard consume-queue units, the decoder findings, the evidence
+    rows before and after linking, the transactions): each input is read about twice and every output's plan
+    starts from these.  The plans of this reconstruction are large; on small stores analysing them dominates
+    the run time, so True is much faster whenever more than one output is used (jobs, tests).
     """
     commitlog = _frame(frames, "commitlog")
     if commitlog is None:
@@ -1551,9 +1598,10 @@ def reconstruct(
     consumer_offsets = _frame(frames, "consumer_offsets")
     anomalies = _frame(frames, "anomalies")
     op_bodies = _frame(frames, "op_bodies")
-    derived = op_bodies is None
-    if derived:
-        op_bodies = op_bodies_from_commitlog(commitlog)
+    bounds = _frame(frames, "commitlog_bounds")
+    layout = _frame(frames, "layout_info")
+    if bounds is None and layout:
+        bounds = commitlog_bounds_from_layout(spark, layout)
 
     transactions, findings, profiles = build_transactions(
         commitlog,
@@ -1565,8 +1613,8 @@ def reconstruct(
         anomalies,
         params,
         profile_override,
-        op_bodies_derived=derived,
         materialize=materialize,
+        commitlog_bounds=bounds,
     )
     return AuditResult(
         transactions=transactions,
@@ -1594,18 +1642,21 @@ __all__ = [
     "link_ends",
     "link_ops",
     "evidence_rows",
+    "transaction_records",
     "cq_mismatches",
     "aggregate_transactions",
     "finalize_transactions",
     "build_transactions",
     "check_back_worklist",
     "recovery_worklist",
+    "commitlog_bounds_from_layout",
     "empty_frame",
     "conform",
     "PROFILES",
     "HALF_TOPIC",
     "OP_TOPIC",
     "DISCARD_TOPIC",
+    "TX_SYSTEM_TOPICS",
     "CHECK_GROUP",
     "HALF_QUEUE",
     "PREPARED_RECORD",

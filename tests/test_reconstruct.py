@@ -19,9 +19,11 @@ once):
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import json
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -99,25 +101,75 @@ def fixture_params():
     }
 
 
+#: copies of two fixtures judged at a later as_of (same rows, broker renamed): 3.1.4 one hour after shutdown,
+#: 4.9.8 73 h after (past its 72 h fileReservedTime)
+LATER = {f"{V314}@+1h": (V314, 3600 * 1000), f"{V498}@+73h": (V498, 73 * 3600 * 1000)}
+#: the real stores decoded by jobs.store_frames (indexed mode, the jobs' default; full mode is the truth's
+#: equivalent: every record) under these broker names
+REAL = {f"{mode}-{v}": (mode, v) for mode in ("indexed",) for v in (V314, V498, V533)}
+
+
+def real_store_frames(spark):
+    """jobs.store_frames.load_store_frames over the three fixture stores, per mode of REAL (bodies decoded, so
+    op bodies come with the records); -> (frames by table, commitlog bounds) or (None, error text)."""
+    try:
+        from jobs.store_frames import load_store_frames
+        from jobs.reconstruct import commitlog_bounds_from_layout
+
+        out, bounds = {}, []
+        for mode in sorted({m for m, _ in REAL.values()}):
+            names = [b for b, (m, _) in REAL.items() if m == mode]
+            sf = load_store_frames(
+                spark,
+                [str(FIXTURES / REAL[b][1] / "store") for b in names],
+                mode=mode,
+                brokers=names,
+                include_bodies=True,
+            )
+            for name in tf.TABLES:
+                df = getattr(sf, name)
+                out[name] = df if name not in out else out[name].unionByName(df)
+            bounds.append(commitlog_bounds_from_layout(spark, sf.layout_info))
+        # decode once (as jobs.audit persists its inputs): reconstruct reads its inputs more than once
+        out = {name: df.localCheckpoint() for name, df in out.items()}
+        return out, functools.reduce(lambda a, b: a.unionByName(b), bounds)
+    except Exception as exc:  # reported by the real-store tests; the other tests still run
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 @pytest.fixture(scope="module")
 def frames(spark):
-    """The three fixture brokers (from truth/) and every scenario broker, in one set of frames."""
+    """The fixture brokers (from truth/), their LATER copies, every scenario broker and the REAL decoded
+    stores, in one set of frames."""
     rows = tf.truth_rows({v: FIXTURES / v for v in (V314, V498, V533)})
+    for later, (v, _) in LATER.items():
+        for name in tf.TABLES:
+            rows[name] += [dict(r, broker=later) for r in rows[name] if r["broker"] == v]
     for name, extra in scenario_rows().items():
         rows[name] += extra
-    return tf.frames_from_rows(spark, rows)
+    frames = tf.frames_from_rows(spark, rows)
+    real, bounds = real_store_frames(spark)
+    frames["real_error"] = bounds if real is None else None
+    if real is not None:
+        frames = {k: (v.unionByName(real[k]) if k in real else v) for k, v in frames.items()}
+        frames["commitlog_bounds"] = bounds
+    return frames
 
 
 @pytest.fixture(scope="module")
 def audit(frames):
-    """ONE reconstruct over the fixture brokers and the scenario brokers (one Spark plan, intermediates
-    materialized, collected once): fixtures judged with their README settings, scenarios with 4.3.1+ defaults,
-    as_of 10 s."""
+    """ONE reconstruct over every broker of ``frames`` (one Spark plan, intermediates materialized, each
+    output collected once): fixtures and their decoded stores judged with their README settings and as_of =
+    shutdown (LATER: shifted), scenarios with 4.3.1+ defaults and as_of 10 s after the epoch."""
     from jobs.reconstruct import AuditParams, reconstruct
 
+    base = fixture_params()
     scenario = AuditParams(6000, 15, 60000, 72, as_of_ms=10_000)
-    params = {**fixture_params(), **{b: scenario for b in SCENARIO_BROKERS}}
-    return _result_dicts(reconstruct(frames, params, materialize=True))
+    params = {**base, **{b: scenario for b in SCENARIO_BROKERS}}
+    params.update({b: base[v] for b, (_, v) in REAL.items()})
+    params.update({b: replace(base[v], as_of_ms=base[v].as_of_ms + shift) for b, (v, shift) in LATER.items()})
+    result = reconstruct({k: v for k, v in frames.items() if k != "real_error"}, params, materialize=True)
+    return _result_dicts(result)
 
 
 def _only(out, brokers):
@@ -350,6 +402,60 @@ def test_output_schemas(truth_audit):
         "position",
         "detail",
     ]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Later as_of, and the real stores decoded by jobs.store_frames
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_later_as_of(audit):
+    """One hour after shutdown the two 3.1.4 in-flight keys are due too; 73 h after, the 4.9.8 in-flight keys
+    are past fileReservedTime and their deadline: no longer check-back material but REDRIVE_EXPIRED."""
+    b314, b498 = list(LATER)
+    cb = Counter(r["broker"] for r in audit["check_back"])
+    assert cb[b314] == 7 and cb[b498] == 0
+    tx = [t for t in audit["transactions"] if t["broker"] == b498 and t["state"] == "PREPARED"]
+    assert len(tx) == 3
+    assert all(
+        set(t["flags"]) == {"PREPARED_PAST_TIMEOUT", "AGE_PAST_FILE_RESERVED_TIME", "PAST_DEADLINE"}
+        for t in tx
+    )
+    rec = Counter((r["broker"], r["action"]) for r in audit["recovery"] if r["broker"] in LATER)
+    assert rec == {(b498, "REDRIVE_EXPIRED"): 3, (b498, "RESUME_DISCARDED"): 6}
+
+
+def _real_or_fail(frames):
+    if frames["real_error"]:
+        pytest.fail(f"jobs.store_frames.load_store_frames failed: {frames['real_error']}")
+
+
+@pytest.mark.parametrize("mode", sorted({m for m, _ in REAL.values()}))
+def test_real_stores_reconstruct_like_the_truth(audit, frames, mode):
+    """The stores decoded by jobs.store_frames give exactly the transactions, work lists and findings that the
+    truth (RocketMQ's own decoding) gives."""
+    from pyspark.sql import Row
+    from pyspark.testing import assertDataFrameEqual
+
+    _real_or_fail(frames)
+
+    def rows(name, broker, drop):
+        return [
+            Row(**{k: v for k, v in d.items() if k not in drop}) for d in audit[name] if d["broker"] == broker
+        ]
+
+    for v in (V314, V498, V533):
+        real = f"{mode}-{v}"
+        assert len(rows("transactions", real, ())) == len(tf.intended_outcomes(FIXTURES / v))
+        for name, drop in (
+            ("transactions", {"broker"}),
+            ("check_back", {"broker", "urgency_rank"}),
+            ("recovery", {"broker"}),
+            ("anomalies", {"broker"}),
+        ):
+            assertDataFrameEqual(rows(name, real, drop), rows(name, v, drop))
+        prof = {p["broker"]: p["profile"] for p in audit["profiles"]}
+        assert prof[real] == prof[v]
 
 
 # ------------------------------------------------------------------------------------------------------------
