@@ -52,9 +52,10 @@ FLAGS: dict = {
         "5.1+ op batch lost in memory): the broker keeps checking that copy."
     ),
     "RESOLVED_COPY_PENDING_CHECK": (
-        "4.3+: resolved, but the newest copy has no op (also none for its TRAN_PREPARED_QUEUE_OFFSET), no "
-        "discard followed it and it is at/above the half consume offset: the broker will check (and may "
-        "commit again or discard) it."
+        "4.3+: resolved, but the newest copy has no op (also none for its TRAN_PREPARED_QUEUE_OFFSET) and "
+        "is at/above the half consume offset (or none is known): the check service will check it (the "
+        "producer may commit again: DUPLICATE_COMMIT) or discard it. Older copies never count: the service "
+        "re-puts a copy while passing the previous one."
     ),
     "OP_WITHOUT_HALF": (
         "An op names a half-queue offset at or above the oldest retained half record but no half record has "
@@ -73,6 +74,11 @@ FLAGS: dict = {
     "DISCARDED_WITH_RESOLUTION": (
         "Discarded to TRANS_CHECK_MAX_TIME_TOPIC although a COMMIT record or op exists (the resolution wins; "
         "the discard is noise, cf. RocketMQ issue #8311 and op batching in 5.1+)."
+    ),
+    "RESUMED_AFTER_DISCARD": (
+        "PREPARED although discarded once: a half copy newer than its last TRANS_CHECK_MAX_TIME_TOPIC record "
+        "exists (RESUME_CHECK_HALF_MESSAGE re-puts it with TRANSACTION_CHECK_TIMES=0), so the check service "
+        "handles it again."
     ),
     "PREPARED_RECORD_MISSING": (
         "Commit/rollback/discard evidence whose half or prepared record is not in the store, and retention "

@@ -1011,8 +1011,14 @@ def finalize_transactions(
         .when(F.size(c("redo_end_offsets")) > 0, "ENDED")
         .when(c("n_redo_prep") > 0, "PREPARED")
     )
+    # a discard newer than every copy ends the transaction; a copy newer than the last discard (RESUME_CHECK_
+    # HALF_MESSAGE re-puts it with TRANSACTION_CHECK_TIMES=0) reopens it
+    discarded_last = (c("discards") > 0) & (
+        c("newest").isNull() | (c("discard_commitlog_offset") > c("newest.commitlog_offset"))
+    )
     t = t.select(
         "*",
+        discarded_last.alias("discarded_last"),
         mech.alias("mech"),
         born.alias("born"),
         cl_state.alias("cl_state"),
@@ -1026,7 +1032,7 @@ def finalize_transactions(
         .when((n_rb > 0) | (n_ops > 0), ROLLED_BACK)
         .when(st == "COMMIT", COMMITTED)
         .when(st == "ROLLBACK", ROLLED_BACK)
-        .when(c("discards") > 0, DISCARDED)
+        .when(c("discarded_last"), DISCARDED)
         .otherwise(PREPARED)
     )
     half = c("mech") == HALF_QUEUE
@@ -1045,8 +1051,11 @@ def finalize_transactions(
         .otherwise(c("first.store_timestamp") + c("reserved_ms"))
     )
     hco, oco = c("half_consume_offset"), c("op_consume_offset")
+    # the check service re-puts a copy while passing the previous one, so only the newest copy can still be
+    # ahead of it (and it is, unless the half consume offset says otherwise)
     open_copies = F.filter(
-        F.array_except(c("open_candidates"), c("orig_covered")), lambda x: hco.isNull() | (x >= hco)
+        F.array_except(c("open_candidates"), c("orig_covered")),
+        lambda x: (x == c("newest.queue_offset")) & (hco.isNull() | (x >= hco)),
     )
     t = t.select(
         "*",
@@ -1095,6 +1104,7 @@ def finalize_transactions(
             (n_commit > 0) & ((n_rb > 0) | F.coalesce(c("op_without_commit"), F.lit(False))),
         ),
         ("DISCARDED_WITH_RESOLUTION", (c("discards") > 0) & ((n_commit > 0) | (n_rb > 0) | (n_ops > 0))),
+        ("RESUMED_AFTER_DISCARD", prepared & (c("discards") > 0) & ~c("discarded_last")),
         (
             "EVIDENCE_IN_DELETED_RANGE",
             F.exists(c("missing_targets"), lambda x: x < mco) | (orphan_discard_only & (mco > 0)),

@@ -127,8 +127,8 @@ TRANSACTIONS = Table.of(
             "open_copy_offsets",
             _i64s,
             False,
-            "half-queue offsets of copies at/above the half consume offset with no op: what the checker will "
-            "still visit",
+            "[newest copy's half-queue offset] when it has no op and is at/above the half consume offset: "
+            "what the check service will still visit; else []",
         ),
         C("flags", _strs, False, "documented codes, see jobs.flags.FLAGS"),
         C(

@@ -625,6 +625,8 @@ SCENARIO_BROKERS = (
     "s-deadline",
     "s-3x",
     "s-40",
+    "s-resume",
+    "s-nocof",
 )
 
 
@@ -744,6 +746,25 @@ def scenario_rows():
         redo(b, 5, 6000, -1),
         redo(b, 6, 7000, -1),
         redo(b, 7, 8000, 7000),
+    ]
+    # discarded, then resumed (RESUME_CHECK_HALF_MESSAGE re-put with TRANSACTION_CHECK_TIMES=0)
+    b = "s-resume"
+    cl += [
+        half(b, 0, 0, "U16"),
+        half(b, 100, 1, "U16", ct=1),
+        discard(b, 200, "U16", 1),
+        half(b, 300, 2, "U16", ct=0),
+    ]
+    cos += co(b, 2, 0)
+    # no consumer offsets known: an older copy without op is not pending (the newer copy superseded it)
+    b = "s-nocof"
+    cl += [
+        half(b, 0, 0, "U17"),
+        half(b, 100, 1, "U17", ct=1),
+        commit(b, 200, 100, "U17"),
+        op(b, 300, 0, "1"),
+        half(b, 400, 2, "U18"),
+        commit(b, 500, 400, "U18"),
     ]
     # 4.0-4.2: PREPARED records with UNIQ_KEY in the real topic, no statetable, no check service
     b = "s-40"
@@ -916,6 +937,21 @@ def test_3x_statetable_and_redolog_disagreements(scenarios):
     }
     assert _check_back(scenarios, "s-3x") == {}
     assert _findings(scenarios, "s-3x") == [("STATETABLE_ORPHAN_UNIT", 5)]
+
+
+def test_resumed_after_discard(scenarios):
+    (t,) = scenarios["tx"]["s-resume"].values()
+    assert t["state"] == "PREPARED" and t["discards"] == 1 and t["newest_copy_queue_offset"] == 2
+    assert set(t["flags"]) == {"RESUMED_AFTER_DISCARD", "PREPARED_PAST_TIMEOUT"}
+    assert _check_back(scenarios, "s-resume")["U16"]["commitlog_offset"] == 300
+    assert _recovery(scenarios, "s-resume") == {}
+
+
+def test_open_copies_without_consume_offsets(scenarios):
+    tx = scenarios["tx"]["s-nocof"]
+    assert tx["U17"]["flags"] == [] and tx["U17"]["open_copy_offsets"] == []
+    assert tx["U18"]["flags"] == ["COMMIT_WITHOUT_OP", "RESOLVED_COPY_PENDING_CHECK"]
+    assert tx["U18"]["open_copy_offsets"] == [2]
 
 
 def test_4_0_prepared_records(scenarios):
