@@ -1,13 +1,448 @@
-"""The audit job: ``run_audit(spark, options)``.
+"""The audit job: ``run_audit(spark, options) -> AuditSummary``.
 
-PLACEHOLDER — to be replaced by the real implementation (data sources -> transaction reconstruction -> Delta
-tables through ``jobs.delta_sink.write_table``).  ``jobs.main`` already parses and validates the command line
-into ``jobs.main.AuditOptions`` and calls this function with the job's SparkSession; it maps
-``NotImplementedError`` and any other exception to exit code 1 and ``UsageError`` to exit code 2.
+Called by ``jobs.main`` (``./spark-submit.sh audit ...``) with a validated ``jobs.main.AuditOptions``; a thin
+driver around the modules that do the work:
+
+1. **plan** -- ``jobs.store_frames.load_store_frames`` lists the stores (driver: directory listing and ``stat``
+   only) and returns lazy DataFrames; the store fingerprint is computed from the same kind of listing; the
+   ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's ``broker.<key>`` overrides with
+   ``as_of_ms`` = ``--as-of``.
+2. **read** -- the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together with
+   the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and the op
+   message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode keeps only
+   the records the reconstruction looks at (half / op / discard topics, non-``NOT`` transaction types) and
+   magic-V2 records (profile evidence); every other record is dropped right after decoding.  The oldest retained
+   CommitLog offset comes from the store listing (``layout_info``), not from the records.
+   Op bodies are fetched by position (``store_frames.fetch_records`` with bodies) for the op records found, so the
+   store is never decoded with every body just to read the ops.
+3. **reconstruct** -- ``jobs.reconstruct.reconstruct``; the transactions DataFrame is persisted while the outputs
+   derived from it are written, and unpersisted at the end.
+4. **aggregate** -- counts per state / flag / broker (small ``groupBy`` results, the only things collected).
+5. **write** -- one Delta table per output through ``jobs.delta_sink.write_table`` (one commit per table, the
+   run's previous rows replaced): ``transactions``, ``check_back_worklist``, ``recovery_worklist``,
+   ``audit_anomalies``, ``profiles`` (table names from ``table.<logical>`` in the config; ``profiles`` only when
+   configured), ``message_bodies`` when bodies were asked for, and finally ``audit_runs`` (one row per run).
+   Partitioning: ``run_date``, ``broker`` (+ ``run_id``, which the sink always adds); ``audit_runs`` by
+   ``run_date`` (+ ``run_id``).
+
+Idempotence and interruption: the run id (default: derived from ``--as-of``) is the unit of replacement.  Each
+table write is atomic (``delta_sink``); the tables are written one after the other and ``audit_runs`` last, so a
+run killed half-way leaves every table readable -- tables written before the kill hold the new rows of the run,
+the others still the old ones (or nothing) -- and no ``audit_runs`` row (or the previous one) for it.  Running the
+same stores with the same run id again rewrites every table and completes the run.
+
+Shuffle partitions: when the user left ``spark.sql.shuffle.partitions`` at Spark's default (200), the run uses
+4 per GiB of CommitLog (at least the default parallelism, at most 200) and restores the default afterwards: the
+reconstruction shuffles only the transaction-relevant rows, and 200 mostly empty partitions per shuffle dominate
+small runs.  An explicit setting (``--conf spark.sql.shuffle.partitions=N``) is kept.
+
+Bodies: no reconstruction table has a body column.  ``--include-bodies`` makes the readers decode bodies and adds
+the ``message_bodies`` table (one row per transaction: the body of its first half copy / prepared record, else
+of its first COMMIT record, else of its discard record, as stored).  A run without bodies writes no body rows (and
+clears those of its run id, if an earlier attempt of the same run wrote some).
 """
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from typing import Dict, List, Optional, Sequence, Tuple
 
-def run_audit(spark, options) -> None:
-    """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``."""
-    raise NotImplementedError("reconstruction not wired yet")
+from jobs import delta_sink
+from jobs.summary import AuditSummary, TableOutput, format_summary
+from schemas.core import Table
+
+# logical table name -> (schema, partition columns before run_id)
+_TX_PARTS = ("run_date", "broker")
+REQUIRED_TABLES = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies")
+OPTIONAL_TABLES = ("profiles",)
+RUNS_TABLE = "audit_runs"
+BODIES_TABLE = "message_bodies"
+
+#: reconstruction profile (jobs.reconstruct.PROFILES) -> broker profile of conf/broker-defaults.json whose values
+#: parametrise it.  4.3-4.5, 4.6-4.9 and 5.0 share the same check settings; 4.6-4.9 stands for the line.
+RECON_TO_CONFIG = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-5.0": "4.6-4.9", "5.1+": "5.1+",
+                   "unknown": "4.6-4.9"}
+#: broker profile (--profile / broker.profile) -> reconstruction profile it forces
+CONFIG_TO_RECON = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-4.5": "4.3-5.0", "4.6-4.9": "4.3-5.0",
+                   "5.0": "4.3-5.0", "5.1+": "5.1+"}
+
+
+def _log(msg: str) -> None:
+    print(f"txaudit: {msg}", file=sys.stderr, flush=True)
+
+
+def epoch_ms(t: dt.datetime) -> int:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return int(round(t.timestamp() * 1000))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# driver-side helpers (no Spark)
+# ----------------------------------------------------------------------------------------------------------------
+
+def store_fingerprint(store_pairs: Sequence[Tuple[str, str]]) -> Tuple[str, int, int]:
+    """``(sha256 hex, files, bytes)`` over (broker, relative path, size, mtime ns) of every file under each store
+    root, in a fixed order.  Listing and ``stat`` only: no file content is read."""
+    h = hashlib.sha256()
+    n_files = n_bytes = 0
+    for broker, root in store_pairs:
+        h.update(f"store\0{broker}\n".encode())
+        for dirpath, dirs, files in os.walk(root, followlinks=False):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                rel = os.path.relpath(path, root)
+                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+                n_files += 1
+                n_bytes += st.st_size
+    return h.hexdigest(), n_files, n_bytes
+
+
+def audit_params(config, profile: str, as_of_ms: int):
+    """-> (params for ``reconstruct``, profile_override, JSON-able description).
+
+    ``profile`` "auto": one AuditParams per reconstruction profile (the broker's detected profile picks), built
+    from the matching broker profile of the config (RECON_TO_CONFIG) with the user's overrides.  A named profile:
+    that profile's values for every broker and the matching reconstruction profile forced."""
+    from jobs.reconstruct import PROFILES, AuditParams
+
+    def from_config(recon: str, name: str) -> "AuditParams":
+        bp = config.profile(name)                 # overrides (broker.<key>) applied
+        base = AuditParams.for_profile(recon)
+        return AuditParams(
+            transactionTimeOut=int(bp.transaction_timeout_ms if bp.transaction_timeout_ms is not None
+                                   else base.transactionTimeOut),
+            transactionCheckMax=bp.transaction_check_max,
+            transactionCheckInterval=bp.transaction_check_interval_ms,
+            fileReservedTime=int(bp.file_reserved_time_hours),
+            as_of_ms=int(as_of_ms))
+
+    if profile == "auto":
+        params = {recon: from_config(recon, RECON_TO_CONFIG[recon]) for recon in PROFILES}
+        doc = {recon: dict(asdict(p), broker_profile=RECON_TO_CONFIG[recon]) for recon, p in params.items()}
+        return params, None, doc
+    if profile not in CONFIG_TO_RECON:
+        from jobs.config import ConfigError
+
+        raise ConfigError(f"unknown broker profile {profile!r} (known: {', '.join(CONFIG_TO_RECON)})")
+    recon = CONFIG_TO_RECON[profile]
+    p = from_config(recon, profile)
+    return p, recon, {recon: dict(asdict(p), broker_profile=profile)}
+
+
+def config_document(options, params_doc: dict, override: Optional[str]) -> dict:
+    cfg = options.config
+    return {
+        "mode": options.mode,
+        "split_bytes": cfg.split_bytes,
+        "include_bodies": bool(options.include_bodies),
+        "broker_profile": options.profile,
+        "profile_override": override,
+        "delta_writer": cfg.delta_writer,
+        "tables": dict(cfg.tables),
+        "broker_overrides": {k: v for k, v in cfg.broker_overrides},
+        "params": params_doc,
+        "conf_file": options.conf_file,
+        "config_sources": list(cfg.sources),
+    }
+
+
+def named_table(table: Table, name: str) -> Table:
+    """``table`` under another directory name (the sink writes ``<out>/<table.name>``)."""
+    return table if table.name == name else Table.of(name, table.columns, table.comment, table.partition_by)
+
+
+@contextlib.contextmanager
+def _phase(phases: Dict[str, float], name: str, spark=None):
+    if spark is not None:
+        with contextlib.suppress(Exception):
+            spark.sparkContext.setJobDescription(f"txaudit {name}")
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + (time.monotonic() - t0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Spark side
+# ----------------------------------------------------------------------------------------------------------------
+
+def relevant_records(frames):
+    """The CommitLog rows the reconstruction needs (see the module docstring); indexed mode's are all of them."""
+    from pyspark.sql import functions as F
+
+    from jobs.reconstruct import TX_SYSTEM_TOPICS
+
+    if frames.mode != "full":
+        return frames.commitlog
+    c = F.col
+    return frames.commitlog.where(c("topic").isin(*TX_SYSTEM_TOPICS) | (c("transaction_type") != "NOT")
+                                  | (c("magic_version") == 2))
+
+
+def op_bodies_for(spark, records, frames, options):
+    """Op message bodies (the ``op_bodies`` input of ``reconstruct``) fetched by position for the op records in
+    ``records`` -- or None when ``records`` already carry bodies."""
+    if options.include_bodies:
+        return None
+    from pyspark.sql import functions as F
+
+    from jobs.datasources import COMMITLOG_FORMAT
+    from jobs.options import parse_options
+    from jobs.reconstruct import OP_TOPIC, op_bodies_from_commitlog
+    from jobs.store_frames import fetch_records
+
+    opts = parse_options(COMMITLOG_FORMAT, {
+        "paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
+        "split_bytes": str(int(options.config.split_bytes)), "include_bodies": "true"})
+    positions = records.where(F.col("topic") == OP_TOPIC).select(
+        "broker", F.col("physical_offset").alias("commitlog_offset"))
+    return op_bodies_from_commitlog(fetch_records(spark, positions, frames.layout_info, opts))
+
+
+def bodies_frame(transactions, records):
+    """``message_bodies`` rows: per transaction the body of its first copy, else first COMMIT, else discard."""
+    from pyspark.sql import functions as F
+
+    from jobs.reconstruct import HALF_QUEUE, conform
+    from schemas.runs import MESSAGE_BODIES
+
+    c = F.col
+    first_commit = F.array_min(c("commit_offsets"))
+    offset = F.coalesce(c("first_copy_commitlog_offset"), first_commit, c("discard_commitlog_offset"))
+    record = (F.when(c("first_copy_commitlog_offset").isNotNull(),
+                     F.when(c("mechanism") == HALF_QUEUE, F.lit("HALF")).otherwise(F.lit("PREPARED")))
+              .when(first_commit.isNotNull(), F.lit("COMMIT"))
+              .otherwise(F.lit("DISCARD")))
+    picks = transactions.select("broker", "transaction_key", offset.alias("commitlog_offset"),
+                                record.alias("record")).where(c("commitlog_offset").isNotNull())
+    recs = records.select("broker", c("physical_offset").alias("commitlog_offset"),
+                          F.coalesce(c("real_topic"), c("topic")).alias("topic"), "compression", "body_size",
+                          "body_crc_ok", "body")
+    return conform(picks.join(recs, ["broker", "commitlog_offset"]), MESSAGE_BODIES)
+
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+MAX_AUTO_SHUFFLE_PARTITIONS = 200
+
+
+def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
+    """Shuffle partitions for this run when the user left ``spark.sql.shuffle.partitions`` at Spark's default
+    (None = the user chose a value; keep it).
+
+    The reconstruction shuffles only transaction-relevant rows (a small fraction of the CommitLog) through many
+    joins and aggregations; with Spark's default of 200 partitions per shuffle, a small store spends most of its
+    time scheduling empty tasks (the demo: ~90 s of 230 s).  Chosen: 4 per GiB of CommitLog, at least the
+    default parallelism (cores), at most 200."""
+    try:
+        explicit = spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS)
+        current = spark.conf.get(SHUFFLE_PARTITIONS)
+    except Exception:  # noqa: BLE001 - e.g. Spark Connect: leave the session alone
+        return None
+    if explicit or str(current) != "200":
+        return None
+    cores = int(getattr(spark.sparkContext, "defaultParallelism", 2) or 2)
+    gib = -(-int(commitlog_bytes) // (1 << 30))
+    return int(min(MAX_AUTO_SHUFFLE_PARTITIONS, max(cores, 4 * gib, 1)))
+
+
+def _reconstruct(inputs: dict, params, override):
+    """``jobs.reconstruct.reconstruct`` with ``materialize=True`` when it offers it (shared intermediates computed
+    once as local checkpoints: much less plan analysis than one giant lazy plan per output)."""
+    import inspect
+
+    from jobs.reconstruct import reconstruct
+
+    kwargs = {}
+    if "materialize" in inspect.signature(reconstruct).parameters:
+        kwargs["materialize"] = True
+    return reconstruct(inputs, params, override, **kwargs)
+
+
+def _aggregates(result):
+    """One small action: per (broker, state) counts, per flag counts and the profile rows."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    tx = result.transactions
+    states = tx.groupBy("broker", "state").agg(F.count(F.lit(1)).alias("n")).select(
+        F.lit("state").alias("kind"), "broker", c("state").alias("key"), F.lit(None).cast("string").alias("value"),
+        "n")
+    flags = tx.select(F.explode("flags").alias("flag")).groupBy("flag").agg(F.count(F.lit(1)).alias("n")).select(
+        F.lit("flag").alias("kind"), F.lit(None).cast("string").alias("broker"), c("flag").alias("key"),
+        F.lit(None).cast("string").alias("value"), "n")
+    profs = result.profiles.select(F.lit("profile").alias("kind"), "broker", c("profile").alias("key"),
+                                   c("detected_profile").alias("value"), F.lit(0).cast("long").alias("n"))
+    states_by_broker: Dict[str, Dict[str, int]] = {}
+    states_total: Dict[str, int] = {}
+    flag_counts: Dict[str, int] = {}
+    profiles: Dict[str, str] = {}
+    detected: Dict[str, str] = {}
+    for r in states.unionByName(flags).unionByName(profs).collect():
+        if r["kind"] == "state":
+            states_by_broker.setdefault(r["broker"], {})[r["key"]] = int(r["n"])
+            states_total[r["key"]] = states_total.get(r["key"], 0) + int(r["n"])
+        elif r["kind"] == "flag":
+            flag_counts[r["key"]] = int(r["n"])
+        else:
+            profiles[r["broker"]] = r["key"]
+            detected[r["broker"]] = r["value"]
+    return states_total, states_by_broker, flag_counts, profiles, detected
+
+
+def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> AuditSummary:
+    """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``; prints the
+    summary (jobs.summary) and returns it.  See the module docstring.
+
+    ``on_result(result, summary)``: called after every table is written, while the reconstruction's frames
+    (``jobs.reconstruct.AuditResult``) are still persisted (tests compare them with the tables)."""
+    from pyspark import StorageLevel
+
+    from jobs.store_frames import load_store_frames
+    from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
+    from schemas.runs import AUDIT_RUNS, MESSAGE_BODIES
+
+    started_at = dt.datetime.now(dt.timezone.utc)
+    t_start = time.monotonic()
+    phases: Dict[str, float] = {}
+    cfg = options.config
+    as_of_ms = epoch_ms(options.as_of)
+    run_date = options.as_of.astimezone(dt.timezone.utc).date()
+    writer = delta_sink.choose_writer(spark, cfg.delta_writer)
+    names = cfg.table_names
+    persisted: List = []
+    restore_shuffle = False
+
+    def persist(df):
+        if df is None:
+            return None
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted.append(df)
+        return df
+
+    try:
+        with _phase(phases, "plan", spark):
+            fingerprint, store_files, store_bytes = store_fingerprint(options.store_pairs)
+            frames = load_store_frames(spark, list(options.stores), mode=options.mode,
+                                       brokers=list(options.brokers), include_bodies=options.include_bodies,
+                                       split_bytes=cfg.split_bytes)
+            params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
+            commitlog_bytes = sum(s.commitlog_bytes for s in frames.layout_info)
+            shuffle_partitions = auto_shuffle_partitions(spark, commitlog_bytes)
+            if shuffle_partitions is not None:
+                spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions))
+                restore_shuffle = True
+        _log(f"run {options.run_id}: {len(options.stores)} store(s), {commitlog_bytes / (1 << 20):.1f} MiB of "
+             f"CommitLog, mode {options.mode}, as of {options.as_of.isoformat()}")
+
+        with _phase(phases, "read", spark):
+            side = {name: persist(getattr(frames, name))
+                    for name in ("consumequeue", "statetable", "redolog", "consumer_offsets")}
+            records = persist(relevant_records(frames))
+            n_records = records.count()
+            op_bodies = persist(op_bodies_for(spark, records, frames, options))
+            anomalies = persist(frames.anomalies)
+            n_anomalies = anomalies.count()
+        _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
+             f"({phases['read']:.1f} s)")
+
+        with _phase(phases, "reconstruct", spark):
+            inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
+            if op_bodies is not None:
+                inputs["op_bodies"] = op_bodies
+            result = _reconstruct(inputs, params, override)
+            transactions = persist(result.transactions)   # check_back / recovery derive from this very frame
+            findings = persist(result.anomalies)
+
+        with _phase(phases, "aggregate", spark):
+            states, states_by_broker, flags, profiles, detected = _aggregates(result)
+            n_tx = sum(states.values())
+        _log(f"reconstructed {n_tx} transactions ({phases['reconstruct'] + phases['aggregate']:.1f} s)")
+
+        outputs = [("transactions", transactions, TRANSACTIONS),
+                   ("check_back_worklist", result.check_back, CHECK_BACK),
+                   ("recovery_worklist", result.recovery, RECOVERY),
+                   ("audit_anomalies", findings, AUDIT_ANOMALIES)]
+        if "profiles" in names:
+            outputs.append(("profiles", result.profiles, PROFILES))
+        if options.include_bodies:
+            outputs.append((BODIES_TABLE, bodies_frame(transactions, records), MESSAGE_BODIES))
+        elif os.path.isdir(os.path.join(options.out, names.get(BODIES_TABLE, BODIES_TABLE), "_delta_log")):
+            # clear the body rows an earlier attempt of this run id may have written
+            outputs.append((BODIES_TABLE, spark.createDataFrame([], MESSAGE_BODIES.spark_schema()),
+                            MESSAGE_BODIES))
+
+        tables: Dict[str, TableOutput] = {}
+        with _phase(phases, "write", spark):
+            for logical, df, schema in outputs:
+                name = cfg.table(logical) if logical in REQUIRED_TABLES else names.get(logical, logical)
+                with _phase(phases, f"write.{logical}", spark):
+                    wr = delta_sink.write_table(df, options.out, named_table(schema, name), options.run_id,
+                                                list(_TX_PARTS), spark, run_date=run_date, writer=writer)
+                tables[logical] = TableOutput(logical, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
+                _log(f"wrote {logical}: {wr.rows} rows, version {wr.version} ({wr.seconds:.1f} s)")
+
+        finished_at = dt.datetime.now(dt.timezone.utc)
+        elapsed = time.monotonic() - t_start
+        runs_name = names.get(RUNS_TABLE, RUNS_TABLE)
+        table_paths = {k: t.path for k, t in tables.items()}
+        table_paths[RUNS_TABLE] = delta_sink.table_path(options.out, named_table(AUDIT_RUNS, runs_name))
+        row = {
+            "run_id": options.run_id, "run_date": run_date, "as_of": options.as_of.astimezone(dt.timezone.utc),
+            "as_of_ms": as_of_ms, "started_at": started_at, "finished_at": finished_at,
+            "elapsed_s": float(elapsed), "status": "COMPLETE", "mode": options.mode,
+            "brokers": list(options.brokers), "stores": list(options.stores), "profiles": profiles,
+            "detected_profiles": detected, "include_bodies": bool(options.include_bodies),
+            "config_json": json.dumps(dict(config_document(options, params_doc, override),
+                                           shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS))),
+                                      sort_keys=True, default=str),
+            "store_fingerprint": fingerprint, "store_files": store_files, "store_bytes": store_bytes,
+            "commitlog_bytes": commitlog_bytes, "transactions": n_tx, "state_counts": states,
+            "flag_counts": flags, "table_rows": {k: t.rows for k, t in tables.items()},
+            "table_paths": table_paths, "phase_seconds": {k: float(v) for k, v in phases.items()},
+            "writer": writer, "spark_version": spark.version, "out": options.out,
+        }
+        runs_df = spark.createDataFrame([tuple(row[n] for n in AUDIT_RUNS.names)], AUDIT_RUNS.spark_schema())
+        wr = delta_sink.write_table(runs_df, options.out, named_table(AUDIT_RUNS, runs_name), options.run_id,
+                                    ["run_date"], spark, run_date=run_date, writer=writer)
+        tables[RUNS_TABLE] = TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
+
+        summary = AuditSummary(
+            run_id=options.run_id, as_of=options.as_of, out=options.out, mode=options.mode,
+            brokers=tuple(options.brokers), stores=tuple(options.stores), profiles=profiles,
+            detected_profiles=detected, transactions=n_tx, states=states, states_by_broker=states_by_broker,
+            flags=flags, tables=tables, phases=phases, elapsed_s=time.monotonic() - t_start, writer=writer,
+            store_fingerprint=fingerprint, include_bodies=bool(options.include_bodies), started_at=started_at,
+            finished_at=finished_at, store_bytes=store_bytes, commitlog_bytes=commitlog_bytes,
+            extra={"records": n_records, "decoder_findings": n_anomalies})
+        if on_result is not None:
+            on_result(result, summary)
+    finally:
+        for df in persisted:
+            with contextlib.suppress(Exception):
+                df.unpersist()
+        with contextlib.suppress(Exception):
+            spark.sparkContext.setJobDescription(None)
+        if restore_shuffle:
+            with contextlib.suppress(Exception):
+                spark.conf.unset(SHUFFLE_PARTITIONS)
+
+    if print_summary:
+        print(format_summary(summary), flush=True)
+    return summary
+
+
+__all__ = ["run_audit", "store_fingerprint", "audit_params", "relevant_records", "op_bodies_for", "bodies_frame",
+           "named_table", "epoch_ms", "RECON_TO_CONFIG", "CONFIG_TO_RECON", "AuditSummary"]
