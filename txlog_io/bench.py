@@ -35,7 +35,8 @@ _TIMES = struct.Struct(">q")
 
 
 def write_commitlog(directory: Path, size_bytes: int, msg_bytes: int, file_size: int = GIB, seed: int = 7) -> int:
-    """Write ``size_bytes`` of CommitLog records of about ``msg_bytes`` each; returns the record count.
+    """Write ceil(size_bytes / file_size) full CommitLog files of records of about ``msg_bytes`` each (no
+    zero-filled tail, so both measurements read only record bytes); returns the record count.
 
     Every distinct record shape is produced by ``encode_record``; the per-record fields that change from one
     record to the next (queue offset, physical offset, timestamps) are then patched into a copy of those bytes
@@ -57,15 +58,16 @@ def write_commitlog(directory: Path, size_bytes: int, msg_bytes: int, file_size:
         msg = Message(topic=topic, body=body, properties=props, queue_id=t % 4, born_timestamp=1795300000000,
                       born_host="10.0.0.1:50000", store_timestamp=1795300000001, store_host="10.0.0.2:10911")
         templates.append(bytearray(encode_record(msg, 0)))
-    count, written, file_index = 0, 0, 0
+    count, file_index = 0, 0
     queue_next = [0] * 4
-    while written < size_bytes:
+    files = max(1, -(-size_bytes // file_size))
+    while file_index < files:
         base = file_index * file_size
         path = directory / f"{base:020d}"
         pos = 0
         with open(path, "wb") as fh:
             out = bytearray()
-            while written < size_bytes:
+            while True:                      # every file is filled up to its BLANK end, like a rolled file
                 rec = templates[count % len(templates)]
                 if pos + len(rec) + END_FILE_MIN_BLANK_LENGTH > file_size:
                     out += encode_blank(file_size - pos)
@@ -78,7 +80,6 @@ def write_commitlog(directory: Path, size_bytes: int, msg_bytes: int, file_size:
                 queue_next[q] += 1
                 out += rec
                 pos += len(rec)
-                written += len(rec)
                 count += 1
                 if len(out) >= 8 << 20:
                     fh.write(out)
@@ -132,9 +133,9 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
         t0 = time.perf_counter()
         if cl_dir.exists():
             shutil.rmtree(cl_dir)
-        # files of the broker's 1 GiB size; a smaller benchmark uses one file of exactly its size so that
-        # both measurements read the same data bytes rather than a zero-filled tail
-        records = write_commitlog(cl_dir, size_mb << 20, msg_bytes, file_size=min(GIB, (size_mb + 1) << 20))
+        # files of the broker's 1 GiB size, each filled to the end; a smaller benchmark uses one full file of
+        # its size, so both measurements read record bytes, not a zero-filled tail
+        records = write_commitlog(cl_dir, size_mb << 20, msg_bytes, file_size=min(GIB, size_mb << 20))
         gen_s = time.perf_counter() - t0
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent),
                                                            os.environ.get("PYTHONPATH", "")]))
