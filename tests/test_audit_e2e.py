@@ -178,6 +178,75 @@ def first_run(spark, small_store, tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------------------------
+# driver-side pieces (no Spark)
+# ------------------------------------------------------------------------------------------------------------
+
+def test_store_fingerprint_is_a_listing_hash(tmp_path):
+    from jobs.audit import store_fingerprint
+
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    f = root / "commitlog" / "00000000000000000000"
+    f.write_bytes(b"x" * 100)
+    os.utime(f, ns=(1_000_000_000, 1_000_000_000))
+    fp1, n, size = store_fingerprint([("b", str(root))])
+    assert (n, size) == (1, 100)
+    f.write_bytes(b"y" * 100)                                   # same size and mtime: content is not read
+    os.utime(f, ns=(1_000_000_000, 1_000_000_000))
+    assert store_fingerprint([("b", str(root))])[0] == fp1
+    os.utime(f, ns=(2_000_000_000, 2_000_000_000))
+    assert store_fingerprint([("b", str(root))])[0] != fp1
+    assert store_fingerprint([("other", str(root))])[0] != store_fingerprint([("b", str(root))])[0]
+
+
+def test_params_follow_the_config_profiles(tmp_path):
+    from jobs.audit import audit_params
+    from jobs.config import load_audit_config
+    from jobs.reconstruct import PROFILES
+
+    cfg = load_audit_config()
+    params, override, doc = audit_params(cfg, "auto", 123)
+    assert override is None and set(params) == set(PROFILES)
+    assert params["5.1+"].transactionCheckInterval == 30000 and params["5.1+"].as_of_ms == 123
+    assert params["3.x"].transactionCheckMax is None and params["3.x"].fileReservedTime == 48
+    assert params["4.0-4.2"].transactionCheckInterval is None
+    conf = tmp_path / "c.properties"
+    conf.write_text("broker.transactionTimeOut=3000\nbroker.transactionCheckMax=5\n")
+    cfg = load_audit_config(conf, {"broker.profile": "4.3-4.5"})
+    p, override, doc = audit_params(cfg, cfg.broker_profile, 7)
+    assert override == "4.3-5.0"
+    assert (p.transactionTimeOut, p.transactionCheckMax, p.as_of_ms) == (3000, 5, 7)
+    assert doc["4.3-5.0"]["broker_profile"] == "4.3-4.5"
+
+
+def test_auto_shuffle_partitions():
+    from jobs.audit import auto_shuffle_partitions
+
+    class Conf:
+        def __init__(self, explicit, value):
+            self.explicit, self.value = explicit, value
+
+        def contains(self, key):
+            return self.explicit
+
+        def get(self, key):
+            return self.value
+
+    class Spark:
+        def __init__(self, explicit=False, value="200", cores=2):
+            self.conf = Conf(explicit, value)
+            self.sparkContext = type("SC", (), {"defaultParallelism": cores,
+                                                "getConf": lambda _self: self.conf})()
+
+    assert auto_shuffle_partitions(Spark(), 3 << 20) == 4
+    assert auto_shuffle_partitions(Spark(cores=16), 3 << 20) == 16
+    assert auto_shuffle_partitions(Spark(), 10 << 30) == 40
+    assert auto_shuffle_partitions(Spark(), 1 << 40) == 200
+    assert auto_shuffle_partitions(Spark(explicit=True), 3 << 20) is None
+    assert auto_shuffle_partitions(Spark(value="8"), 3 << 20) is None
+
+
+# ------------------------------------------------------------------------------------------------------------
 # in-process: tables vs frames, audit_runs, ledger
 # ------------------------------------------------------------------------------------------------------------
 
