@@ -351,10 +351,12 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             side = {name: persist(getattr(frames, name))
                     for name in ("consumequeue", "statetable", "redolog", "consumer_offsets")}
             records = persist(relevant_records(frames))
-            n_records = records.count()
+            with _phase(phases, "read.records"):
+                n_records = records.count()
             op_bodies = persist(op_bodies_for(spark, records, frames, options))
             anomalies = persist(frames.anomalies)
-            n_anomalies = anomalies.count()
+            with _phase(phases, "read.anomalies"):
+                n_anomalies = anomalies.count()
         _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
              f"({phases['read']:.1f} s)")
 
