@@ -81,14 +81,15 @@ FLAGS: dict = {
         "handles it again."
     ),
     "PREPARED_RECORD_MISSING": (
-        "Commit/rollback/discard evidence whose half or prepared record is not in the store, and retention "
-        "does not explain it (the offset it points to is not below the oldest retained CommitLog offset)."
+        "Commit/rollback/discard evidence, or a 3.x statetable unit / redolog PREPARED entry, whose half or "
+        "prepared record is not in the store, and retention does not explain it (the offset it points to is "
+        "not below the oldest retained CommitLog offset): a damaged record, or a unit pointing to garbage."
     ),
     # --- store integrity ------------------------------------------------------------------------------------
     "CQ_MISMATCH": (
-        "A consume-queue unit of the half/op/discard queues (or of a commit record) disagrees with the "
-        "CommitLog (no record at its offset, other size, topic, queue or queue offset), or such a record has "
-        "no CQ unit."
+        "A consume-queue unit of the half/op/discard queues disagrees with the CommitLog records of those "
+        "topics (no record at its offset, other size, topic, queue or queue offset, two units for one "
+        "record), or such a record has no CQ unit (checked for brokers that have consume-queue units)."
     ),
     "EVIDENCE_IN_DELETED_RANGE": (
         "Evidence points into CommitLog ranges already deleted by retention: a commit/rollback whose "
@@ -129,14 +130,9 @@ FLAGS: dict = {
         "rebuilt): a check-driven EndTransaction is rejected, and a producer's own one cannot update the "
         "unit."
     ),
-    "STATETABLE_ORPHAN_UNIT": (
-        "3.x: a statetable unit points to a CommitLog offset that holds no prepared record."
-    ),
 }
 
-ANOMALY_ONLY = frozenset(
-    {"OP_WITHOUT_HALF", "OP_BODY_UNPARSABLE", "OP_BODY_MISSING", "STATETABLE_ORPHAN_UNIT"}
-)
+ANOMALY_ONLY = frozenset({"OP_WITHOUT_HALF", "OP_BODY_UNPARSABLE", "OP_BODY_MISSING"})
 
 #: recovery_worklist actions, most important first (a transaction's ``action`` is the first that applies).
 RECOVERY_ACTIONS: dict = {

@@ -571,7 +571,8 @@ def group_copies(commitlog: DataFrame) -> DataFrame:
 def end_records(commitlog: DataFrame) -> DataFrame:
     """END evidence rows: COMMIT / ROLLBACK records in real topics (retry/schedule copies of committed
     messages keep the COMMIT type; they are excluded by topic).  pto = PREPARED_TRANSACTION_OFFSET; real_topic
-    = the REAL_TOPIC property (a 4.3+ commit keeps the half's) or the record's topic."""
+    = the REAL_TOPIC property (a 4.3+ commit keeps the half's) or the record's topic; mechanism = HALF_QUEUE
+    when the record carries REAL_TOPIC (it copies a half's properties), else PREPARED_RECORD."""
     c = F.col
     e = commitlog.filter(c("transaction_type").isin("COMMIT", "ROLLBACK") & ~_is_system_topic(c("topic")))
     return _evidence(
@@ -579,6 +580,7 @@ def end_records(commitlog: DataFrame) -> DataFrame:
         END,
         end_type=c("transaction_type"),
         pto=c("prepared_transaction_offset"),
+        mechanism=F.when(c("real_topic").isNotNull(), F.lit(HALF_QUEUE)).otherwise(F.lit(PREPARED_RECORD)),
         real_topic=F.coalesce(c("real_topic"), c("topic")),
         real_qid=F.coalesce(c("real_qid"), c("queue_id")),
     )
@@ -688,7 +690,10 @@ def link_ends(rows: DataFrame) -> DataFrame:
         .otherwise(
             F.coalesce(
                 F.max(F.when(is_copy, c("tx_id"))).over(w),
-                F.when(c("uniq_key").isNotNull(), _uniq_tx_id(c("uniq_key"), c("pgroup"), c("real_topic"))),
+                F.when(
+                    c("uniq_key").isNotNull() & (c("mechanism") == HALF_QUEUE),
+                    _uniq_tx_id(c("uniq_key"), c("pgroup"), c("real_topic")),
+                ),
                 _p_tx_id(c("pto")),
             )
         )
@@ -909,7 +914,12 @@ def aggregate_transactions(rows: DataFrame) -> DataFrame:
         .agg(
             cnt(core).alias("n_core"),
             F.max(F.when(is_copy, c("mechanism"))).alias("mechanism"),
-            F.min_by(F.coalesce(c("uniq_key"), c("physical_offset").cast("string")), co).alias("copy_key"),
+            F.min_by(
+                F.coalesce(
+                    F.when(c("mechanism") == HALF_QUEUE, c("uniq_key")), c("physical_offset").cast("string")
+                ),
+                co,
+            ).alias("copy_key"),
             F.max(F.when(core, c("uniq_key"))).alias("uniq_key"),
             F.max(F.when(core, c("transaction_id"))).alias("transaction_id_prop"),
             F.coalesce(F.min_by(c("keys"), co), F.max(F.when(core, c("keys")))).alias("keys"),
@@ -984,7 +994,11 @@ def finalize_transactions(
         c("n_redo").alias("f_n_redo"),
         *[v.alias(k) for k, v in pc.items()],
     )
-    t = agg.filter(c("n_core") > 0).join(F.broadcast(f), "broker", "left")
+    # statetable / redolog units without any record are transactions too (3.x: the prepared record was
+    # deleted by retention or cannot be decoded); their key is the prepared offset in tx_id "P<sep><offset>"
+    t = agg.filter((c("n_core") > 0) | (c("n_st_units") > 0) | (c("n_redo_prep") > 0)).join(
+        F.broadcast(f), "broker", "left"
+    )
 
     n_commit, n_rb, n_ops = (
         F.size(c("commit_offsets")),
@@ -1071,6 +1085,8 @@ def finalize_transactions(
     past_timeout = prepared & (c("age_ms") > c("eff_timeout"))
     mco = c("min_commitlog_offset")
     orphan_discard_only = c("mechanism").isNull() & (n_commit + n_rb == 0) & (c("discards") > 0)
+    p_key = F.when(c("tx_id").startswith("P" + _SEP), F.element_at(F.split(c("tx_id"), _SEP), 2))
+    units_only = c("mechanism").isNull() & (c("n_core") == 0)
     has_st = c("f_n_st") > 0
     has_redo = c("f_n_redo") > 0
     legacy = c("mech") == PREPARED_RECORD
@@ -1107,16 +1123,23 @@ def finalize_transactions(
         ("RESUMED_AFTER_DISCARD", prepared & (c("discards") > 0) & ~c("discarded_last")),
         (
             "EVIDENCE_IN_DELETED_RANGE",
-            F.exists(c("missing_targets"), lambda x: x < mco) | (orphan_discard_only & (mco > 0)),
+            F.exists(c("missing_targets"), lambda x: x < mco)
+            | (orphan_discard_only & (mco > 0))
+            | (units_only & (p_key.cast("long") < mco)),
         ),
         (
             "PREPARED_RECORD_MISSING",
-            F.exists(c("missing_targets"), lambda x: x >= mco) | (orphan_discard_only & ~(mco > 0)),
+            F.exists(c("missing_targets"), lambda x: x >= mco)
+            | (orphan_discard_only & ~(mco > 0))
+            | (units_only & (p_key.cast("long") >= mco)),
         ),
         ("CORRUPT_RECORD", F.coalesce(c("crc_bad"), F.lit(False))),
         ("STATETABLE_MISSING_PREPARED", legacy & has_st & c("first").isNotNull() & unit.isNull()),
         ("STATETABLE_INDEX_MISMATCH", legacy & has_st & (c("statetable_index") != c("first.queue_offset"))),
-        ("STATETABLE_COMMITLOG_DISAGREE", legacy & has_st & st.isNotNull() & (st != c("cl_state"))),
+        (
+            "STATETABLE_COMMITLOG_DISAGREE",
+            legacy & has_st & c("first").isNotNull() & st.isNotNull() & (st != c("cl_state")),
+        ),
         (
             "STATETABLE_REDOLOG_DISAGREE",
             legacy & has_st & has_redo & st.isNotNull() & ~F.coalesce(compatible, F.lit(False)),
@@ -1135,6 +1158,7 @@ def finalize_transactions(
         "broker",
         F.coalesce(
             c("copy_key"),
+            p_key,
             c("uniq_key"),
             c("end_pto").cast("string"),
             c("discard_commitlog_offset").cast("string"),
@@ -1147,7 +1171,9 @@ def finalize_transactions(
         "real_queue_id",
         c("mech").alias("mechanism"),
         "state",
-        F.coalesce(c("first.commitlog_offset"), c("end_pto")).alias("prepared_commitlog_offset"),
+        F.coalesce(c("first.commitlog_offset"), c("end_pto"), p_key.cast("long")).alias(
+            "prepared_commitlog_offset"
+        ),
         c("first.commitlog_offset").alias("first_copy_commitlog_offset"),
         c("first.queue_offset").alias("first_copy_queue_offset"),
         c("first.store_timestamp").alias("first_copy_store_timestamp"),
@@ -1332,28 +1358,6 @@ def build_transactions(
             F.format_string("op record at op-queue offset %d: body not provided", c("queue_offset")).alias(
                 "detail"
             ),
-        )
-    )
-    orphan_units = agg.filter((c("n_core") == 0) & (c("n_st_units") > 0)).join(
-        F.broadcast(facts.select("broker", "min_commitlog_offset")), "broker", "left"
-    )
-    po = F.element_at(F.split(c("tx_id"), _SEP), 2).cast("long")
-    findings.append(
-        orphan_units.select(
-            "broker",
-            F.when(po < c("min_commitlog_offset"), "EVIDENCE_IN_DELETED_RANGE")
-            .otherwise("STATETABLE_ORPHAN_UNIT")
-            .alias("code"),
-            po.alias("physical_offset"),
-            F.lit(None).cast("string").alias("topic"),
-            F.lit(None).cast("int").alias("queue_id"),
-            c("st_unit.index").alias("queue_offset"),
-            F.format_string(
-                "statetable unit %d (state %s) points to CommitLog offset %d, which holds no prepared record",
-                c("st_unit.index"),
-                c("st_unit.state"),
-                po,
-            ).alias("detail"),
         )
     )
     out = None

@@ -928,15 +928,27 @@ def test_3x_statetable_and_redolog_disagreements(scenarios):
     assert tx["6000"]["flags"] == ["PREPARED_PAST_TIMEOUT", "STATETABLE_INDEX_MISMATCH"]
     assert tx["7000"]["state"] == "COMMITTED"
     assert tx["7000"]["flags"] == ["CONFLICTING_ENDS", "REDOLOG_COMMITLOG_DISAGREE"]
+    # a statetable unit whose prepared record is not in the store is a transaction of its own
+    assert tx["9999"]["state"] == "PREPARED"
+    assert tx["9999"]["flags"] == [
+        "PREPARED_RECORD_MISSING",
+        "STATETABLE_REDOLOG_DISAGREE",
+    ]  # not in the redolog
+    assert (
+        tx["9999"]["statetable_index"],
+        tx["9999"]["copies"],
+        tx["9999"]["prepared_commitlog_offset"],
+    ) == (5, 0, 9999)
     rec = _recovery(scenarios, "s-3x")
     assert {k: r["action"] for k, r in rec.items()} == {
         "2000": "REBUILD_STATETABLE",
         "3000": "REBUILD_STATETABLE",
         "6000": "REBUILD_STATETABLE",
         "7000": "REVIEW_CONFLICTING_ENDS",
+        "9999": "REBUILD_STATETABLE",
     }
     assert _check_back(scenarios, "s-3x") == {}
-    assert _findings(scenarios, "s-3x") == [("STATETABLE_ORPHAN_UNIT", 5)]
+    assert _findings(scenarios, "s-3x") == []
 
 
 def test_resumed_after_discard(scenarios):
@@ -955,11 +967,15 @@ def test_open_copies_without_consume_offsets(scenarios):
 
 
 def test_4_0_prepared_records(scenarios):
+    """4.0-4.2 clients write UNIQ_KEY, but there is exactly one prepared record per transaction and the
+    COMMIT/ROLLBACK records point at it: keyed by the prepared offset like 3.x (uniq_key still carried)."""
     tx = scenarios["tx"]["s-40"]
-    assert tx["U40"]["state"] == "PREPARED" and tx["U40"]["profile"] == "4.0-4.2"
-    assert set(tx["U40"]["flags"]) == {"PREPARED_PAST_TIMEOUT", "PREPARED_NEVER_CHECKED"}
-    assert tx["U41"]["state"] == "COMMITTED" and tx["U41"]["mechanism"] == "PREPARED_RECORD"
-    assert _check_back(scenarios, "s-40")["U40"]["request_topic"] == "T3"
+    assert tx["0"]["state"] == "PREPARED" and tx["0"]["profile"] == "4.0-4.2" and tx["0"]["uniq_key"] == "U40"
+    assert set(tx["0"]["flags"]) == {"PREPARED_PAST_TIMEOUT", "PREPARED_NEVER_CHECKED"}
+    assert tx["100"]["state"] == "COMMITTED" and tx["100"]["mechanism"] == "PREPARED_RECORD"
+    assert tx["100"]["commit_offsets"] == [200] and tx["100"]["uniq_key"] == "U41"
+    cb = _check_back(scenarios, "s-40")["0"]
+    assert (cb["request_topic"], cb["msg_id"], cb["tran_state_table_offset"]) == ("T3", "U40", 0)
 
 
 def test_scenario_profiles(scenarios):
