@@ -125,7 +125,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
         if fault["fault"] == "RETENTION_DELETE_COMMITLOG":
             retention_min = int(Path(fault["file"]).name) + fault["length"]
     damaged_queues = {str(Path(f["file"]).parent) for f in faults if f["fault"] == "BITFLIP_CQ_UNIT"}
-    rebuilt_queues = {(f["topic"], f["queue_id"]): f["first_queue_offset"] for f in faults
+    rebuilt_queues = {(f["topic"], f["queue_id"]): f["recovery_start"] for f in faults
                       if f["fault"] == "CQ_DELETED_AND_REBUILT"}
     cq_seen = set()
     queue_max: dict = {}
@@ -187,8 +187,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
             if lag_start is not None and row["physical_offset"] >= lag_start:
                 continue
             rebuilt = rebuilt_queues.get((row["topic"], row["queue_id"]))
-            if rebuilt is not None and row["queue_offset"] < rebuilt:
-                continue
+            if rebuilt is not None and row["physical_offset"] < rebuilt:
+                continue    # written before the file recovery rebuilt the deleted queue from
             if _damaged(row["physical_offset"], faults):
                 continue
             if f"consumequeue/{row['topic']}" in deleted_queues:

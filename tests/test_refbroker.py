@@ -395,3 +395,15 @@ def test_txlog_dump_verify_reports_only_injected_faults(store, capsys, scenario,
     assert rc == (1 if findings else 0)
     if scenario == "clean":
         assert not findings
+
+
+def test_verify_excuses_records_older_than_a_rebuilt_queue(tmp_path):
+    """An op queue rebuilt from the newest CommitLog file after an operator deleted it can restart at queue
+    offset 0 (no op in that file): the ops of older files have no unit, whatever their queue offsets."""
+    result = generate("4.3-4.5", "crashy", 40, 11, tmp_path / "s", commitlog_file_size=64 * 1024,
+                      msg_bytes=256, cq_file_units=256)
+    (rebuilt,) = [e for e in iter_ledger(result.ledger_path)
+                  if e["kind"] == "fault" and e["fault"] == "CQ_DELETED_AND_REBUILT"]
+    assert rebuilt["first_queue_offset"] == 0 and rebuilt["recovery_start"] > 0
+    report = verify(result.ledger_path.parent)
+    assert report.ok, report.problems[:5]
