@@ -23,6 +23,7 @@ Transaction line (field names are a contract for the audit tests)::
     check_count          CHECK_TRANSACTION_STATE requests the broker delivered to a producer
     checks_skipped       check attempts with no connected producer of the group
     max_check_times      highest TRANSACTION_CHECK_TIMES written on any copy (0 if none)
+    check_immunity_time_s  CHECK_IMMUNITY_TIME_IN_SECONDS the producer set on the half (int), or null
     half_copies          [{commitlog_offset, size, queue_offset, store_timestamp, file, file_position,
                            copy_kind: ORIGINAL | CHECK_COPY | IMMUNITY_COPY, check_times,
                            tran_prepared_queue_offset,
@@ -324,6 +325,7 @@ class Transaction:
             "check_count": self.check_count,
             "checks_skipped": self.checks_skipped,
             "max_check_times": max([c.check_times or 0 for c in self.copies] or [0]),
+            "check_immunity_time_s": _int_or_none(self.props.get("CHECK_IMMUNITY_TIME_IN_SECONDS")),
             "half_copies": [c.to_dict() for c in self.copies],
             "commit_records": self.commit_records,
             "rollback_records": self.rollback_records,
