@@ -13,11 +13,13 @@ name                              what it does (expected decoder finding)
                                   last of each queue) whose last unit points below the new minimum offset
                                   (``deleteExpiredFileByOffset``); records in deleted files become ``present:
                                   false`` with flag RECORD_DELETED
-``bitflip_commit_body``           one bit of a COMMIT record's body (BODY_CRC_MISMATCH at the record start)
+``bitflip_commit_body``           one bit of a COMMIT record's body (BODY_CRC_MISMATCH at the record start;
+                                  the header and properties stay readable, so the record still counts)
 ``bitflip_record_header``         one bit of an ordinary record's MAGICCODE (BAD_MAGIC at the record start)
 ``bitflip_cq_unit``               the sign bit of a consume-queue unit's size (BAD_CQ_ENTRY at the unit)
 ``bitflip_checkpoint``            the sign bit of physicMsgTimestamp (BAD_CHECKPOINT at 0)
-``bitflip_statetable``            3.x: the low bit of a unit's state (4 -> 5; BAD_STATETABLE_UNIT)
+``bitflip_statetable``            3.x: the low bit of a unit's state (4 -> 5; BAD_STATETABLE_UNIT); the
+                                  ledger's ``statetable`` of the unit's transaction gets the new state
 ``truncate_commitlog``            cuts the newest CommitLog file in the middle of its last record
                                   (FILE_SIZE_MISMATCH and TRUNCATED_RECORD)
 ``truncate_config``               cuts consumerOffset.json in half (BAD_JSON; the .bak copy is intact)
@@ -26,7 +28,11 @@ name                              what it does (expected decoder finding)
 ================================  ===========================================================================
 
 Every fault returns a dict (a ledger "fault" line) with ``effects`` the ledger uses to mark records:
-``deleted`` / ``corrupted`` (CommitLog offset ranges [start, end)) and ``op_queue_deleted``.
+``deleted`` / ``corrupted`` (CommitLog offset ranges [start, end): records starting there are no longer
+readable, ``present`` false), ``body_damaged`` (ranges of records whose body fails its CRC but whose header
+and properties -- type, PREPARED_TRANSACTION_OFFSET, UNIQ_KEY, PGROUP -- are intact: they stay ``present``,
+flag RECORD_CORRUPTED; version 1 records have no CRC over anything but the body, so the evidence they carry
+is as readable as before), ``statetable_units`` ([[unit index, new state]]) and ``op_queue_deleted``.
 """
 from __future__ import annotations
 
@@ -95,7 +101,7 @@ def _rel(ctx: FaultContext, path: Path) -> str:
     return str(path.relative_to(ctx.root))
 
 
-def _record_fault(ctx, name, target, position, bit, detail, expected):
+def _record_fault(ctx, name, target, position, bit, detail, expected, effect="corrupted"):
     path = ctx.root / "commitlog" / target["file"]
     old, new = _flip(path, position, bit)
     return {
@@ -114,7 +120,7 @@ def _record_fault(ctx, name, target, position, bit, detail, expected):
                 "transaction_key": target.get("transaction_key"),
             }
         ],
-        "effects": {"corrupted": [[target["commitlog_offset"], target["commitlog_offset"] + target["size"]]]},
+        "effects": {effect: [[target["commitlog_offset"], target["commitlog_offset"] + target["size"]]]},
     }
 
 
@@ -133,7 +139,7 @@ def bitflip_commit_body(ctx: FaultContext) -> list:
         return []
     position = target["file_position"] + fixed + ctx.rng.randrange(body_len)
     return [_record_fault(ctx, "BITFLIP_COMMIT_BODY", target, position, ctx.rng.randrange(8),
-                          "flipped one bit of a record body", ["BODY_CRC_MISMATCH"])]
+                          "flipped one bit of a record body", ["BODY_CRC_MISMATCH"], effect="body_damaged")]
 
 
 def bitflip_record_header(ctx: FaultContext) -> list:
@@ -208,7 +214,11 @@ def bitflip_statetable(ctx: FaultContext) -> list:
             continue
         unit = int(units[ctx.rng.randrange(len(units))]["position"])
         position = unit + CQ.STATETABLE_STATE_POS + 3
+        with open(path, "rb") as fh:
+            fh.seek(unit)
+            prepared_offset = struct.unpack(">q", fh.read(8))[0]
         old, new = _flip(path, position, 0)
+        index = (int(path.name) + unit) // CQ.STATETABLE_UNIT_SIZE
         return [
             {
                 "fault": "BITFLIP_STATETABLE",
@@ -219,8 +229,14 @@ def bitflip_statetable(ctx: FaultContext) -> list:
                 f"0x{old:02x} -> 0x{new:02x}",
                 "expected_anomalies": ["BAD_STATETABLE_UNIT"],
                 "record_position": unit,
-                "affected": [],
-                "effects": {},
+                "affected": [
+                    {
+                        "record": "statetable unit",
+                        "commitlog_offset": prepared_offset,
+                        "transaction_key": str(prepared_offset),
+                    }
+                ],
+                "effects": {"statetable_units": [[index, new]]},
             }
         ]
     return []

@@ -308,21 +308,24 @@ def _in_ranges(offset, ranges) -> bool:
 
 
 def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> None:
-    deleted, corrupted, op_queue_faults = [], [], []
+    deleted, corrupted, damaged, units, op_queue_faults = [], [], [], {}, []
     for fault in faults:
         effects = fault.get("effects") or {}
         deleted += [(tuple(r), fault["fault_id"]) for r in effects.get("deleted", [])]
         corrupted += [(tuple(r), fault["fault_id"]) for r in effects.get("corrupted", [])]
+        damaged += [(tuple(r), fault["fault_id"]) for r in effects.get("body_damaged", [])]
+        for index, state in effects.get("statetable_units", []):
+            units[index] = (state, fault["fault_id"])
         if effects.get("op_queue_deleted"):
             op_queue_faults.append(fault["fault_id"])
-    if not (deleted or corrupted or op_queue_faults):
+    if not (deleted or corrupted or damaged or units or op_queue_faults):
         # nothing to mark: keep the transaction lines as written and append the fault lines
         os.replace(partial_path, ledger_path)
         writer = L.LedgerWriter(ledger_path, append=True)
     else:
         writer = L.LedgerWriter(ledger_path)
         for entry in L.iter_ledger(partial_path):
-            _annotate(entry, deleted, corrupted, op_queue_faults)
+            _annotate(entry, deleted, corrupted, op_queue_faults, damaged, units)
             writer.write(entry)
         partial_path.unlink()
     try:
@@ -334,13 +337,22 @@ def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> 
         writer.close()
 
 
-def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list) -> None:
+def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list, damaged: tuple = (),
+              units: Optional[dict] = None) -> None:
+    """Marks the records of one ledger line hit by post-run faults: ``deleted`` / ``corrupted`` ranges make a
+    record unreadable (present false), ``damaged`` ranges (body CRC only) keep it present; a flipped 3.x
+    statetable unit (``units``: index -> (new state, fault id)) replaces the line's statetable state."""
     flags, fault_ids = set(entry["flags"]), set(entry["faults"])
 
     def mark(record: dict, offset_key: str = "commitlog_offset") -> None:
         offset = record.get(offset_key)
         if not record.get("present", False) or offset is None:
             return
+        size = record.get("op_size" if offset_key == "op_commitlog_offset" else "size") or 1
+        for (start, end), fault_id in damaged:
+            if offset < end and start < offset + size:
+                flags.add(L.RECORD_CORRUPTED)
+                fault_ids.add(fault_id)
         for (start, end), fault_id in deleted:
             if start <= offset < end:
                 record["present"] = False
@@ -360,6 +372,11 @@ def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list
     if op_queue_faults and entry["op_records"]:
         flags.add(L.OP_QUEUE_DELETED)
         fault_ids.update(op_queue_faults)
+    unit = entry.get("statetable")
+    if units and unit is not None and unit["index"] in units:
+        unit["state"], fault_id = units[unit["index"]]
+        flags.update((L.RECORD_CORRUPTED, L.STATETABLE_STALE))
+        fault_ids.add(fault_id)
     entry["flags"] = sorted(flags)
     entry["faults"] = sorted(fault_ids, key=lambda f: int(f[1:]))
     entry["visible_outcome"] = L.entry_outcome(entry, True)

@@ -59,7 +59,9 @@ Outcome (what the broker did; the auditor's rule "a COMMIT record exists => COMM
 
 visible_outcome applies the same precedence to records with ``present`` true (an op counts only while the half
 copy it names is readable: op bodies hold half queue offsets, nothing else); for a log-only discard it is
-PREPARED.
+PREPARED.  A record whose body alone was damaged stays present: BODYCRC covers only the body, the type,
+PREPARED_TRANSACTION_OFFSET and properties an auditor reads are intact (a COMMIT record still proves the
+commit; it is flagged RECORD_CORRUPTED).
 
 Flags (what the broker knows it caused): DUPLICATE_COMMIT, COMMIT_WITHOUT_OP, OP_LOST_IN_CRASH,
 COMMITTED_AND_DISCARDED, ROLLED_BACK_AND_DISCARDED, COMMIT_AND_ROLLBACK, DISCARD_NOT_RECORDED,
@@ -72,7 +74,10 @@ Fault line: {kind: "fault", fault_id, fault, file (relative to the store root; n
 on disk such as OP_BATCH_LOST), position (the byte changed / cut / first affected), record_position (where a
 decoder reports it: start of the damaged record or unit), length, detail, expected_anomalies (AnomalyKind
 codes a decoder should report there), affected: [{record, commitlog_offset, transaction_key}], effects:
-{deleted | corrupted: [[start, end) CommitLog offset ranges], op_queue_deleted}} plus fault-specific fields
+{deleted | corrupted: [[start, end) CommitLog offset ranges: records starting there become present false],
+body_damaged: [[start, end) of records whose body alone fails its CRC: still present, flag RECORD_CORRUPTED],
+statetable_units: [[index, new state]] (3.x: the line's statetable state becomes the flipped value, flags
+RECORD_CORRUPTED and STATETABLE_STALE), op_queue_deleted}} plus fault-specific fields
 (TORN_TAIL: commitlog_offset, overwritten; CQ_DISPATCH_LAG: redispatched; CQ_DELETED_AND_REBUILT: topic,
 queue_id, first_queue_offset, recovery_start).  In-simulation faults: TORN_TAIL, CRASH_BETWEEN_COMMIT_AND_OP,
 OP_BATCH_LOST, CQ_DISPATCH_LAG, CQ_DELETED_AND_REBUILT, STATETABLE_REBUILT; post-run faults: see

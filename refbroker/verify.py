@@ -98,14 +98,18 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
 
     # ---- CommitLog -----------------------------------------------------------------------------------------
     records: dict = {}
+    body_damaged = [r for f in faults for r in (f.get("effects") or {}).get("body_damaged", [])]
     for path in sorted((root / "commitlog").glob("*")) if (root / "commitlog").is_dir() else []:
         for batch, anomalies in decode_file(str(path), with_body=True):
             for a in anomalies:
                 report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
                                          "detail": a.detail})
             for row in batch.to_pylist():
-                if not row["body_crc_ok"]:
-                    continue                # reported as an anomaly; RocketMQ's recovery would drop it too
+                if not row["body_crc_ok"] and not any(start <= row["physical_offset"] < end
+                                                      for start, end in body_damaged):
+                    # a torn write: reported as an anomaly; RocketMQ's recovery drops it too.  A whole record
+                    # whose body was damaged later keeps its (readable) header and stays in the ledger.
+                    continue
                 row["props"] = dict(row["properties"])
                 records[row["physical_offset"]] = row
     report.records = len(records)
@@ -330,7 +334,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
 
 def _damaged(offset: int, faults: list) -> bool:
     for fault in faults:
-        for start, end in (fault.get("effects") or {}).get("corrupted", []):
+        effects = fault.get("effects") or {}
+        for start, end in effects.get("corrupted", []) + effects.get("body_damaged", []):
             if start <= offset < end:
                 return True
         for a in fault.get("affected") or []:
@@ -346,7 +351,7 @@ def _fault_region(fault: dict) -> Optional[tuple]:
         return None
     start = fault.get("record_position", fault.get("position")) or 0
     if name in ("BITFLIP_COMMIT_BODY", "BITFLIP_RECORD_HEADER"):
-        low, high = fault["effects"]["corrupted"][0]
+        low, high = (fault["effects"].get("corrupted") or fault["effects"]["body_damaged"])[0]
         return file, start, start + (high - low)
     if name == "BITFLIP_CQ_UNIT":
         return file, start, start + 20

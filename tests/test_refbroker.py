@@ -397,6 +397,35 @@ def test_txlog_dump_verify_reports_only_injected_faults(store, capsys, scenario,
         assert not findings
 
 
+def test_corrupt_ledger_keeps_body_damaged_records_and_flipped_statetable_units(store):
+    """A body bit flip leaves the record's header (type, PREPARED_TRANSACTION_OFFSET, properties) readable:
+    the record stays present (a COMMIT still proves the commit), flagged RECORD_CORRUPTED.  A flipped 3.x
+    statetable unit is reported on its transaction with the state now on disk."""
+    for profile in ("3.x", "4.6-4.9"):
+        result = store("corrupt", profile)
+        lines = list(iter_ledger(result.ledger_path))
+        by_fault = {f["fault"]: f for f in lines if f["kind"] == "fault"}
+        flip = by_fault["BITFLIP_COMMIT_BODY"]
+        (start, end), = flip["effects"]["body_damaged"]
+        assert "corrupted" not in flip["effects"]
+        hit = [e for e in lines if e["kind"] == "transaction" and flip["fault_id"] in e["faults"]]
+        assert [e["transaction_key"] for e in hit] == [flip["affected"][0]["transaction_key"]]
+        (entry,) = hit
+        records = [r for r in entry["commit_records"] + entry["half_copies"]
+                   if r["commitlog_offset"] == start]
+        assert records and all(r["present"] for r in records)
+        assert "RECORD_CORRUPTED" in entry["flags"] and entry["visible_outcome"] == entry["outcome"]
+    result = store("corrupt", "3.x")
+    lines = list(iter_ledger(result.ledger_path))
+    (flip,) = [f for f in lines if f["kind"] == "fault" and f["fault"] == "BITFLIP_STATETABLE"]
+    (index, state), = flip["effects"]["statetable_units"]
+    assert state in (5, 9, 13)
+    (entry,) = [e for e in lines if e["kind"] == "transaction" and flip["fault_id"] in e["faults"]]
+    assert entry["transaction_key"] == flip["affected"][0]["transaction_key"]
+    assert entry["statetable"] == {"index": index, "state": state}
+    assert {"RECORD_CORRUPTED", "STATETABLE_STALE"} <= set(entry["flags"])
+
+
 def test_verify_excuses_records_older_than_a_rebuilt_queue(tmp_path):
     """An op queue rebuilt from the newest CommitLog file after an operator deleted it can restart at queue
     offset 0 (no op in that file): the ops of older files have no unit, whatever their queue offsets."""
