@@ -1,0 +1,77 @@
+"""txlog-bench audit (jobs/bench_audit.py): sizing, the worker-RSS sampler, output format, and one tiny real run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jobs import bench_audit as B
+
+
+def test_split_and_sizing():
+    assert B.split_messages(1000, 0.01) == (10, 990)
+    assert B.split_messages(1000, 0.0) == (0, 1000)
+    assert B.split_messages(10, 1.0) == (10, 0)
+    n = B.messages_for(1.0, 1400.0)
+    assert abs(n * 1400.0 - B.GIB * B.FILL) < 1400.0
+
+
+def test_parse_sizes():
+    args = B._parser().parse_args(["--sizes", "1,2,4", "--tx-share", "0.05"])
+    assert B.parse_sizes(args) == [1.0, 2.0, 4.0]
+    assert B.parse_sizes(B._parser().parse_args([])) == [1.0]
+    with pytest.raises(SystemExit):
+        B.parse_sizes(B._parser().parse_args(["--sizes", "1,x"]))
+    with pytest.raises(SystemExit):
+        B.parse_sizes(B._parser().parse_args(["--tx-share", "2"]))
+
+
+def test_rss_sampler_sees_descendant_workers_only():
+    code = "import time; b = bytearray(64 << 20); time.sleep(2.5)"
+    child = subprocess.Popen([sys.executable, "-c", code, "pyspark.worker"])      # marker in its command line
+    try:
+        with B.RssSampler(interval=0.1) as rss:
+            time.sleep(1.5)
+        assert child.pid in rss.seen
+        assert rss.peak_mb >= 64
+        assert child.pid not in B.python_workers(child.pid)        # not its own descendant
+    finally:
+        child.wait(timeout=10)
+
+
+def _run(size=1.0):
+    return B.BenchRun(size_gb=size, tx_share=0.01, commitlog_gib=size, record_gib=size * 0.98, messages=1000,
+                      transactions=10, generate_s=1.0, scan_s=2.0, full_s=8.0 * size, indexed_s=4.0 * size,
+                      full_over_scan=4.0 * size, full_over_indexed=2.0, peak_worker_rss_mb=321.0,
+                      full_phases={"read": 1.0}, indexed_phases={"read": 0.5}, states={"COMMITTED": 10})
+
+
+def test_result_line_single_and_sizes():
+    one = B.result_line([_run()])
+    assert list(one) == ["size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
+                         "full_over_indexed", "peak_worker_rss_mb"]
+    many = B.result_line([_run(1.0), _run(2.0)])
+    assert many["sizes_gb"] == [1.0, 2.0] and len(many["runs"]) == 2
+    assert many["full_s_per_gb"] == [8.0, 8.0]
+    assert "full/scan" in B.format_table([_run()])
+
+
+@pytest.mark.slow
+def test_tiny_bench_run(spark, tmp_path, capsys):
+    """A few MB through the whole command (generate, JVM scan, full + indexed audits) in the session."""
+    runs = B.run(["--size-gb", "0.004", "--file-mb", "2", "--dir", str(tmp_path), "--tx-share", "0.02",
+                  "--no-warmup"],
+                 spark=spark)
+    out = capsys.readouterr().out.strip().splitlines()
+    last = json.loads(out[-1])
+    assert set(last) == {"size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
+                         "full_over_indexed", "peak_worker_rss_mb"}
+    assert last["size_gb"] == 0.004 and last["tx_share"] == 0.02
+    assert last["scan_s"] > 0 and last["full_s"] > 0 and last["indexed_s"] > 0
+    assert last["peak_worker_rss_mb"] > 0
+    r = runs[0]
+    assert r.commitlog_gib > 0 and r.transactions > 0 and sum(r.states.values()) == r.transactions
+    assert not any(tmp_path.iterdir())                    # not --keep: the store and outputs are gone
