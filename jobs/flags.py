@@ -82,8 +82,9 @@ FLAGS: dict = {
     ),
     "PREPARED_RECORD_MISSING": (
         "Commit/rollback/discard evidence, or a 3.x statetable unit / redolog PREPARED entry, whose half or "
-        "prepared record is not in the store, and retention does not explain it (the offset it points to is "
-        "not below the oldest retained CommitLog offset): a damaged record, or a unit pointing to garbage."
+        "prepared record is not in the store (or, 4.3+, only re-put copies survive), and retention does not "
+        "explain it (the offset it points to is not below the oldest retained CommitLog offset; no file was "
+        "deleted): a damaged record, or a unit pointing to garbage."
     ),
     # --- store integrity ------------------------------------------------------------------------------------
     "CQ_MISMATCH": (
@@ -95,10 +96,13 @@ FLAGS: dict = {
         "Evidence points into CommitLog ranges already deleted by retention: a commit/rollback whose "
         "prepared offset is below the oldest retained CommitLog offset, an op naming a half offset below the "
         "oldest retained half record, a CQ unit or statetable unit pointing below the oldest retained "
-        "CommitLog offset."
+        "CommitLog offset, or a transaction whose oldest surviving half copy is a re-put (the original is "
+        "gone) while retention has deleted CommitLog files."
     ),
     "CORRUPT_RECORD": (
-        "A decoder anomaly lies inside one of the transaction's records, or one of them fails its body CRC."
+        "A CommitLog decoder anomaly lies inside one of the transaction's records (findings about a whole "
+        "file -- size, gap, missing file -- do not count), or one of them fails its body CRC (the record "
+        "still counts as evidence: BODYCRC covers only the body)."
     ),
     "OP_BODY_UNPARSABLE": (
         "An op body piece is not a decimal number (4.x/5.0 readers treat the whole body as one number; 5.1+ "
@@ -122,8 +126,9 @@ FLAGS: dict = {
         "CommitLog's COMMIT/ROLLBACK records."
     ),
     "STATETABLE_MISSING_PREPARED": (
-        "3.x: a prepared record has no statetable unit (e.g. dropped by the faulty statetable rebuild after "
-        "an abnormal restart): the broker will never check it."
+        "3.x: a still-PREPARED transaction's prepared record has no statetable unit (e.g. dropped by the "
+        "faulty statetable rebuild after an abnormal restart): the broker will never check it.  (A resolved "
+        "one legitimately has none after a rebuild, which keeps only the open units.)"
     ),
     "STATETABLE_INDEX_MISMATCH": (
         "3.x: the prepared record's QUEUEOFFSET differs from its statetable unit's index (statetable "

@@ -92,6 +92,15 @@ PROFILES = {
 }
 
 COMMITTED, ROLLED_BACK, PREPARED, DISCARDED = "COMMITTED", "ROLLED_BACK", "PREPARED", "DISCARDED"
+#: txlog_io anomaly kinds about a whole mapped file, not a record in it (never CORRUPT_RECORD)
+FILE_LEVEL_ANOMALIES = (
+    "FILE_SIZE_MISMATCH",
+    "FILE_GAP",
+    "FILE_OVERLAP",
+    "BAD_FILE_NAME",
+    "MISALIGNED_FILE_NAME",
+    "MISSING_FILE",
+)
 _SEP = "\u0001"  # never inside a property value (it is the properties name/value separator)
 _LONG_MAX = (1 << 63) - 1
 
@@ -900,6 +909,7 @@ def aggregate_transactions(rows: DataFrame) -> DataFrame:
         c("store_timestamp"),
         c("msg_id"),
         c("check_times"),
+        c("tran_prepared_qo"),
     )
 
     def ss(cond, col):
@@ -1087,6 +1097,13 @@ def finalize_transactions(
     orphan_discard_only = c("mechanism").isNull() & (n_commit + n_rb == 0) & (c("discards") > 0)
     p_key = F.when(c("tx_id").startswith("P" + _SEP), F.element_at(F.split(c("tx_id"), _SEP), 2))
     units_only = c("mechanism").isNull() & (c("n_core") == 0)
+    # the oldest surviving half copy is a re-put (it carries TRANSACTION_CHECK_TIMES /
+    # TRAN_PREPARED_QUEUE_OFFSET, which an original never has): the original and maybe earlier copies are gone
+    earlier_copies_gone = (
+        half
+        & c("first").isNotNull()
+        & (c("first.check_times").isNotNull() | c("first.tran_prepared_qo").isNotNull())
+    )
     has_st = c("f_n_st") > 0
     has_redo = c("f_n_redo") > 0
     legacy = c("mech") == PREPARED_RECORD
@@ -1125,16 +1142,20 @@ def finalize_transactions(
             "EVIDENCE_IN_DELETED_RANGE",
             F.exists(c("missing_targets"), lambda x: x < mco)
             | (orphan_discard_only & (mco > 0))
-            | (units_only & (p_key.cast("long") < mco)),
+            | (units_only & (p_key.cast("long") < mco))
+            | (earlier_copies_gone & (mco > 0)),
         ),
         (
             "PREPARED_RECORD_MISSING",
             F.exists(c("missing_targets"), lambda x: x >= mco)
             | (orphan_discard_only & ~(mco > 0))
-            | (units_only & (p_key.cast("long") >= mco)),
+            | (units_only & (p_key.cast("long") >= mco))
+            | (earlier_copies_gone & ~(mco > 0)),
         ),
         ("CORRUPT_RECORD", F.coalesce(c("crc_bad"), F.lit(False))),
-        ("STATETABLE_MISSING_PREPARED", legacy & has_st & c("first").isNotNull() & unit.isNull()),
+        # only while PREPARED: a 3.x rebuild compacts the table to the open units, so a resolved transaction
+        # legitimately has none
+        ("STATETABLE_MISSING_PREPARED", prepared & legacy & has_st & c("first").isNotNull() & unit.isNull()),
         ("STATETABLE_INDEX_MISMATCH", legacy & has_st & (c("statetable_index") != c("first.queue_offset"))),
         (
             "STATETABLE_COMMITLOG_DISAGREE",
@@ -1275,10 +1296,14 @@ def build_transactions(
             "broker", "tx_id", "p_code"
         )
     if anomalies is not None:
-        a = anomalies.filter(c("physical_offset").isNotNull() & (c("source") == "commitlog")).select(
-            c("broker").alias("a_broker"), c("physical_offset").alias("a_offset")
-        )
-        hit = linked.join(
+        # record-level findings only (a file-level one -- size, gap, missing file -- says nothing about the
+        # records in it), matched against rows that ARE records (statetable / redolog rows only point at one)
+        a = anomalies.filter(
+            c("physical_offset").isNotNull()
+            & (c("source") == "commitlog")
+            & ~c("kind").isin(*FILE_LEVEL_ANOMALIES)
+        ).select(c("broker").alias("a_broker"), c("physical_offset").alias("a_offset"))
+        hit = linked.filter(c("role").isin(COPY, END, OP, DISCARD)).join(
             F.broadcast(a),
             (c("broker") == c("a_broker"))
             & (
