@@ -1,18 +1,21 @@
 """jobs/reconstruct.py: transaction state reconstruction, flags and work lists.
 
-Two Spark runs carry most assertions (each is one reconstruct over several brokers, its outputs collected
-once):
+ONE reconstruct(materialize=True) over many brokers carries the assertions (every rule groups by broker, so
+the brokers of one run are independent; one plan to analyse instead of several); its outputs are collected
+once:
 
-* ``truth_audit``: the three real-broker fixtures, frames built from their truth/ files
-  (tests/truth_frames.py), judged with each fixture's own broker settings (README) and as_of = the fixture's
-  newest store time, i.e. the moment the broker was shut down: "what would the auditor have said about this
-  store at that moment".  Every transaction's state is compared with the intended client outcome
-  (workload_client_side.json); where the README documents that the real broker diverged (5.3.3 op batching:
-  duplicate commits, commit/rollback + discard), the flags are asserted instead, from counts derived
-  independently from truth/commitlog.jsonl.gz.
-* ``scenarios``: tiny hand-built stores, one broker per scenario (op body forms, copy grouping, commit via the
-  newest copy, duplicate commit, commit without op, orphan op, op below the consume offset, conflicting ends,
-  discards, deleted ranges, CQ mismatch, corruption, immunity, deadlines, 3.x statetable disagreements,
+* the three real-broker fixtures, frames built from their truth/ files (tests/truth_frames.py), judged with
+  each fixture's own broker settings (README) and as_of = the fixture's newest store time, i.e. the moment the
+  broker was shut down: "what would the auditor have said about this store at that moment".  Every
+  transaction's state is compared with the intended client outcome (workload_client_side.json); where the
+  README documents that the real broker diverged (5.3.3 op batching: duplicate commits, commit/rollback +
+  discard), the flags are asserted instead, from counts derived independently from truth/commitlog.jsonl.gz;
+* the same rows under other broker names judged at a later as_of (LATER);
+* the real stores decoded by jobs.store_frames.load_store_frames (REAL): must reconstruct exactly like the
+  truth;
+* tiny hand-built stores, one broker per scenario (op body forms, copy grouping, commit via the newest copy,
+  duplicate commit, commit without op, orphan op, op below the consume offset, conflicting ends, discards and
+  resumes, deleted ranges, CQ mismatch, corruption, immunity, deadlines, 3.x statetable disagreements,
   4.0-4.2).
 """
 
@@ -697,6 +700,8 @@ def scenario_rows():
     # commit whose half lies in a CommitLog file already deleted (oldest retained file starts at 4096)
     b = "s-deleted"
     cl += [commit(b, 5000, 100, "U8", file_start=4096)]
+    # only a re-put copy survives (the original was in the deleted file); an op names the copy
+    cl += [half(b, 5200, 7, "U19", ct=1, file_start=4096), op(b, 5300, 0, "7", file_start=4096)]
     # CQ disagreements in the half queue: unit with a wrong size, record without unit
     b = "s-cq"
     cl += [half(b, 0, 0, "U9"), half(b, 100, 1, "U10")]
@@ -872,7 +877,11 @@ def test_discarded_without_resolution(scenarios):
 
 
 def test_evidence_in_deleted_range(scenarios):
-    (t,) = scenarios["tx"]["s-deleted"].values()
+    tx = scenarios["tx"]["s-deleted"]
+    r = tx["U19"]
+    assert (r["state"], r["copies"], r["prepared_commitlog_offset"]) == ("ROLLED_BACK", 1, 5200)
+    assert r["flags"] == ["EVIDENCE_IN_DELETED_RANGE"]
+    t = tx["U8"]
     assert t["state"] == "COMMITTED" and t["copies"] == 0 and t["transaction_key"] == "U8"
     assert t["prepared_commitlog_offset"] == 100 and t["flags"] == ["EVIDENCE_IN_DELETED_RANGE"]
     assert _recovery(scenarios, "s-deleted")["U8"]["action"] == "REVIEW_EVIDENCE"
