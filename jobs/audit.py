@@ -3,43 +3,43 @@
 Called by ``jobs.main`` (``./spark-submit.sh audit ...``) with a validated ``jobs.main.AuditOptions``; a thin
 driver around the modules that do the work:
 
-1. **plan** -- ``jobs.store_frames.load_store_frames`` lists the stores (driver: directory listing and ``stat``
-   only) and returns lazy DataFrames; the store fingerprint is computed from the same kind of listing; the
-   ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's ``broker.<key>`` overrides with
-   ``as_of_ms`` = ``--as-of``.
-2. **read** -- the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together with
-   the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and the op
-   message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode keeps only
-   the records the reconstruction looks at (half / op / discard topics, non-``NOT`` transaction types) and
-   magic-V2 records (profile evidence); every other record is dropped right after decoding.  The oldest retained
-   CommitLog offset comes from the store listing (``layout_info``), not from the records.
-   Op bodies are fetched by position (``store_frames.fetch_records`` with bodies) for the op records found, so the
-   store is never decoded with every body just to read the ops.
-3. **reconstruct** -- ``jobs.reconstruct.reconstruct``; the transactions DataFrame is persisted while the outputs
-   derived from it are written, and unpersisted at the end.
+1. **plan** -- ``jobs.store_frames.load_store_frames`` lists the stores (driver: directory listing and
+   ``stat`` only) and returns lazy DataFrames; the store fingerprint is computed from the same kind of
+   listing; the ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's
+   ``broker.<key>`` overrides with ``as_of_ms`` = ``--as-of``.
+2. **read** -- the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
+   with the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and
+   the op message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode
+   keeps only the records the reconstruction looks at (half / op / discard topics, non-``NOT`` transaction
+   types) and magic-V2 records (profile evidence); every other record is dropped right after decoding.  The
+   oldest retained CommitLog offset comes from the store listing (``layout_info``), not from the records. Op
+   bodies are fetched by position (``store_frames.fetch_records`` with bodies) for the op records found, so
+   the store is never decoded with every body just to read the ops.
+3. **reconstruct** -- ``jobs.reconstruct.reconstruct``; the transactions DataFrame is persisted while the
+   outputs derived from it are written, and unpersisted at the end.
 4. **aggregate** -- counts per state / flag / broker (small ``groupBy`` results, the only things collected).
 5. **write** -- one Delta table per output through ``jobs.delta_sink.write_table`` (one commit per table, the
    run's previous rows replaced): ``transactions``, ``check_back_worklist``, ``recovery_worklist``,
-   ``audit_anomalies``, ``profiles`` (table names from ``table.<logical>`` in the config; ``profiles`` only when
-   configured), ``message_bodies`` when bodies were asked for, and finally ``audit_runs`` (one row per run).
-   Partitioning: ``run_date``, ``broker`` (+ ``run_id``, which the sink always adds); ``audit_runs`` by
+   ``audit_anomalies``, ``profiles`` (table names from ``table.<logical>`` in the config; ``profiles`` only
+   when configured), ``message_bodies`` when bodies were asked for, and finally ``audit_runs`` (one row per
+   run). Partitioning: ``run_date``, ``broker`` (+ ``run_id``, which the sink always adds); ``audit_runs`` by
    ``run_date`` (+ ``run_id``).
 
 Idempotence and interruption: the run id (default: derived from ``--as-of``) is the unit of replacement.  Each
-table write is atomic (``delta_sink``); the tables are written one after the other and ``audit_runs`` last, so a
-run killed half-way leaves every table readable -- tables written before the kill hold the new rows of the run,
-the others still the old ones (or nothing) -- and no ``audit_runs`` row (or the previous one) for it.  Running the
-same stores with the same run id again rewrites every table and completes the run.
+table write is atomic (``delta_sink``); the tables are written one after the other and ``audit_runs`` last, so
+a run killed half-way leaves every table readable -- tables written before the kill hold the new rows of the
+run, the others still the old ones (or nothing) -- and no ``audit_runs`` row (or the previous one) for it.
+Running the same stores with the same run id again rewrites every table and completes the run.
 
 Shuffle partitions: when the user left ``spark.sql.shuffle.partitions`` at Spark's default (200), the run uses
-4 per GiB of CommitLog (at least the default parallelism, at most 200) and restores the default afterwards: the
-reconstruction shuffles only the transaction-relevant rows, and 200 mostly empty partitions per shuffle dominate
-small runs.  An explicit setting (``--conf spark.sql.shuffle.partitions=N``) is kept.
+4 per GiB of CommitLog (at least the default parallelism, at most 200) and restores the default afterwards:
+the reconstruction shuffles only the transaction-relevant rows, and 200 mostly empty partitions per shuffle
+dominate small runs.  An explicit setting (``--conf spark.sql.shuffle.partitions=N``) is kept.
 
-Bodies: no reconstruction table has a body column.  ``--include-bodies`` makes the readers decode bodies and adds
-the ``message_bodies`` table (one row per transaction: the body of its first half copy / prepared record, else
-of its first COMMIT record, else of its discard record, as stored).  A run without bodies writes no body rows (and
-clears those of its run id, if an earlier attempt of the same run wrote some).
+Bodies: no reconstruction table has a body column.  ``--include-bodies`` makes the readers decode bodies and
+adds the ``message_bodies`` table (one row per transaction: the body of its first half copy / prepared record,
+else of its first COMMIT record, else of its discard record, as stored).  A run without bodies writes no body
+rows (and clears those of its run id, if an earlier attempt of the same run wrote some).
 """
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ OPTIONAL_TABLES = ("profiles",)
 RUNS_TABLE = "audit_runs"
 BODIES_TABLE = "message_bodies"
 
-#: reconstruction profile (jobs.reconstruct.PROFILES) -> broker profile of conf/broker-defaults.json whose values
-#: parametrise it.  4.3-4.5, 4.6-4.9 and 5.0 share the same check settings; 4.6-4.9 stands for the line.
+#: reconstruction profile (jobs.reconstruct.PROFILES) -> broker profile of conf/broker-defaults.json whose
+#: values parametrise it.  4.3-4.5, 4.6-4.9 and 5.0 share the same check settings; 4.6-4.9 stands for them.
 RECON_TO_CONFIG = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-5.0": "4.6-4.9", "5.1+": "5.1+",
                    "unknown": "4.6-4.9"}
 #: broker profile (--profile / broker.profile) -> reconstruction profile it forces
@@ -83,13 +83,13 @@ def epoch_ms(t: dt.datetime) -> int:
     return int(round(t.timestamp() * 1000))
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # driver-side helpers (no Spark)
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def store_fingerprint(store_pairs: Sequence[Tuple[str, str]]) -> Tuple[str, int, int]:
-    """``(sha256 hex, files, bytes)`` over (broker, relative path, size, mtime ns) of every file under each store
-    root, in a fixed order.  Listing and ``stat`` only: no file content is read."""
+    """``(sha256 hex, files, bytes)`` over (broker, relative path, size, mtime ns) of every file under each
+    store root, in a fixed order.  Listing and ``stat`` only: no file content is read."""
     h = hashlib.sha256()
     n_files = n_bytes = 0
     for broker, root in store_pairs:
@@ -112,9 +112,9 @@ def store_fingerprint(store_pairs: Sequence[Tuple[str, str]]) -> Tuple[str, int,
 def audit_params(config, profile: str, as_of_ms: int):
     """-> (params for ``reconstruct``, profile_override, JSON-able description).
 
-    ``profile`` "auto": one AuditParams per reconstruction profile (the broker's detected profile picks), built
-    from the matching broker profile of the config (RECON_TO_CONFIG) with the user's overrides.  A named profile:
-    that profile's values for every broker and the matching reconstruction profile forced."""
+    ``profile`` "auto": one AuditParams per reconstruction profile (the broker's detected profile picks),
+    built from the matching broker profile of the config (RECON_TO_CONFIG) with the user's overrides.  A named
+    profile: that profile's values for every broker and the matching reconstruction profile forced."""
     from jobs.reconstruct import PROFILES, AuditParams
 
     def from_config(recon: str, name: str) -> "AuditParams":
@@ -175,12 +175,12 @@ def _phase(phases: Dict[str, float], name: str, spark=None):
         phases[name] = phases.get(name, 0.0) + (time.monotonic() - t0)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Spark side
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 def relevant_records(frames):
-    """The CommitLog rows the reconstruction needs (see the module docstring); indexed mode's are all of them."""
+    """The CommitLog rows the reconstruction needs (see the module docstring); in indexed mode all of them."""
     from pyspark.sql import functions as F
 
     from jobs.reconstruct import TX_SYSTEM_TOPICS
@@ -193,8 +193,8 @@ def relevant_records(frames):
 
 
 def op_bodies_for(spark, records, frames, options):
-    """Op message bodies (the ``op_bodies`` input of ``reconstruct``) fetched by position for the op records in
-    ``records`` -- or None when ``records`` already carry bodies."""
+    """Op message bodies (the ``op_bodies`` input of ``reconstruct``) fetched by position for the op records
+    in ``records`` -- or None when ``records`` already carry bodies."""
     if options.include_bodies:
         return None
     from pyspark.sql import functions as F
@@ -213,7 +213,8 @@ def op_bodies_for(spark, records, frames, options):
 
 
 def bodies_frame(transactions, records):
-    """``message_bodies`` rows: per transaction the body of its first copy, else first COMMIT, else discard."""
+    """``message_bodies`` rows: per transaction the body of its first copy, else first COMMIT, else
+    discard."""
     from pyspark.sql import functions as F
 
     from jobs.reconstruct import HALF_QUEUE, conform
@@ -242,10 +243,10 @@ def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
     """Shuffle partitions for this run when the user left ``spark.sql.shuffle.partitions`` at Spark's default
     (None = the user chose a value; keep it).
 
-    The reconstruction shuffles only transaction-relevant rows (a small fraction of the CommitLog) through many
-    joins and aggregations; with Spark's default of 200 partitions per shuffle, a small store spends most of its
-    time scheduling empty tasks (the demo: ~90 s of 230 s).  Chosen: 4 per GiB of CommitLog, at least the
-    default parallelism (cores), at most 200."""
+    The reconstruction shuffles only transaction-relevant rows (a small fraction of the CommitLog) through
+    many joins and aggregations; with Spark's default of 200 partitions per shuffle, a small store spends most
+    of its time scheduling empty tasks (the demo: ~90 s of 230 s).  Chosen: 4 per GiB of CommitLog, at least
+    the default parallelism (cores), at most 200."""
     try:
         explicit = spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS)
         current = spark.conf.get(SHUFFLE_PARTITIONS)
@@ -259,8 +260,8 @@ def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
 
 
 def _reconstruct(inputs: dict, params, override):
-    """``jobs.reconstruct.reconstruct`` with ``materialize=True`` when it offers it (shared intermediates computed
-    once as local checkpoints: much less plan analysis than one giant lazy plan per output)."""
+    """``jobs.reconstruct.reconstruct`` with ``materialize=True`` when it offers it (shared intermediates
+    computed once as local checkpoints: much less plan analysis than one giant lazy plan per output)."""
     import inspect
 
     from jobs.reconstruct import reconstruct
@@ -278,9 +279,10 @@ def _aggregates(result):
     c = F.col
     tx = result.transactions
     states = tx.groupBy("broker", "state").agg(F.count(F.lit(1)).alias("n")).select(
-        F.lit("state").alias("kind"), "broker", c("state").alias("key"), F.lit(None).cast("string").alias("value"),
-        "n")
-    flags = tx.select(F.explode("flags").alias("flag")).groupBy("flag").agg(F.count(F.lit(1)).alias("n")).select(
+        F.lit("state").alias("kind"), "broker", c("state").alias("key"),
+        F.lit(None).cast("string").alias("value"), "n")
+    flags = tx.select(F.explode("flags").alias("flag")).groupBy("flag").agg(
+        F.count(F.lit(1)).alias("n")).select(
         F.lit("flag").alias("kind"), F.lit(None).cast("string").alias("broker"), c("flag").alias("key"),
         F.lit(None).cast("string").alias("value"), "n")
     profs = result.profiles.select(F.lit("profile").alias("kind"), "broker", c("profile").alias("key"),
@@ -303,8 +305,8 @@ def _aggregates(result):
 
 
 def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> AuditSummary:
-    """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``; prints the
-    summary (jobs.summary) and returns it.  See the module docstring.
+    """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``; prints
+    the summary (jobs.summary) and returns it.  See the module docstring.
 
     ``on_result(result, summary)``: called after every table is written, while the reconstruction's frames
     (``jobs.reconstruct.AuditResult``) are still persisted (tests compare them with the tables)."""
@@ -344,8 +346,9 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             if shuffle_partitions is not None:
                 spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions))
                 restore_shuffle = True
-        _log(f"run {options.run_id}: {len(options.stores)} store(s), {commitlog_bytes / (1 << 20):.1f} MiB of "
-             f"CommitLog, mode {options.mode}, as of {options.as_of.isoformat()}")
+        _log(f"run {options.run_id}: {len(options.stores)} store(s), "
+             f"{commitlog_bytes / (1 << 20):.1f} MiB of CommitLog, mode {options.mode}, "
+             f"as of {options.as_of.isoformat()}")
 
         with _phase(phases, "read", spark):
             side = {name: persist(getattr(frames, name))
@@ -402,8 +405,9 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         table_paths = {k: t.path for k, t in tables.items()}
         table_paths[RUNS_TABLE] = delta_sink.table_path(options.out, named_table(AUDIT_RUNS, runs_name))
         row = {
-            "run_id": options.run_id, "run_date": run_date, "as_of": options.as_of.astimezone(dt.timezone.utc),
-            "as_of_ms": as_of_ms, "started_at": started_at, "finished_at": finished_at,
+            "run_id": options.run_id, "run_date": run_date,
+            "as_of": options.as_of.astimezone(dt.timezone.utc), "as_of_ms": as_of_ms,
+            "started_at": started_at, "finished_at": finished_at,
             "elapsed_s": float(elapsed), "status": "COMPLETE", "mode": options.mode,
             "brokers": list(options.brokers), "stores": list(options.stores), "profiles": profiles,
             "detected_profiles": detected, "include_bodies": bool(options.include_bodies),
@@ -446,5 +450,5 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
     return summary
 
 
-__all__ = ["run_audit", "store_fingerprint", "audit_params", "relevant_records", "op_bodies_for", "bodies_frame",
-           "named_table", "epoch_ms", "RECON_TO_CONFIG", "CONFIG_TO_RECON", "AuditSummary"]
+__all__ = ["run_audit", "store_fingerprint", "audit_params", "relevant_records", "op_bodies_for",
+           "bodies_frame", "named_table", "epoch_ms", "RECON_TO_CONFIG", "CONFIG_TO_RECON", "AuditSummary"]

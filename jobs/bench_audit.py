@@ -1,34 +1,37 @@
 """``txlog-bench audit``: the Spark audit at scale, against a plain JVM scan of the same CommitLog bytes.
 
     txlog-bench audit [--size-gb N] [--tx-share P] [--dir DIR] [--keep] [--sizes 1,2,4]
-                      [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024] [--no-warmup]
+                      [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024]
+                      [--no-warmup]
 
 Per size:
 
-1. **store** -- the reference broker (``refbroker.generate``, profile 5.1+, scenario ``clean``) writes a store of
-   about N GiB of CommitLog in ``--file-mb`` files (default 1024 MiB, the broker default) where a share P
-   (default 0.01) of the messages producers sent are transactional (each transaction adds its half, commit or op,
-   and check records); the rest are ordinary messages of ``--msg-bytes``.  The number of messages comes from a
-   small calibration store with the same mix (bytes per message), aiming at 98% of N GiB so the last file is
-   nearly full.  With ``--keep`` a store generated earlier for the same parameters under ``--dir`` is reused.
-2. **scan** -- ``JavaSparkContext.binaryRecords(<commitlog dir>, 1 MiB).count()``: every CommitLog byte read by
-   the JVM (Hadoop FixedLengthBinaryInputFormat splits), nothing decoded, nothing sent to Python.  The floor of
-   what any Spark job over these files costs on this machine.
+1. **store** -- the reference broker (``refbroker.generate``, profile 5.1+, scenario ``clean``) writes a store
+   of about N GiB of CommitLog in ``--file-mb`` files (default 1024 MiB, the broker default) where a share P
+   (default 0.01) of the messages producers sent are transactional (each transaction adds its half, commit or
+   op, and check records); the rest are ordinary messages of ``--msg-bytes``.  The number of messages comes
+   from a small calibration store with the same mix (bytes per message), aiming at 98% of N GiB so the last
+   file is nearly full.  With ``--keep`` a store generated earlier for the same parameters under ``--dir`` is
+   reused.
+2. **scan** -- ``JavaSparkContext.binaryRecords(<commitlog dir>, 1 MiB).count()``: every CommitLog byte read
+   by the JVM (Hadoop FixedLengthBinaryInputFormat splits), nothing decoded, nothing sent to Python.  The
+   floor of what any Spark job over these files costs on this machine.
 3. **full** -- ``jobs.audit.run_audit`` in ``full`` mode (every record decoded by the Python data source, the
    reconstruction, every Delta table written) into ``<dir>/.../out-full``.
-4. **indexed** -- the same in ``indexed`` mode (records fetched through the consume queues) into ``out-indexed``.
+4. **indexed** -- the same in ``indexed`` mode (records fetched through the consume queues) into
+   ``out-indexed``.
 
-All three run in one SparkSession, after untimed warm-up audits (both modes) of a small store with the same mix,
-so JVM start-up, JIT compilation and the Python workers' imports are charged to neither mode (``--no-warmup``
-skips it); the OS page cache is warm from the generation (the store is read from memory, like a re-run of the
-job would be).  Each audit's phase timings (plan, read -- split into read.records and read.anomalies, the
-second CommitLog pass of the decoder findings in full mode --, reconstruct, aggregate, write) are printed under
-the table.
+All three run in one SparkSession, after untimed warm-up audits (both modes) of a small store with the same
+mix, so JVM start-up, JIT compilation and the Python workers' imports are charged to neither mode
+(``--no-warmup`` skips it); the OS page cache is warm from the generation (the store is read from memory, like
+a re-run of the job would be).  Each audit's phase timings (plan, read -- split into read.records and
+read.anomalies, the second CommitLog pass of the decoder findings in full mode --, reconstruct, aggregate,
+write) are printed under the table.
 
-Peak Python worker RSS: a sampler thread reads ``/proc`` every 0.2 s and takes, over every ``pyspark.daemon`` /
-``pyspark.worker`` process descended from this process (the local executor's Python workers: data-source reads,
-``mapInArrow`` decoders and Delta file writers), the maximum ``VmHWM`` (the kernel's per-process peak resident
-set, so short peaks between samples are not missed).  Linux only; 0 elsewhere.
+Peak Python worker RSS: a sampler thread reads ``/proc`` every 0.2 s and takes, over every ``pyspark.daemon``
+/ ``pyspark.worker`` process descended from this process (the local executor's Python workers: data-source
+reads, ``mapInArrow`` decoders and Delta file writers), the maximum ``VmHWM`` (the kernel's per-process peak
+resident set, so short peaks between samples are not missed).  Linux only; 0 elsewhere.
 
 Output: a table, then as the LAST line one JSON object::
 
@@ -262,7 +265,8 @@ def timed_audit(spark, store: Path, out: Path, mode: str):
     from jobs.audit import run_audit
     from jobs.main import parse_args
 
-    _, opts = parse_args(["audit", "--store", str(store), "--out", str(out), "--as-of", AS_OF, "--mode", mode])
+    _, opts = parse_args(["audit", "--store", str(store), "--out", str(out), "--as-of", AS_OF,
+                          "--mode", mode])
     t0 = time.monotonic()
     summary = run_audit(spark, opts, print_summary=False)
     return time.monotonic() - t0, summary
@@ -287,11 +291,13 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         indexed_s, indexed = timed_audit(spark, store, base / "out-indexed", "indexed")
         log(f"[{size_gb:g} GiB] indexed {indexed_s:.1f} s")
     if full.states != indexed.states:
-        log(f"[{size_gb:g} GiB] note: states differ between modes: full {full.states} indexed {indexed.states}")
+        log(f"[{size_gb:g} GiB] note: states differ between modes: full {full.states} "
+            f"indexed {indexed.states}")
     messages = int(gen.get("background_messages", 0)) + int(gen["transactions"])
     return BenchRun(
         size_gb=size_gb, tx_share=tx_share, commitlog_gib=cl_bytes / GIB,
-        record_gib=gen["store"]["record_bytes"] / GIB, messages=messages, transactions=int(gen["transactions"]),
+        record_gib=gen["store"]["record_bytes"] / GIB, messages=messages,
+        transactions=int(gen["transactions"]),
         generate_s=gen_s, scan_s=scan_s, full_s=full_s, indexed_s=indexed_s,
         full_over_scan=full_s / scan_s if scan_s > 0 else math.inf,
         full_over_indexed=full_s / indexed_s if indexed_s > 0 else math.inf,
@@ -330,17 +336,20 @@ def result_line(runs: Sequence[BenchRun]) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="txlog-bench audit",
-                                description="Spark audit (full and indexed) vs a JVM scan of the same CommitLog")
+    p = argparse.ArgumentParser(
+        prog="txlog-bench audit",
+        description="Spark audit (full and indexed) vs a JVM scan of the same CommitLog")
     p.add_argument("--size-gb", type=float, default=1.0, help="GiB of CommitLog to generate (default 1)")
-    p.add_argument("--sizes", default=None, help="comma-separated sizes in GiB, e.g. 1,2,4 (overrides --size-gb)")
+    p.add_argument("--sizes", default=None,
+                   help="comma-separated sizes in GiB, e.g. 1,2,4 (overrides --size-gb)")
     p.add_argument("--tx-share", type=float, default=0.01,
                    help="share of producer messages that are transactional (default 0.01)")
     p.add_argument("--dir", default=None, help="working directory (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep (and reuse) the generated stores and outputs")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--driver-memory", default="4g", help="driver memory when this command starts the JVM")
-    p.add_argument("--msg-bytes", type=int, default=1024, help="body size of generated messages (default 1024)")
+    p.add_argument("--msg-bytes", type=int, default=1024,
+                   help="body size of generated messages (default 1024)")
     p.add_argument("--file-mb", type=int, default=1024, help="CommitLog file size in MiB (default 1024)")
     p.add_argument("--no-warmup", action="store_true",
                    help="skip the untimed warm-up audits of a small store (then the first mode measured pays "

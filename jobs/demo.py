@@ -1,16 +1,16 @@
 """``./spark-submit.sh demo``: generate a reference store, audit it, compare the result with the ground truth.
 
 1. The reference broker (``refbroker.generate``) writes a RocketMQ 5.1+ store for the ``crashy`` scenario --
-   commits (some twice), rollbacks, unresolved transactions discarded after transactionCheckMax, in-flight ones,
-   crashes between a commit and its op, lost op batches, torn tails, consume-queue dispatch lag -- with
+   commits (some twice), rollbacks, unresolved transactions discarded after transactionCheckMax, in-flight
+   ones, crashes between a commit and its op, lost op batches, torn tails, consume-queue dispatch lag -- with
    DEMO_TRANSACTIONS transactions in 1 MiB CommitLog files and a fixed seed, into ``<out>/demo-store``
    (``store/``, ``ledger.jsonl``, ``summary.json``; outside the Delta tables, which go to ``<out>/<table>``).
-   The simulated clock starts one hour before ``--as-of`` (default: now), so the audit looks at the store as an
-   operator would an hour after the broker stopped; the outcomes are the same for every as-of (fixed seed).
+   The simulated clock starts one hour before ``--as-of`` (default: now), so the audit looks at the store as
+   an operator would an hour after the broker stopped; the outcomes are the same for every as-of (fixed seed).
 2. ``jobs.audit.run_audit`` audits it (broker name ``demo-store``) with the demo's options.
 3. The transactions just written are read back from their Delta table (the committed files of this run id) and
-   joined with the ledger in Spark; matched/total per true outcome (and per visible outcome: what the store still
-   shows after the injected faults) is printed after the audit summary.
+   joined with the ledger in Spark; matched/total per true outcome (and per visible outcome: what the store
+   still shows after the injected faults) is printed after the audit summary.
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ class DemoResult:
     elapsed_s: float
 
 
-def generate_demo_store(out: str, as_of_ms: int, transactions: int = DEMO_TRANSACTIONS, seed: int = DEMO_SEED):
+def generate_demo_store(out: str, as_of_ms: int, transactions: int = DEMO_TRANSACTIONS,
+                        seed: int = DEMO_SEED):
     """The demo store under ``<out>/demo-store`` (replaced when present) -> refbroker.GenerateResult."""
     from refbroker import generate
 
@@ -66,8 +67,8 @@ def read_ledger(ledger_path) -> list:
 
 
 def read_delta_run(spark, table_path: str, run_id: str):
-    """The rows run ``run_id`` committed to the Delta table at ``table_path``, as a Spark DataFrame (the files of
-    the table's current snapshot in that run's partition; partition columns recovered from the paths)."""
+    """The rows run ``run_id`` committed to the Delta table at ``table_path``, as a Spark DataFrame (the files
+    of the table's current snapshot in that run's partition; partition columns recovered from the paths)."""
     from deltalake import DeltaTable
 
     files = DeltaTable(table_path).file_uris(partition_filters=[("run_id", "=", run_id)])
@@ -121,7 +122,8 @@ def audit_options_for(options, store_dir: str):
 
     return AuditOptions(stores=(os.path.abspath(str(store_dir)),), brokers=(DEMO_BROKER,),
                         out=os.path.abspath(options.out), as_of=options.as_of, mode=options.mode,
-                        conf_file=options.conf_file, include_bodies=options.include_bodies, run_id=options.run_id,
+                        conf_file=options.conf_file, include_bodies=options.include_bodies,
+                        run_id=options.run_id,
                         profile=options.config.broker_profile, config=options.config)
 
 
@@ -137,7 +139,8 @@ def run_demo(spark, options, *, transactions: int = DEMO_TRANSACTIONS) -> DemoRe
     s = gen.summary
     print(f"Demo store: {gen.store_dir} -- RocketMQ {DEMO_PROFILE}, scenario {DEMO_SCENARIO}, "
           f"{s['transactions']} transactions {s['outcomes']}, {s['store']['records']} records in "
-          f"{s['store']['commitlog_files']} CommitLog file(s), faults {s['faults']} ({gen_s:.1f} s)", flush=True)
+          f"{s['store']['commitlog_files']} CommitLog file(s), faults {s['faults']} ({gen_s:.1f} s)",
+          flush=True)
 
     summary = run_audit(spark, audit_options_for(options, gen.store_dir))
     tx = read_delta_run(spark, summary.tables["transactions"].path, options.run_id)
@@ -153,5 +156,6 @@ def run_demo(spark, options, *, transactions: int = DEMO_TRANSACTIONS) -> DemoRe
                       ledger_path=str(Path(gen.ledger_path)), generate_seconds=gen_s, elapsed_s=elapsed)
 
 
-__all__ = ["run_demo", "DemoResult", "generate_demo_store", "compare_with_ledger", "read_ledger", "read_delta_run",
-           "audit_options_for", "DEMO_PROFILE", "DEMO_SCENARIO", "DEMO_TRANSACTIONS", "DEMO_SEED", "DEMO_BROKER"]
+__all__ = ["run_demo", "DemoResult", "generate_demo_store", "compare_with_ledger", "read_ledger",
+           "read_delta_run", "audit_options_for", "DEMO_PROFILE", "DEMO_SCENARIO", "DEMO_TRANSACTIONS",
+           "DEMO_SEED", "DEMO_BROKER"]

@@ -1,7 +1,7 @@
 """The human summary an audit run prints at its end (and returns as :class:`AuditSummary`).
 
-Spark-free: everything here is built from small aggregates the job already collected (counts per state, per flag,
-rows per table, phase timings), never from the result rows themselves.
+Spark-free: everything here is built from small aggregates the job already collected (counts per state, per
+flag, rows per table, phase timings), never from the result rows themselves.
 """
 from __future__ import annotations
 
@@ -117,9 +117,9 @@ def format_summary(s: AuditSummary) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # demo: comparison with the reference broker's ledger
-# ----------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class LedgerComparison:

@@ -1,10 +1,10 @@
 """Tables the audit job (jobs/audit.py) writes besides the reconstruction's: one row per run, message bodies.
 
-``audit_runs`` is written LAST by every run: a run id with a row here finished all its tables; a run id whose rows
-appear in other tables but not here was interrupted (re-running it replaces its rows everywhere).
+``audit_runs`` is written LAST by every run: a run id with a row here finished all its tables; a run id whose
+rows appear in other tables but not here was interrupted (re-running it replaces its rows everywhere).
 
-``message_bodies`` exists only when a run asked for bodies (``--include-bodies`` / ``include.bodies=true``); the
-reconstruction's tables never carry bodies.
+``message_bodies`` exists only when a run asked for bodies (``--include-bodies`` / ``include.bodies=true``);
+the reconstruction's tables never carry bodies.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pyarrow as pa
 
 from schemas.core import Column as C, Table
 
-_str, _i32, _i64, _f64, _bool, _bin = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_(), pa.binary()
+_str, _i32, _i64, _f64 = pa.string(), pa.int32(), pa.int64(), pa.float64()
+_bool, _bin = pa.bool_(), pa.binary()
 _ts = pa.timestamp("us", tz="UTC")
 _strs = pa.list_(pa.string())
 
@@ -35,7 +36,8 @@ AUDIT_RUNS = Table.of("audit_runs", [
     C("brokers", _strs, False, "broker names, in --store order"),
     C("stores", _strs, False, "store root directories, in --store order"),
     C("profiles", _map(_str), False, "broker -> transaction-format profile used (jobs.reconstruct.PROFILES)"),
-    C("detected_profiles", _map(_str), False, "broker -> profile the store files showed, before any override"),
+    C("detected_profiles", _map(_str), False,
+      "broker -> profile the store files showed, before any override"),
     C("include_bodies", _bool, False, "message bodies were copied into message_bodies"),
     C("config_json", _str, False, "the configuration used (JSON): audit settings, broker overrides, the "
                                   "AuditParams per profile, files merged"),

@@ -1,9 +1,10 @@
-"""The audit job end to end: ./spark-submit.sh demo (one subprocess with its own JVM, started first and awaited by
-the last tests so that it overlaps the in-process runs), and run_audit in-process on the session ``spark``:
-Delta tables == the reconstruction's frames, idempotent re-runs, a run killed half-way then completed, bodies.
+"""The audit job end to end: ./spark-submit.sh demo (one subprocess with its own JVM, started first and
+awaited by the last tests so that it overlaps the in-process runs), and run_audit in-process on the session
+``spark``: Delta tables == the reconstruction's frames, idempotent re-runs, a run killed half-way then
+completed, bodies.
 
-Reference-broker stores are small (1 MiB CommitLog files, ~100-300 transactions) and every assertion against the
-ground truth goes through the ledger (refbroker.ledger): reconstructed state == true outcome, per outcome.
+Reference-broker stores are small (1 MiB CommitLog files, ~100-300 transactions) and every assertion against
+the ground truth goes through the ledger (refbroker.ledger): reconstructed state == true outcome, per outcome.
 """
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = ROOT / "spark-submit.sh"
 AS_OF = "2026-11-21T12:00:00Z"
 RUN_ID = "20261121T120000Z"
-SMALL_TX = 120
+SMALL_TX = 120          # broker-a: 5.1+ crashy
+LEGACY_TX = 60          # broker-b: 3.x legacy-3x (statetable + redolog)
 SEED = 4242
 SINK_COLS = ("run_id", "run_date")
 DEMO_TIMEOUT = 1500
@@ -98,8 +101,8 @@ class _Demo:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
             ["bash", str(SUBMIT), "--conf", "spark.ui.enabled=false", "demo", "--as-of", AS_OF],
-            cwd=str(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-            env=env, start_new_session=True)
+            cwd=str(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            text=True, env=env, start_new_session=True)
         self._result = None
 
     def result(self):
@@ -119,8 +122,8 @@ class _Demo:
 
 @pytest.fixture(scope="module", autouse=True)
 def demo_process(request, tmp_path_factory):
-    """Started before the first test of the module when any selected test needs the demo, so the subprocess runs
-    while the in-process tests do."""
+    """Started before the first test of the module when any selected test needs the demo, so the subprocess
+    runs while the in-process tests do."""
     mine = [i for i in request.session.items if i.module is request.module]
     if not any("demo_run" in i.fixturenames for i in mine):
         yield None
@@ -139,22 +142,28 @@ def demo_run(demo_process):
 
 
 @pytest.fixture(scope="module")
-def small_store(tmp_path_factory):
+def small_stores(tmp_path_factory):
+    """Two brokers audited together: a 5.1+ store with crashes and a 3.x store (statetable/redolog)."""
     from refbroker import generate
 
     base = tmp_path_factory.mktemp("small")
-    res = generate("5.1+", "crashy", SMALL_TX, SEED, base / "broker-a", commitlog_file_mb=1)
-    return res
+    return {"broker-a": generate("5.1+", "crashy", SMALL_TX, SEED, base / "broker-a", commitlog_file_mb=1),
+            "broker-b": generate("3.x", "legacy-3x", LEGACY_TX, SEED, base / "broker-b", commitlog_file_mb=1)}
+
+
+def _store_args(stores):
+    return [a for r in stores.values() for a in ("--store", str(r.store_dir))]
 
 
 @pytest.fixture(scope="module")
-def first_run(spark, small_store, tmp_path_factory):
+def first_run(spark, small_stores, tmp_path_factory):
     """One complete in-process audit (full mode, no bodies), with the reconstruction's frames compared to the
     tables inside run_audit's on_result hook (while they are still persisted)."""
     from jobs.audit import run_audit
 
     out = tmp_path_factory.mktemp("out")
-    opts = _audit_options(small_store.store_dir, out, "--mode", "full")
+    opts = _audit_options(small_stores["broker-a"].store_dir, out, "--mode", "full",
+                          *_store_args(small_stores)[2:])
     compared = {}
 
     def on_result(result, summary):
@@ -174,7 +183,8 @@ def first_run(spark, small_store, tmp_path_factory):
 
     t0 = time.monotonic()
     summary = run_audit(spark, opts, on_result=on_result)
-    return {"summary": summary, "out": out, "opts": opts, "compared": compared, "seconds": time.monotonic() - t0}
+    return {"summary": summary, "out": out, "opts": opts, "compared": compared,
+            "seconds": time.monotonic() - t0}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -258,7 +268,9 @@ def test_delta_tables_equal_reconstruction_frames(first_run):
     print(f"\nin-process audit: {first_run['seconds']:.1f} s, phases "
           + ", ".join(f"{k} {v:.1f}" for k, v in s.phases.items() if "." not in k))
     assert set(first_run["compared"]) == set(TABLES)
-    assert first_run["compared"]["transactions"] == s.transactions == SMALL_TX
+    assert first_run["compared"]["transactions"] == s.transactions == SMALL_TX + LEGACY_TX
+    assert {b: sum(n.values()) for b, n in s.states_by_broker.items()} == {"broker-a": SMALL_TX,
+                                                                           "broker-b": LEGACY_TX}
     for name in TABLES:
         assert s.tables[name].rows == first_run["compared"][name]
         assert Path(s.tables[name].path) == Path(first_run["out"]) / name
@@ -271,16 +283,18 @@ def test_delta_tables_equal_reconstruction_frames(first_run):
     assert (field.metadata or {}).get(b"comment", b"").decode() == TRANSACTIONS.column("state").comment
 
 
-def test_states_equal_ledger_outcomes_small_store(first_run, small_store):
+@pytest.mark.parametrize("broker", ["broker-a", "broker-b"])
+def test_states_equal_ledger_outcomes_small_stores(first_run, small_stores, broker):
     tx = _run_rows(first_run["summary"].tables["transactions"].path)
-    per_outcome, extra, bad = _match_ledger(tx, _ledger(small_store.ledger_path))
-    print("\nsmall crashy store (full mode) matched/total: "
+    tx = tx.filter(pc.equal(tx.column("broker"), broker))
+    per_outcome, extra, bad = _match_ledger(tx, _ledger(small_stores[broker].ledger_path))
+    print(f"\n{broker} (full mode) matched/total: "
           + ", ".join(f"{o} {m}/{t}" for o, (m, t) in sorted(per_outcome.items())))
     assert not extra, extra[:5]
     assert not bad, bad[:10]
 
 
-def test_audit_runs_row(first_run, small_store):
+def test_audit_runs_row(first_run, small_stores):
     from jobs.audit import store_fingerprint
 
     s = first_run["summary"]
@@ -290,9 +304,11 @@ def test_audit_runs_row(first_run, small_store):
     assert r["run_id"] == RUN_ID and r["status"] == "COMPLETE" and r["mode"] == "full"
     assert r["as_of_ms"] == int(dt.datetime(2026, 11, 21, 12, tzinfo=dt.timezone.utc).timestamp() * 1000)
     assert r["run_date"] == dt.date(2026, 11, 21)
-    assert r["brokers"] == ["broker-a"] and r["stores"] == [str(small_store.store_dir)]
-    assert dict(r["profiles"]) == {"broker-a": "5.1+"}
-    fp, n_files, n_bytes = store_fingerprint([("broker-a", str(small_store.store_dir))])
+    assert r["brokers"] == ["broker-a", "broker-b"]
+    assert r["stores"] == [str(small_stores[b].store_dir) for b in ("broker-a", "broker-b")]
+    assert dict(r["profiles"]) == {"broker-a": "5.1+", "broker-b": "3.x"}
+    fp, n_files, n_bytes = store_fingerprint([(b, str(small_stores[b].store_dir))
+                                              for b in ("broker-a", "broker-b")])
     assert (r["store_fingerprint"], r["store_files"], r["store_bytes"]) == (fp, n_files, n_bytes)
     assert r["transactions"] == s.transactions == sum(dict(r["state_counts"]).values())
     assert dict(r["state_counts"]) == s.states
@@ -319,8 +335,11 @@ def test_summary_text(first_run):
 
     text = format_summary(first_run["summary"])
     assert f"TxAudit run {RUN_ID}" in text
-    for state, n in first_run["summary"].states.items():
-        assert re.search(rf"{state}\s+{n}\b", text), text
+    s = first_run["summary"]
+    assert re.search(r"\s+broker-a\s+broker-b\s+total", text), text          # one column per broker
+    for state, n in s.states.items():
+        per = r"\s+".join(str(s.states_by_broker[b].get(state, 0)) for b in ("broker-a", "broker-b"))
+        assert re.search(rf"{state}\s+{per}\s+{n}\b", text), text
     assert "Work lists: check_back_worklist" in text and "Elapsed" in text
     assert str(first_run["out"]) in text
 
@@ -331,6 +350,13 @@ def test_summary_text(first_run):
 
 class _Killed(RuntimeError):
     pass
+
+
+def _rerun_options(first_run, *extra):
+    """The first run's stores, out and as-of (hence its run id), plus ``extra`` options."""
+    o = first_run["opts"]
+    return _audit_options(o.stores[0], first_run["out"], "--mode", "full",
+                          *[a for s in o.stores[1:] for a in ("--store", s)], *extra)
 
 
 def test_killed_run_leaves_readable_tables_and_rerun_completes(spark, first_run, monkeypatch):
@@ -359,8 +385,7 @@ def test_killed_run_leaves_readable_tables_and_rerun_completes(spark, first_run,
     monkeypatch.setattr(delta_sink, "write_table", write_table)
     monkeypatch.setattr(delta_sink, "_commit_files", commit_files)
     with pytest.raises(_Killed):
-        audit.run_audit(spark, _audit_options(first_run["opts"].stores[0], out, "--mode", "full",
-                                              "--include-bodies"), print_summary=False)
+        audit.run_audit(spark, _rerun_options(first_run, "--include-bodies"), print_summary=False)
     monkeypatch.undo()
     assert written == ["transactions", "check_back_worklist"]
 
@@ -379,8 +404,7 @@ def test_killed_run_leaves_readable_tables_and_rerun_completes(spark, first_run,
     assert not (out / "message_bodies").exists()
 
     # attempt 3: same stores, same as-of -> same run id; completes every table
-    s3 = audit.run_audit(spark, _audit_options(first_run["opts"].stores[0], out, "--mode", "full",
-                                               "--include-bodies"))
+    s3 = audit.run_audit(spark, _rerun_options(first_run, "--include-bodies"))
     after = _counts(out, TABLES + ("audit_runs",))
     assert after == before, (before, after)
     runs = _run_rows(out / "audit_runs").to_pylist()
@@ -395,14 +419,15 @@ def test_killed_run_leaves_readable_tables_and_rerun_completes(spark, first_run,
     assert 0 < bodies.num_rows <= s3.transactions
     rows = bodies.to_pylist()
     assert all(r["body"] is not None and len(r["body"]) == r["body_size"] for r in rows)
-    assert {r["record"] for r in rows} <= {"HALF", "COMMIT", "DISCARD"}
+    assert {r["record"] for r in rows} <= {"HALF", "PREPARED", "COMMIT", "DISCARD"}
+    assert {r["broker"] for r in rows} == {"broker-a", "broker-b"}
     keys = set(_run_rows(out / "transactions").column("transaction_key").to_pylist())
     assert {r["transaction_key"] for r in rows} <= keys
     # spot-check one body against the CommitLog bytes
     from txlog_io.commitlog import decode_at
 
     r = rows[0]
-    store = Path(first_run["opts"].stores[0])
+    store = Path(dict(zip(first_run["opts"].brokers, first_run["opts"].stores))[r["broker"]])
     files = sorted((store / "commitlog").iterdir())
     base = max(int(f.name) for f in files if int(f.name) <= r["commitlog_offset"])
     batch, _ = decode_at(str(store / "commitlog" / f"{base:020d}"), [r["commitlog_offset"] - base],
@@ -438,7 +463,7 @@ def test_demo_states_equal_ledger(demo_run):
     per_outcome, extra, bad = _match_ledger(tx, ledger)
     print("\ndemo (crashy, 5.1+, indexed) matched/total: "
           + ", ".join(f"{o} {m}/{t}" for o, (m, t) in sorted(per_outcome.items())))
-    assert set(per_outcome) == {"COMMITTED", "ROLLED_BACK", "DISCARDED", "PREPARED"}   # the scenario covers all
+    assert set(per_outcome) == {"COMMITTED", "ROLLED_BACK", "DISCARDED", "PREPARED"}   # all outcomes occur
     assert not extra, extra[:5]
     assert not bad, bad[:10]
     # the demo printed the same comparison

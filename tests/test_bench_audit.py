@@ -1,4 +1,4 @@
-"""txlog-bench audit (jobs/bench_audit.py): sizing, the worker-RSS sampler, output format, and one tiny real run."""
+"""txlog-bench audit (jobs/bench_audit.py): sizing, worker-RSS sampler, output format, one tiny real run."""
 from __future__ import annotations
 
 import json
