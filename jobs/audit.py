@@ -57,10 +57,10 @@ from jobs import delta_sink
 from jobs.summary import AuditSummary, TableOutput, format_summary
 from schemas.core import Table
 
-# logical table name -> (schema, partition columns before run_id)
+#: partition columns of every output but audit_runs (the sink appends run_id)
 _TX_PARTS = ("run_date", "broker")
+#: logical tables always written (their directory names: ``table.<logical>`` of the config)
 REQUIRED_TABLES = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies")
-OPTIONAL_TABLES = ("profiles",)
 RUNS_TABLE = "audit_runs"
 BODIES_TABLE = "message_bodies"
 
