@@ -343,10 +343,11 @@ def retention(ctx: FaultContext) -> list:
     statetable = ctx.root / "transaction" / "statetable"
     if statetable.is_dir():
         deleted_units += _delete_expired_units(statetable, CQ.STATETABLE_UNIT_SIZE, min_offset)
-    for path in deleted_units:
+    for path, size in deleted_units:
         faults.append({"fault": "RETENTION_DELETE_QUEUE_FILE", "file": _rel(ctx, path), "position": 0,
-                       "length": 0, "detail": "queue file whose last unit points below the minimum CommitLog "
-                                              "offset was deleted with it", "expected_anomalies": [],
+                       "length": size,
+                       "detail": "queue file whose last unit points below the minimum CommitLog offset was "
+                                 "deleted with it", "expected_anomalies": [],
                        "affected": [], "effects": {}})
     return faults
 
@@ -358,8 +359,9 @@ def _delete_expired_units(directory: Path, unit_size: int, min_offset: int) -> l
         last = _last_unit_offset(path, unit_size)
         if last is None or last >= min_offset:
             break
+        size = path.stat().st_size
         path.unlink()
-        deleted.append(path)
+        deleted.append((path, size))
     return deleted
 
 

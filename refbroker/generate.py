@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from txlog_io.consumequeue import STATETABLE_UNIT_SIZE
 from txlog_io.errors import UsageError
 
 from refbroker import ledger as L
@@ -308,7 +309,7 @@ def _in_ranges(offset, ranges) -> bool:
 
 
 def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> None:
-    deleted, corrupted, damaged, units, op_queue_faults = [], [], [], {}, []
+    deleted, corrupted, damaged, units, op_queue_faults, gone_units = [], [], [], {}, [], []
     for fault in faults:
         effects = fault.get("effects") or {}
         deleted += [(tuple(r), fault["fault_id"]) for r in effects.get("deleted", [])]
@@ -316,16 +317,20 @@ def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> 
         damaged += [(tuple(r), fault["fault_id"]) for r in effects.get("body_damaged", [])]
         for index, state in effects.get("statetable_units", []):
             units[index] = (state, fault["fault_id"])
+        if fault["fault"] == "RETENTION_DELETE_QUEUE_FILE" and \
+                fault["file"].startswith("transaction/statetable/"):
+            start = int(fault["file"].rsplit("/", 1)[1])           # statetable files are named by byte offset
+            gone_units.append(((start, start + fault["length"]), fault["fault_id"]))
         if effects.get("op_queue_deleted"):
             op_queue_faults.append(fault["fault_id"])
-    if not (deleted or corrupted or damaged or units or op_queue_faults):
+    if not (deleted or corrupted or damaged or units or op_queue_faults or gone_units):
         # nothing to mark: keep the transaction lines as written and append the fault lines
         os.replace(partial_path, ledger_path)
         writer = L.LedgerWriter(ledger_path, append=True)
     else:
         writer = L.LedgerWriter(ledger_path)
         for entry in L.iter_ledger(partial_path):
-            _annotate(entry, deleted, corrupted, op_queue_faults, damaged, units)
+            _annotate(entry, deleted, corrupted, op_queue_faults, damaged, units, gone_units)
             writer.write(entry)
         partial_path.unlink()
     try:
@@ -338,10 +343,11 @@ def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> 
 
 
 def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list, damaged: tuple = (),
-              units: Optional[dict] = None) -> None:
+              units: Optional[dict] = None, gone_units: tuple = ()) -> None:
     """Marks the records of one ledger line hit by post-run faults: ``deleted`` / ``corrupted`` ranges make a
     record unreadable (present false), ``damaged`` ranges (body CRC only) keep it present; a flipped 3.x
-    statetable unit (``units``: index -> (new state, fault id)) replaces the line's statetable state."""
+    statetable unit (``units``: index -> (new state, fault id)) replaces the line's statetable state, a
+    statetable file deleted by retention (``gone_units``: byte ranges) removes it."""
     flags, fault_ids = set(entry["flags"]), set(entry["faults"])
 
     def mark(record: dict, offset_key: str = "commitlog_offset") -> None:
@@ -373,6 +379,11 @@ def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list
         flags.add(L.OP_QUEUE_DELETED)
         fault_ids.update(op_queue_faults)
     unit = entry.get("statetable")
+    for (start, end), fault_id in gone_units:
+        if unit is not None and start <= unit["index"] * STATETABLE_UNIT_SIZE < end:
+            entry["statetable"] = unit = None
+            flags.add(L.RECORD_DELETED)
+            fault_ids.add(fault_id)
     if units and unit is not None and unit["index"] in units:
         unit["state"], fault_id = units[unit["index"]]
         flags.update((L.RECORD_CORRUPTED, L.STATETABLE_STALE))

@@ -59,9 +59,10 @@ Outcome (what the broker did; the auditor's rule "a COMMIT record exists => COMM
 
 visible_outcome applies the same precedence to records with ``present`` true (an op counts only while the half
 copy it names is readable: op bodies hold half queue offsets, nothing else); for a log-only discard it is
-PREPARED.  A record whose body alone was damaged stays present: BODYCRC covers only the body, the type,
-PREPARED_TRANSACTION_OFFSET and properties an auditor reads are intact (a COMMIT record still proves the
-commit; it is flagged RECORD_CORRUPTED).
+PREPARED; 3.x: after the records, a statetable unit in state COMMIT / ROLLBACK (still on disk) decides, as
+only the dispatch of such a record writes that state.  A record whose body alone was damaged stays present:
+BODYCRC covers only the body, the type, PREPARED_TRANSACTION_OFFSET and properties an auditor reads are intact
+(a COMMIT record still proves the commit; it is flagged RECORD_CORRUPTED).
 
 Flags (what the broker knows it caused): DUPLICATE_COMMIT, COMMIT_WITHOUT_OP, OP_LOST_IN_CRASH,
 COMMITTED_AND_DISCARDED, ROLLED_BACK_AND_DISCARDED, COMMIT_AND_ROLLBACK, DISCARD_NOT_RECORDED,
@@ -91,6 +92,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
+from txlog_io.consumequeue import STATE_COMMIT, STATE_ROLLBACK
+
 COMMITTED, ROLLED_BACK, DISCARDED, PREPARED = "COMMITTED", "ROLLED_BACK", "DISCARDED", "PREPARED"
 OUTCOMES = (COMMITTED, ROLLED_BACK, DISCARDED, PREPARED)
 
@@ -118,12 +121,14 @@ ORIGINAL, CHECK_COPY, IMMUNITY_COPY = "ORIGINAL", "CHECK_COPY", "IMMUNITY_COPY"
 
 
 def compute_outcome(commit_records, rollback_records, op_records, discard_records, half_copies,
-                    present_only: bool) -> str:
+                    present_only: bool, statetable: Optional[dict] = None) -> str:
     """The outcome rule of the module docstring; present_only=True gives visible_outcome.
 
     For visible_outcome an op only counts when the half copy it names is still readable: an op body holds half
     queue offsets, so without the half record nothing ties it to a transaction.  COMMIT, ROLLBACK and discard
-    records identify their transaction themselves (UNIQ_KEY / PREPARED_TRANSACTION_OFFSET)."""
+    records identify their transaction themselves (UNIQ_KEY / PREPARED_TRANSACTION_OFFSET).  A 3.x statetable
+    unit in state COMMIT / ROLLBACK (``statetable``, as on disk) is written only by the dispatch of such a
+    record: it shows the end when the records themselves are gone (retention, damage)."""
     def live(items):
         return [r for r in items if r.get("present", True)] if present_only else items
     if live(commit_records):
@@ -134,6 +139,11 @@ def compute_outcome(commit_records, rollback_records, op_records, discard_record
         ops = [op for op in ops if op["half_queue_offset"] in readable_halves]
     if live(rollback_records) or ops:
         return ROLLED_BACK
+    if present_only and statetable is not None:
+        if statetable["state"] == STATE_COMMIT:
+            return COMMITTED
+        if statetable["state"] == STATE_ROLLBACK:
+            return ROLLED_BACK
     discards = live(discard_records)
     if any(d["recorded"] for d in discards) or (not present_only and discards):
         return DISCARDED
@@ -143,7 +153,8 @@ def compute_outcome(commit_records, rollback_records, op_records, discard_record
 def entry_outcome(entry: dict, present_only: bool) -> str:
     """compute_outcome for a ledger line."""
     return compute_outcome(entry["commit_records"], entry["rollback_records"], entry["op_records"],
-                           entry["discard_records"], entry["half_copies"], present_only)
+                           entry["discard_records"], entry["half_copies"], present_only,
+                           entry.get("statetable"))
 
 
 class HalfCopy:
@@ -271,6 +282,8 @@ class Transaction:
             self.discard_records,
             [c.to_dict() for c in self.copies] if present_only else (),
             present_only,
+            None if self.statetable_index is None else {"index": self.statetable_index,
+                                                        "state": self.statetable_state},
         )
 
     @property

@@ -245,11 +245,15 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
                 )
 
     # ---- 3.x statetable / redolog --------------------------------------------------------------------------
+    unit_states: dict = {}
     for sub, decoder in (("transaction/statetable", decode_statetable),
                          (f"transaction/redolog/{REDOLOG_TOPIC}/0", decode_redolog)):
         directory = root / sub
         for path in sorted(directory.iterdir()) if directory.is_dir() else []:
-            for _batch, anomalies in decoder(str(path)):
+            for batch, anomalies in decoder(str(path)):
+                if decoder is decode_statetable:
+                    unit_states.update(zip(batch.column("commitlog_offset").to_pylist(),
+                                           batch.column("state").to_pylist()))
                 for a in anomalies:
                     report.anomalies.append(
                         {
@@ -267,7 +271,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
         if row["topic"] == OP_TOPIC:
             for h in _op_offsets(row["body"] or b""):
                 ops_by_half[h].add(row["physical_offset"])
-    decoded_outcomes = _decoded_outcomes(records, ops_by_half)
+    decoded_outcomes = _decoded_outcomes(records, ops_by_half, unit_states)
     for entry in transactions:
         key = entry["transaction_key"]
         groups = (("half_copies", None), ("commit_records", "COMMIT"), ("rollback_records", "ROLLBACK"),
@@ -380,12 +384,16 @@ def _explaining_faults(anomaly: dict, faults: list) -> list:
     return found
 
 
-def _decoded_outcomes(records: dict, ops_by_half: dict) -> dict:
-    """transaction key -> outcome from the decoded records alone (grouped by UNIQ_KEY, or for 3.x / 4.0-4.2 by
-    the prepared record's offset), with the ledger's precedence."""
+def _decoded_outcomes(records: dict, ops_by_half: dict, unit_states: Optional[dict] = None) -> dict:
+    """transaction key -> outcome from the decoded records (grouped by UNIQ_KEY, or for 3.x / 4.0-4.2 by the
+    prepared record's offset) and, after them, the 3.x statetable units' COMMIT / ROLLBACK states
+    (``unit_states``: prepared offset -> decoded state), with the ledger's precedence."""
     groups: dict = defaultdict(
-        lambda: {"commit": False, "rollback": False, "discard": False, "half_qos": set()}
+        lambda: {"commit": False, "rollback": False, "discard": False, "half_qos": set(), "unit": None}
     )
+    for offset, state in (unit_states or {}).items():
+        if state in ("COMMIT", "ROLLBACK"):
+            groups[str(offset)]["unit"] = state
     for row in records.values():
         t = row["transaction_type"]
         if row["topic"] == HALF_TOPIC:
@@ -411,6 +419,8 @@ def _decoded_outcomes(records: dict, ops_by_half: dict) -> dict:
             out[key] = L.COMMITTED
         elif g["rollback"] or any(ops_by_half.get(h) for h in g["half_qos"]):
             out[key] = L.ROLLED_BACK
+        elif g["unit"] is not None:
+            out[key] = L.COMMITTED if g["unit"] == "COMMIT" else L.ROLLED_BACK
         elif g["discard"]:
             out[key] = L.DISCARDED
         else:

@@ -436,3 +436,27 @@ def test_verify_excuses_records_older_than_a_rebuilt_queue(tmp_path):
     assert rebuilt["first_queue_offset"] == 0 and rebuilt["recovery_start"] > 0
     report = verify(result.ledger_path.parent)
     assert report.ok, report.problems[:5]
+
+
+def test_3x_visible_outcome_reads_the_statetable_when_the_records_are_gone(tmp_path):
+    """3.x retention: a transaction whose prepared and commit/rollback records were deleted still shows its
+    end in its statetable unit (only the dispatch of a COMMIT / ROLLBACK record writes that state); a
+    statetable file retention deleted takes its units with it."""
+    result = generate("3.x", "retention", 40, 7, tmp_path / "s", commitlog_file_size=48 * 1024, msg_bytes=256,
+                      cq_file_units=256, statetable_file_size=10 * 24, redolog_file_size=4000)
+    lines = list(iter_ledger(result.ledger_path))
+    gone = [f for f in lines if f["kind"] == "fault" and f["file"].startswith("transaction/statetable/")]
+    assert gone and all(f["length"] == 240 for f in gone)
+    gone_ranges = [(int(f["file"].rsplit("/", 1)[1]), int(f["file"].rsplit("/", 1)[1]) + 240) for f in gone]
+    by_unit = 0
+    for e in (x for x in lines if x["kind"] == "transaction"):
+        records = e["half_copies"] + e["commit_records"] + e["rollback_records"]
+        if e["statetable"] is not None:
+            assert not any(lo <= e["statetable"]["index"] * 24 < hi for lo, hi in gone_ranges)
+        if not any(r["present"] for r in records) and e["statetable"] is not None \
+                and e["statetable"]["state"] in (8, 12):
+            assert e["visible_outcome"] == {8: "COMMITTED", 12: "ROLLED_BACK"}[e["statetable"]["state"]]
+            by_unit += 1
+    assert by_unit
+    report = verify(result.ledger_path.parent)
+    assert report.ok, report.problems[:5]
