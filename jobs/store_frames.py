@@ -195,7 +195,9 @@ def _located(spark, positions, info: Sequence[StoreInfo], split_bytes: int):
                                  T.StructField("end_offset", T.LongType(), False)])
     rows = [(s.broker, path, base, base + size) for s in info for path, base, size in s.commitlog_files]
     files = spark.createDataFrame(rows, files_schema)
-    n_parts = max(1, sum(-(-size // split_bytes) for s in info for _, _, size in s.commitlog_files))
+    # one partition per split_bytes of CommitLog (not per file: many small files -- small stores, many
+    # brokers -- would each cost a task and a Python runner in every fetch pass)
+    n_parts = max(1, -(-sum(size for s in info for _, _, size in s.commitlog_files) // split_bytes))
     if "only_tx" not in positions.columns:
         positions = positions.withColumn("only_tx", F.lit(False))
     p = positions.alias("p")
