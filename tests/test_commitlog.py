@@ -496,6 +496,32 @@ def test_topic_filter_and_decode_at():
     assert [(a.kind, a.position) for a in anomalies] == [(AnomalyKind.CQ_ENTRY_MISMATCH, 123)]
 
 
+@pytest.mark.parametrize("fixture", ["rocketmq-4.9.8", "rocketmq-5.3.3", "rocketmq-3.1.4"])
+def test_decode_at_window_and_single_reads_agree(fixture, monkeypatch):
+    """Dense positions are served by one window read, sparse ones record by record: same rows, same findings;
+    ``tx_only`` positions yield only records whose transaction type is not NOT (probed, never decoded)."""
+    from txlog_io import commitlog_decode as D
+
+    f = FIXTURES / fixture / "store" / "commitlog" / "00000000000000000000"
+    every, _ = decode_all(f, with_body=True)
+    size = f.stat().st_size
+    wanted = [r["physical_offset"] for r in every]
+    junk = [every[3]["physical_offset"] + 5, size - 10, size, size + 4096]   # mid-record, tail, past EOF
+    tx_only = wanted[::2]
+    results = []
+    for gap in (D.FETCH_DENSE_GAP, 0):          # 0: every position read on its own
+        monkeypatch.setattr(D, "FETCH_DENSE_GAP", gap)
+        batch, anomalies = decode_at(str(f), wanted + junk, with_body=True, tx_only=tx_only)
+        results.append((batch.to_pylist(), [(a.kind, a.position, a.actual) for a in anomalies]))
+    assert results[0] == results[1]
+    rows, found = results[0]
+    probed = set(tx_only)
+    expected = [r for r in every if r["physical_offset"] not in probed or r["transaction_type"] != "NOT"]
+    assert rows == expected and len(rows) < len(every)
+    assert [(k, p) for k, p, _ in found] == [(AnomalyKind.CQ_ENTRY_MISMATCH, p) for p in sorted(junk)]
+    assert found[-1][2] == "end of file"
+
+
 def test_decoder_never_writes_its_input(tmp_path):
     src = FIXTURES / "rocketmq-3.1.4" / "store" / "commitlog" / "00000000000000000000"
     copy = tmp_path / src.name

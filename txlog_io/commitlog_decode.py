@@ -480,36 +480,47 @@ def decode_file(path: str, **kwargs) -> Iterator[tuple]:
     return decode_range(path, **kwargs)
 
 
+#: indexed reads: positions closer than this on average are served by one read of their whole window
+FETCH_DENSE_GAP = 64 << 10
+FETCH_WINDOW = 8 << 20              # bytes spanned by one window read (plus the last record)
+_PROBE = L.SYS_FLAG_OFFSET + 4      # header bytes that say where a record ends and its transaction type
+_PROBE_DT = np.dtype([("total", ">i4"), ("magic", ">u4"), ("_", "V28"), ("sys_flag", ">i4")])
+
+
 def decode_at(path: str, positions: Sequence[int], *, base_offset: Optional[int] = None,
-              with_body: bool = False, verify_crc: bool = True) -> tuple:
+              with_body: bool = False, verify_crc: bool = True, tx_only: Sequence[int] = ()) -> tuple:
     """Decode the records starting at the given file positions (indexed reads via consume queues).
 
     A position that holds no record (outside the file, wrong magic, impossible size) is an anomaly
-    ``CQ_ENTRY_MISMATCH`` instead of a row.  Returns one ``(RecordBatch, anomalies)`` pair.
+    ``CQ_ENTRY_MISMATCH`` instead of a row.  ``tx_only``: positions whose record is wanted only if its
+    transaction type is not NOT (positions found through a real topic's consume queue, where 99 % of the
+    records may be ordinary): their header is probed and an ordinary record is never copied or decoded.
+    Dense positions are read a window at a time, sparse ones a record at a time.
+    Returns one ``(RecordBatch, anomalies)`` pair.
     """
     base = file_base_offset(path, base_offset)
     anomalies: list = []
     wanted = np.unique(np.asarray(list(positions), dtype=np.int64))
+    probe_only = (np.isin(wanted, np.asarray(list(tx_only), np.int64)) if len(tx_only)
+                  else np.zeros(wanted.size, bool))
     parts: list = []
-    rel: list = []
     file_pos: list = []
-    at = 0
     with _Reader(path) as reader:
-        for p in wanted.tolist():
-            head = reader.pread(p, 8) if 0 <= p < reader.size else b""
-            total, magic = _HEADER.unpack(head) if len(head) == 8 else (0, 0)
-            if magic not in _GOOD_MAGIC or total < L.MIN_RECORD_SIZE or p + total > reader.size:
-                anomalies.append(_anomaly(AnomalyKind.CQ_ENTRY_MISMATCH, path, p, base,
-                                          "no CommitLog record starts at this indexed position",
-                                          "record header", "end of file" if not head else f"0x{magic:08X}/{total}"))
-                continue
-            parts.append(reader.pread(p, total))
-            rel.append(at)
-            file_pos.append(p)
-            at += total
+        i, n = 0, wanted.size
+        while i < n:
+            j = max(i + 1, int(np.searchsorted(wanted, wanted[i] + FETCH_WINDOW, "left")))
+            if j - i > 1 and (wanted[j - 1] - wanted[i]) <= FETCH_DENSE_GAP * (j - i - 1):
+                _fetch_window(reader, base, wanted[i:j], probe_only[i:j], parts, file_pos, anomalies)
+            else:
+                for k in range(i, j):
+                    _fetch_one(reader, base, int(wanted[k]), bool(probe_only[k]), parts, file_pos, anomalies)
+            i = j
+    rel = np.zeros(len(parts), np.int64)
+    if parts:
+        np.cumsum([len(x) for x in parts[:-1]], out=rel[1:])
     buf = bytearray(b"".join(parts))
     buf += bytes(_PAD)
-    frame = Frame(buf, 0, np.asarray(rel, np.int64))
+    frame = Frame(buf, 0, rel)
     batches = list(_decode_frame(frame, str(path), base, with_body, None, verify_crc,
                                  file_positions=np.asarray(file_pos, np.int64)))
     if not batches:
@@ -518,6 +529,54 @@ def decode_at(path: str, positions: Sequence[int], *, base_offset: Optional[int]
     for _, a in batches:
         anomalies.extend(a)
     return batch, anomalies
+
+
+def _no_record(path: str, p: int, base: int, actual: str) -> Anomaly:
+    return _anomaly(AnomalyKind.CQ_ENTRY_MISMATCH, path, p, base, "no CommitLog record starts at this indexed "
+                    "position", "record header", actual)
+
+
+def _fetch_one(reader: _Reader, base: int, p: int, probe_only: bool, parts: list, file_pos: list,
+               anomalies: list) -> None:
+    head = reader.pread(p, _PROBE) if 0 <= p < reader.size else b""
+    total, magic = _HEADER.unpack_from(head) if len(head) >= 8 else (0, 0)
+    if magic not in _GOOD_MAGIC or total < L.MIN_RECORD_SIZE or p + total > reader.size:
+        anomalies.append(_no_record(reader.path, p, base, "end of file" if not head else f"0x{magic:08X}/{total}"))
+        return
+    if probe_only and not struct.unpack_from(">i", head, L.SYS_FLAG_OFFSET)[0] & L.TRANSACTION_MASK:
+        return
+    parts.append(reader.pread(p, total))
+    file_pos.append(p)
+
+
+def _fetch_window(reader: _Reader, base: int, pos: np.ndarray, probe_only: np.ndarray, parts: list,
+                  file_pos: list, anomalies: list) -> None:
+    """``pos`` (sorted, within FETCH_WINDOW of each other) through one read of their span."""
+    inside = (pos >= 0) & (pos < reader.size)
+    outside = [_no_record(reader.path, p, base, "end of file") for p in pos[~inside].tolist()]
+    anomalies.extend(a for a in outside if a.position < 0)
+    pos, probe_only = pos[inside], probe_only[inside]
+    if pos.size == 0:
+        anomalies.extend(a for a in outside if a.position >= 0)
+        return
+    start = int(pos[0])
+    buf = reader.read_chunk(start, int(pos[-1]) - start + 64 * 1024)   # zero padding covers every probe
+    data_len = buf.size - _PAD
+    rel = pos - start
+    heads = buf[rel[:, None] + np.arange(_PROBE)].view(_PROBE_DT).ravel()
+    total = heads["total"].astype(np.int64)
+    magic = heads["magic"]
+    bad = (~np.isin(magic, np.asarray(_GOOD_MAGIC, np.uint32)) | (total < L.MIN_RECORD_SIZE)
+           | (pos + total > reader.size))
+    for k in np.flatnonzero(bad).tolist():
+        anomalies.append(_no_record(reader.path, int(pos[k]), base, f"0x{int(magic[k]):08X}/{int(total[k])}"))
+    keep = ~bad & ~(probe_only & ((heads["sys_flag"] & L.TRANSACTION_MASK) == 0))
+    view = memoryview(buf)
+    for k in np.flatnonzero(keep).tolist():
+        r, t = int(rel[k]), int(total[k])
+        parts.append(view[r:r + t] if r + t <= data_len else reader.pread(int(pos[k]), t))
+        file_pos.append(int(pos[k]))
+    anomalies.extend(a for a in outside if a.position >= 0)
 
 
 def _empty_batch() -> pa.RecordBatch:
