@@ -39,6 +39,36 @@ def test_profiles_match_the_format_reference():
             assert prof.file_reserved_time_hours == 72
 
 
+def test_broker_defaults_are_one_set_of_numbers():
+    """conf/broker-defaults.json, the reference broker's profiles and the reconstruction's built-in fallbacks
+    (AuditParams.for_profile) carry the same broker settings, so a store generated with a profile is audited
+    with the settings it was generated with.  The one deliberate difference: 4.0 - 4.2 has no check service
+    (transactionTimeOut null in conf and refbroker); the auditor still needs an age threshold for
+    PREPARED_PAST_TIMEOUT and uses the 4.3+ default."""
+    import dataclasses
+
+    from jobs.audit import CONFIG_TO_RECON
+    from jobs.reconstruct import AuditParams
+    from refbroker.profiles import PROFILE_NAMES, get_profile
+
+    conf = C.load_broker_profiles()
+    assert tuple(PROFILE_NAMES) == C.PROFILE_NAMES
+    keys = ("transactionTimeOut", "transactionCheckMax", "transactionCheckInterval", "fileReservedTime")
+    for name in C.PROFILE_NAMES:
+        c = conf[name]
+        from_conf = (c.transaction_timeout_ms, c.transaction_check_max, c.transaction_check_interval_ms,
+                     c.file_reserved_time_hours)
+        rb = dataclasses.asdict(get_profile(name))
+        assert tuple(rb[k] for k in keys) == from_conf, name
+        assert (rb["checkpoint_size"], rb["magic_v2"], rb["ipv6_hosts"]) == \
+            (c.checkpoint_size, c.magic_v2, c.ipv6_hosts), name
+        ap = dataclasses.asdict(AuditParams.for_profile(CONFIG_TO_RECON[name]))
+        expected = dict(zip(keys, from_conf))
+        if name == "4.0-4.2":
+            expected["transactionTimeOut"] = 6000
+        assert {k: ap[k] for k in keys} == expected, name
+
+
 @pytest.mark.parametrize("version,name", [
     ("3.1.4", "3.x"), ("4.0.0", "4.0-4.2"), ("rocketmq-all-4.2.0", "4.0-4.2"), ("4.3.0", "4.3-4.5"),
     ("4.5.2", "4.3-4.5"), ("4.6.0", "4.6-4.9"), ("4.9.8", "4.6-4.9"), ("5.0.0", "5.0"), ("5.1.0", "5.1+"),
