@@ -34,7 +34,8 @@ anomaly rows + a discriminator, split by the caller after ``.cache()``) because:
 * nothing has to be cached: caching a whole CommitLog scan (bodies included) to save a second pass costs more
   memory/disk than the second pass costs CPU, and the cache's lifetime would leak into every caller;
 * anomalies are still produced by executors (never collected on the driver), including store-level findings
-  (file-name / size / gap checks of ``discover_store``), which a :class:`StoreFiles` partition recomputes;
+  (file-name / size / gap checks of ``discover_store``, and the checkpoint's ``decode_checkpoint``
+  findings), which a :class:`StoreFiles` partition recomputes;
 * the anomaly pass skips bodies and topic filters, so it sees every record, whatever the row query filtered.
 
 Ranges own what starts in them (records and anomalies alike, see ``txlog_io.commitlog_decode``), so neither
@@ -319,10 +320,18 @@ def _decode_unit_slice(s: UnitSlice) -> Iterator[tuple]:
 def _store_anomalies(p: StoreFiles, sources: frozenset) -> list:
     found: list = []
     if "store" in sources:
+        from txlog_io.config import decode_checkpoint
+        from txlog_io.errors import AnomalyKind
         from txlog_io.mappedfile import discover_store
 
         layout = discover_store(p.root, commitlog_dirs=list(p.commitlog_dirs) if p.commitlog_dirs else None)
         found.extend(layout.anomalies)
+        if layout.checkpoint_path is not None:
+            try:
+                found.extend(decode_checkpoint(layout.checkpoint_path)["anomalies"])
+            except TxlogError as e:         # unreadable: say so instead of failing the read
+                found.append(Anomaly(AnomalyKind.BAD_CHECKPOINT, str(layout.checkpoint_path), 0, str(e),
+                                     "a readable 4096-byte file", "unreadable", "checkpoint"))
     if "config" in sources:
         path = _consumer_offsets_path(p)
         if path is not None:

@@ -27,19 +27,36 @@ Modes
     3. the *real topics* are the ``REAL_TOPIC`` values of the half and discard records of (1) and the topics
        of the non-NOT records of (2); from the consume queues of those topics, every record whose transaction
        type is not ``NOT`` (the COMMIT records: 4.3+ commit records live in the real topic with a CQ entry and
-       carry PREPARED_TRANSACTION_OFFSET back to the half).
+       carry PREPARED_TRANSACTION_OFFSET back to the half).  Those positions are *probed*: ``decode_at``
+       reads the 40 header bytes up to SYSFLAG (a window read when positions are dense) and copies and
+       decodes only the non-NOT records, so the ordinary traffic of a real topic costs I/O, not decoding;
+    4. every transaction-relevant record (type not NOT, or a transaction system topic) in the CommitLog
+       ranges the indexes may miss (:func:`index_gaps`): after the last indexed record (dispatch lag after a
+       crash), before the first unit of a half / op / discard queue that does not start at unit 0 (a queue
+       deleted and rebuilt later), after the last unit of a queue the check service consumed past, and the
+       whole CommitLog when a half queue exists but the op queue does not.  Each such range except the
+       ordinary tail is an ``INDEX_INCOMPLETE`` anomaly naming the reason and the range, so the difference
+       from ``full`` is reported, not silent.
 
-    A record reachable several ways is read once.  Not reachable in this mode: 4.0 - 4.2 PREPARED / ROLLBACK
-    records (stored in the real topic without any index; use ``full``), COMMIT-typed consumer-retry copies in
-    ``SCHEDULE_TOPIC_XXXX`` / ``%RETRY%*`` (not transaction records; the broker keeps the sys_flag on retry),
-    and anything no index points to (orphans after a crash: ``full`` finds those).
+    A record reachable several ways is read once.  Not reachable in this mode: COMMIT-typed consumer-retry
+    copies in ``SCHEDULE_TOPIC_XXXX`` / ``%RETRY%*`` (not transaction records; the broker keeps the sys_flag
+    on retry), a record whose consume-queue unit was damaged to point elsewhere (its unit is a
+    ``CQ_ENTRY_MISMATCH``), and orphans in the middle of a healthy-looking index (``full`` finds those).
     ``anomalies`` = ``rocketmq_anomalies`` without the CommitLog range scan, plus the anomalies ``decode_at``
     reports for the fetched positions (``CQ_ENTRY_MISMATCH`` when no record starts there, CRC findings, ...)
     and ``MISSING_FILE`` for an offset that falls in no CommitLog file (deleted by retention, or a bad index
     unit); those come from a second ``mapInArrow`` pass over the same positions, on executors.
 
+    A store with no transaction index at all -- no ``RMQ_SYS_TRANS_HALF_TOPIC`` consume queue, no 3.x
+    statetable or redolog (:func:`has_transaction_index`) -- is scanned instead: its ``commitlog`` rows are
+    the CommitLog scan's records whose transaction type is not NOT or whose topic is a transaction system
+    topic, and its CommitLog range anomalies are included.  That is how a 4.0 - 4.2 store is read (its
+    PREPARED / ROLLBACK records live in the real topic without any index; without the scan this mode would
+    silently find none of its transactions), and a 5.x store with RocksDB consume queues; a 4.3+ store that
+    never saw a transaction pays one scan to find nothing.
+
 On a healthy store both modes give the same rows for the records listed above (tested on the real-broker
-fixtures).
+fixtures and on reference-broker stores of every profile).
 """
 from __future__ import annotations
 
@@ -64,7 +81,7 @@ OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TX_SYSTEM_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
 MODES = ("indexed", "full")
-FETCH_CHUNK = 4096          # positions per decode_at call
+FETCH_CHUNK = 16384         # positions per decode_at call (bounds the records copied at once)
 
 _API = "load_store_frames"
 
@@ -99,6 +116,12 @@ class StoreFrames:
     anomalies: object
     layout_info: tuple               # StoreInfo per store, in option order
     mode: str = "indexed"
+
+
+def has_transaction_index(store: StoreInfo) -> bool:
+    """Whether indexed mode can reach the store's transaction records through an index: a half-topic
+    consume queue (4.3+) or a 3.x statetable / redolog."""
+    return bool(store.tx_half_topic or store.statetable_files or store.redolog_files)
 
 
 def _store_info(broker: str, root: str, commitlog_dirs) -> StoreInfo:
@@ -146,6 +169,30 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         commitlog, positions = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts)
         anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
             .unionByName(fetch_anomalies(spark, positions, info, opts))
+        indexed = [s for s in info if has_transaction_index(s) and s.commitlog_files]
+        if indexed:
+            # what the indexes cannot reach (lost / rebuilt / lagging queues) is scanned, not silently missed
+            gaps = index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts)
+            key = ["broker", "physical_offset"]
+            fetched = positions.select("broker", positions["commitlog_offset"].alias("physical_offset"))
+            scanned = scan_cells(spark, gaps, indexed, opts, emit="records")
+            commitlog = commitlog.unionByName(scanned.join(fetched, key, "left_anti"))
+            scan_findings = scan_cells(spark, gaps, indexed, opts, emit="anomalies")
+            # a fetched record's findings already came from the fetch pass
+            scan_findings = scan_findings.join(fetched, key, "left_anti")
+            anomalies = anomalies.unionByName(scan_findings).unionByName(gap_findings(gaps))
+        unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
+        if unindexed:
+            from pyspark.sql import functions as F
+
+            scan = dict(base, paths=json.dumps([s.root for s in unindexed]),
+                        brokers=",".join(s.broker for s in unindexed))
+            records = spark.read.format(COMMITLOG_FORMAT).options(
+                **scan, include_bodies=str(bool(include_bodies)).lower()).load()
+            commitlog = commitlog.unionByName(records.where(
+                (F.col("transaction_type") != "NOT") | F.col("topic").isin(*TX_SYSTEM_TOPICS)))
+            anomalies = anomalies.unionByName(
+                spark.read.format(ANOMALIES_FORMAT).options(**scan, sources="commitlog").load())
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode)
 
@@ -181,6 +228,161 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
     positions = (index_positions.withColumn("only_tx", F.lit(False))
                  .unionByName(real_topic_positions.select(*key, F.lit(True).alias("only_tx"))))
     return fetch_records(spark, positions, info, opts), positions
+
+
+#: why indexed mode scans a CommitLog range (INDEX_INCOMPLETE findings name the reason)
+GAP_TAIL = "DISPATCH_LAG"            # after the last record any index points to: not dispatched (yet)
+GAP_HEAD = "QUEUE_HEAD_MISSING"      # a transaction queue's first unit is not unit 0 and lies past the
+                                     # CommitLog's start: its older units were deleted (or rebuilt later)
+GAP_TAIL_UNITS = "QUEUE_TAIL_MISSING"  # consumerOffset.json has consumed past the queue's last unit
+GAP_OP_QUEUE = "OP_QUEUE_MISSING"    # half queue present, op queue absent: ops cannot be found by index
+
+
+def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info: Sequence[StoreInfo],
+               opts: SourceOptions):
+    """CommitLog ranges (broker, start, end, reason, queue, detail) that the transaction indexes may not cover
+    although records there may still matter; indexed mode scans them (``scan_cells``) instead of trusting the
+    indexes to be complete.  All lazy: computed from the per-queue extremes of the units.
+
+    * ``DISPATCH_LAG``: ``[last indexed record end, end of CommitLog)`` per store -- empty on a healthy store
+      (only the zero tail of the newest file), the records a crash left undispatched otherwise;
+    * ``QUEUE_HEAD_MISSING``: a half / op / discard queue whose first unit has queue offset > 0 and lies past
+      the start of the CommitLog: ``[CommitLog start, first unit)`` (a queue deleted and rebuilt by abnormal
+      recovery from a later file; retention of an idle queue looks the same and costs one scan of the range);
+    * ``QUEUE_TAIL_MISSING``: the check service's consume offset (``CID_RMQ_SYS_TRANS``) is past the queue's
+      last unit: ``[after the last unit, end of CommitLog)``;
+    * ``OP_QUEUE_MISSING``: a half queue without any op queue: the whole CommitLog (an operator deleted the
+      op queue; a store whose transactions never ended pays one scan to learn that).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    c = F.col
+    bounds_schema = T.StructType([T.StructField("broker", T.StringType(), False),
+                                  T.StructField("clog_start", T.LongType(), False),
+                                  T.StructField("clog_end", T.LongType(), False),
+                                  T.StructField("half_queue", T.BooleanType(), False),
+                                  T.StructField("queue_dir", T.StringType(), False)])
+    bounds = spark.createDataFrame(
+        [(s.broker, s.commitlog_files[0][1], s.commitlog_files[-1][1] + s.commitlog_files[-1][2],
+          s.tx_half_topic, os.path.join(s.root, "consumequeue")) for s in info], bounds_schema)
+    brokers = [s.broker for s in info]
+    cq = consumequeue.where(c("broker").isin(*brokers))
+    queues = cq.groupBy("broker", "topic", "queue_id").agg(
+        F.min("queue_offset").alias("q_first"), F.max("queue_offset").alias("q_last"),
+        F.min_by("commitlog_offset", "queue_offset").alias("p_first"),
+        F.max_by(c("commitlog_offset") + c("size"), "queue_offset").alias("p_after_last"))
+    ends = (cq.select("broker", (c("commitlog_offset") + c("size")).alias("p_end"))
+            .unionByName(statetable.select("broker", (c("commitlog_offset") + c("size")).alias("p_end")))
+            .unionByName(redolog.select("broker", (c("commitlog_offset") + c("size")).alias("p_end")))
+            .groupBy("broker").agg(F.max("p_end").alias("dispatched_end")))
+    b = bounds.join(ends, "broker", "left")
+    dispatched = F.greatest(F.coalesce("dispatched_end", "clog_start"), "clog_start")
+    tail = b.select("broker", dispatched.alias("start"), c("clog_end").alias("end"),
+                    F.lit(GAP_TAIL).alias("reason"), F.lit(None).cast("string").alias("queue"),
+                    F.lit("records after the last one any index points to").alias("detail"))
+    tx_queues = queues.where(c("topic").isin(*TX_SYSTEM_TOPICS)).join(bounds, "broker")
+    queue_name = F.concat_ws("/", "topic", c("queue_id").cast("string"))
+    head = tx_queues.where((c("q_first") > 0) & (c("p_first") > c("clog_start"))).select(
+        "broker", c("clog_start").alias("start"), c("p_first").alias("end"),
+        F.lit(GAP_HEAD).alias("reason"), queue_name.alias("queue"),
+        F.format_string("the queue's first unit is queue offset %d at CommitLog offset %d: the units before "
+                        "it are gone while the CommitLog from %d is retained", "q_first", "p_first",
+                        "clog_start").alias("detail"))
+    consumed = consumer_offsets.where(c("group") == "CID_RMQ_SYS_TRANS").select(
+        "broker", "topic", "queue_id", c("offset").alias("consumed"))
+    tail_units = tx_queues.join(consumed, ["broker", "topic", "queue_id"]).where(
+        c("consumed") > c("q_last") + 1).select(
+        "broker", c("p_after_last").alias("start"), c("clog_end").alias("end"),
+        F.lit(GAP_TAIL_UNITS).alias("reason"), queue_name.alias("queue"),
+        F.format_string("CID_RMQ_SYS_TRANS consumed up to queue offset %d but the queue's last unit is %d",
+                        "consumed", "q_last").alias("detail"))
+    op_queues = queues.where(c("topic") == OP_TOPIC).select("broker").distinct()
+    op_missing = bounds.where(c("half_queue")).join(op_queues, "broker", "left_anti").select(
+        "broker", c("clog_start").alias("start"), c("clog_end").alias("end"),
+        F.lit(GAP_OP_QUEUE).alias("reason"), F.lit(OP_TOPIC).alias("queue"),
+        F.lit("a half queue but no op queue: the op records (commit / rollback ends) cannot be found by "
+              "index").alias("detail"))
+    gaps = tail.unionByName(head).unionByName(tail_units).unionByName(op_missing)
+    return gaps.join(bounds.select("broker", "queue_dir"), "broker").where(c("start") < c("end"))
+
+
+def gap_findings(gaps):
+    """One INDEX_INCOMPLETE anomaly per gap that is not the ordinary tail (broker + ANOMALIES)."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    return gaps.where(c("reason") != GAP_TAIL).select(
+        "broker", F.lit(AnomalyKind.INDEX_INCOMPLETE).alias("kind"),
+        F.concat_ws("/", "queue_dir", "queue").alias("file"), F.lit(0).cast("long").alias("position"),
+        F.format_string("%s: %s; indexed mode scanned CommitLog [%d, %d) for transaction records", "reason",
+                        "detail", "start", "end").alias("detail"),
+        F.lit("an index of every retained record of the queue").alias("expected"),
+        c("reason").alias("actual"), F.lit("index").alias("source"),
+        c("start").alias("physical_offset"))
+
+
+def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions, emit: str):
+    """Scan the CommitLog ranges of ``gaps``: the distinct (file, split_bytes cell) pieces they touch, so
+    overlapping gaps read every record once.  ``emit="records"``: the transaction-relevant records
+    (transaction type not NOT, or a transaction system topic; broker + COMMITLOG); ``"anomalies"``: the
+    decoder's findings in those cells (broker + ANOMALIES)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    c = F.col
+    split = int(opts.split_bytes)
+    files_schema = T.StructType([T.StructField("broker", T.StringType(), False),
+                                 T.StructField("path", T.StringType(), False),
+                                 T.StructField("base_offset", T.LongType(), False),
+                                 T.StructField("size", T.LongType(), False)])
+    files = spark.createDataFrame([(s.broker, path, base, size) for s in info
+                                   for path, base, size in s.commitlog_files], files_schema)
+    g = gaps.select("broker", c("start").alias("g_start"), c("end").alias("g_end"))
+    touched = g.join(F.broadcast(files), "broker").where(
+        (c("g_start") < c("base_offset") + c("size")) & (c("g_end") > c("base_offset")))
+    first = F.floor((F.greatest(c("g_start"), c("base_offset")) - c("base_offset")) / F.lit(split))
+    last = F.floor((F.least(c("g_end"), c("base_offset") + c("size")) - 1 - c("base_offset")) / F.lit(split))
+    cells = (touched.select("broker", "path", "base_offset", "size",
+                            F.explode(F.sequence(first.cast("long"), last.cast("long"))).alias("cell"))
+             .distinct()
+             .select("broker", "path", "base_offset", (c("cell") * split).alias("start"),
+                     F.least((c("cell") + 1) * split, c("size")).alias("end")))
+    n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // split))
+    cells = cells.repartition(min(n_parts, 4 * spark.sparkContext.defaultParallelism), "path", "start")
+    table = COMMITLOG_FORMAT if emit == "records" else ANOMALIES_FORMAT
+    return cells.mapInArrow(_ScanCells(opts.include_bodies, emit), SOURCE_TABLES[table].spark_schema())
+
+
+class _ScanCells:
+    """mapInArrow body of ``scan_cells``: ``decode_range`` per (path, base_offset, start, end) row."""
+
+    def __init__(self, with_body: bool, emit: str):
+        self.with_body = with_body if emit == "records" else False
+        self.emit = emit
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+        from txlog_io.commitlog import decode_range
+
+        inner, target = COMMITLOG.arrow_schema(), SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema()
+        system = pa.array(TX_SYSTEM_TOPICS, pa.string())
+        for cells in batches:
+            for cell in cells.to_pylist():
+                found: list = []
+                for batch, anomalies in decode_range(cell["path"], base_offset=cell["base_offset"],
+                                                     start=cell["start"], end=cell["end"],
+                                                     with_body=self.with_body):
+                    if self.emit != "records":
+                        found.extend(anomalies)
+                        continue
+                    keep = pc.or_(pc.not_equal(batch.column("transaction_type"), "NOT"),
+                                  pc.is_in(batch.column("topic"), system))
+                    batch = batch.filter(keep)
+                    if batch.num_rows:
+                        yield prepend_broker(batch, cell["broker"], inner, target)
+                if found:
+                    yield anomalies_batch(cell["broker"], found, "commitlog", cell["path"])
 
 
 def _located(spark, positions, info: Sequence[StoreInfo], split_bytes: int):
@@ -239,45 +441,44 @@ class _FetchAt:
         self.commitlog_dirs = commitlog_dirs or {}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # rows arrive sorted by (broker, path, offset): equal offsets are adjacent and merged here
-        group_key, group, only_tx = None, [], set()
-        missing: dict = {}
-        for batch in batches:
-            cols = batch.to_pydict()
-            rows = zip(cols["broker"], cols["commitlog_offset"], cols["only_tx"], cols["path"],
-                       cols["base_offset"])
-            for broker, offset, flag, path, base in rows:
-                if path is None:
-                    missing[(broker, offset)] = True
-                    continue
-                k, pos = (broker, path, base), offset - base
-                if k == group_key and group and group[-1] == pos:
-                    if not flag:
-                        only_tx.discard(pos)
-                    continue
-                if k != group_key or len(group) >= FETCH_CHUNK:
-                    if group:
-                        yield from self._decode(group_key, group, only_tx)
-                    group_key, group, only_tx = k, [], set()
-                group.append(pos)
-                if flag:
-                    only_tx.add(pos)
-        if group:
-            yield from self._decode(group_key, group, only_tx)
-        if missing and self.emit == "anomalies":
-            yield from self._missing(list(missing))
-
-    def _decode(self, key: tuple, positions: list, only_tx: set) -> Iterator[pa.RecordBatch]:
+        import numpy as np
         import pyarrow.compute as pc
+
+        # a partition holds the positions of about split_bytes of CommitLog (tens of thousands of rows at
+        # most): grouped per file with Arrow / numpy, no Python loop per position
+        table = pa.Table.from_batches(list(batches))
+        if table.num_rows == 0:
+            return
+        lost = table.filter(pc.is_null(table.column("path")))
+        table = table.filter(pc.is_valid(table.column("path")))
+        keys = table.select(["broker", "path", "base_offset"]).group_by(
+            ["broker", "path", "base_offset"]).aggregate([]).to_pylist()
+        for key in keys:
+            rows = table.filter(pc.and_(pc.equal(table.column("path"), key["path"]),
+                                        pc.equal(table.column("broker"), key["broker"])))
+            pos = rows.column("commitlog_offset").to_numpy() - int(key["base_offset"])
+            flag = rows.column("only_tx").to_numpy(zero_copy_only=False).astype(bool)
+            order = np.argsort(pos, kind="stable")
+            pos, flag = pos[order], flag[order]
+            unique, first = np.unique(pos, return_index=True)
+            # a position reached through a transaction index as well is wanted whatever its type
+            only = np.logical_and.reduceat(flag, first) if unique.size else flag
+            for lo in range(0, unique.size, FETCH_CHUNK):
+                chunk, chunk_only = unique[lo:lo + FETCH_CHUNK], only[lo:lo + FETCH_CHUNK]
+                yield from self._decode((key["broker"], key["path"], int(key["base_offset"])), chunk,
+                                        chunk[chunk_only])
+        if lost.num_rows and self.emit == "anomalies":
+            pairs = dict.fromkeys(zip(lost.column("broker").to_pylist(),
+                                      lost.column("commitlog_offset").to_pylist()))
+            yield from self._missing(list(pairs))
+
+    def _decode(self, key: tuple, positions, tx_only) -> Iterator[pa.RecordBatch]:
         from txlog_io.commitlog import decode_at
 
         broker, path, base = key
-        batch, anomalies = decode_at(path, positions, base_offset=base, with_body=self.with_body)
+        batch, anomalies = decode_at(path, positions, base_offset=base, with_body=self.with_body,
+                                     tx_only=tx_only)
         if self.emit == "records":
-            if only_tx and batch.num_rows:
-                flagged = pc.is_in(batch.column("file_position"), pa.array(sorted(only_tx), pa.int64()))
-                plain = pc.equal(batch.column("transaction_type"), "NOT")
-                batch = batch.filter(pc.invert(pc.and_(flagged, plain)))
             if batch.num_rows:
                 yield prepend_broker(batch, broker, COMMITLOG.arrow_schema(),
                                      SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema())
@@ -296,4 +497,5 @@ class _FetchAt:
 
 
 __all__ = ["load_store_frames", "StoreFrames", "StoreInfo", "indexed_commitlog", "fetch_records",
-           "fetch_anomalies", "TX_SYSTEM_TOPICS", "MODES"]
+           "fetch_anomalies", "has_transaction_index", "index_gaps", "scan_cells", "gap_findings",
+           "TX_SYSTEM_TOPICS", "MODES"]
