@@ -3,8 +3,9 @@
 ``load_store_frames(spark, stores, mode=...)`` returns :class:`StoreFrames`: ``commitlog``, ``consumequeue``,
 ``statetable``, ``redolog``, ``consumer_offsets`` and ``anomalies`` DataFrames (schemas:
 :mod:`schemas.sources`, ``broker`` first) plus ``layout_info`` (driver-side listing summary per store).  The
-DataFrames are lazy; the only driver work is listing the stores (directory listing and ``stat``).  Nothing is
-cached: a caller that uses a frame several times may ``.cache()`` it.
+DataFrames are lazy; the driver work is listing the stores (directory listing and ``stat``) and, in indexed
+mode, one small job that locates the index gaps (a few rows per store, see 4. below).  Nothing is cached: a
+caller that uses a frame several times may ``.cache()`` it.
 
 Modes
 -----
@@ -100,6 +101,7 @@ class StoreInfo:
     abort_present: bool             # last shutdown was not clean
     consumequeue_rocksdb: bool      # 5.x RocksDB consume queues (not readable as files)
     discovery_anomalies: int        # findings of discover_store (the rows are in the anomalies frame)
+    queue_tails: tuple = ()         # the newest ConsumeQueue file of every (topic, queue_id)
 
     @property
     def commitlog_bytes(self) -> int:
@@ -135,7 +137,8 @@ def _store_info(broker: str, root: str, commitlog_dirs) -> StoreInfo:
         tx_half_topic=any(topic == HALF_TOPIC for topic, _ in layout.consume_queues),
         statetable_files=len(layout.statetable), redolog_files=len(layout.redolog),
         abort_present=bool(layout.abort_present), consumequeue_rocksdb=bool(layout.consumequeue_rocksdb),
-        discovery_anomalies=len(layout.anomalies))
+        discovery_anomalies=len(layout.anomalies),
+        queue_tails=tuple(str(files[-1].path) for files in layout.consume_queues.values() if files))
 
 
 def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "indexed",
@@ -166,21 +169,27 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         commitlog = read(COMMITLOG_FORMAT, include_bodies=str(bool(include_bodies)).lower())
         anomalies = read(ANOMALIES_FORMAT)
     else:
-        commitlog, positions = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts)
+        # the transaction queues alone (file pruning by topic): small, and read by several branches below
+        tx_queues = read(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS))
+        commitlog, positions = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts,
+                                                 tx_queues=tx_queues)
         anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
             .unionByName(fetch_anomalies(spark, positions, info, opts))
         indexed = [s for s in info if has_transaction_index(s) and s.commitlog_files]
         if indexed:
             # what the indexes cannot reach (lost / rebuilt / lagging queues) is scanned, not silently missed
-            gaps = index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts)
-            key = ["broker", "physical_offset"]
-            fetched = positions.select("broker", positions["commitlog_offset"].alias("physical_offset"))
+            # located now, in one small job (a few rows per store): both passes below and the findings
+            # then share them instead of each re-reading every index to find the same ranges
+            gaps = index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts,
+                              tx_queues=tx_queues)
+            gaps = spark.createDataFrame(gaps.collect(), gaps.schema)
+            # a record both fetched and scanned (gaps overlap the indexed ranges) is the same decoded row, and
+            # its findings the same rows: de-duplicated after the union (a join against the fetched positions
+            # instead would recompute the whole fetch plan)
             scanned = scan_cells(spark, gaps, indexed, opts, emit="records")
-            commitlog = commitlog.unionByName(scanned.join(fetched, key, "left_anti"))
+            commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
             scan_findings = scan_cells(spark, gaps, indexed, opts, emit="anomalies")
-            # a fetched record's findings already came from the fetch pass
-            scan_findings = scan_findings.join(fetched, key, "left_anti")
-            anomalies = anomalies.unionByName(scan_findings).unionByName(gap_findings(gaps))
+            anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
         unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
         if unindexed:
             from pyspark.sql import functions as F
@@ -202,7 +211,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
 # ----------------------------------------------------------------------------------------------------------
 
 def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[StoreInfo],
-                      opts: SourceOptions):
+                      opts: SourceOptions, tx_queues=None):
     """(transaction-relevant CommitLog rows, the positions they were fetched from).
 
     Positions are (broker, commitlog_offset, only_tx) rows, duplicates allowed: ``only_tx`` marks a position
@@ -214,7 +223,8 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
 
     key = ["broker", "commitlog_offset"]
     index_positions = (
-        consumequeue.where(F.col("topic").isin(*TX_SYSTEM_TOPICS)).select(*key)
+        (consumequeue if tx_queues is None else tx_queues).where(F.col("topic").isin(*TX_SYSTEM_TOPICS))
+        .select(*key)
         .unionByName(statetable.select(*key))
         .unionByName(redolog.select(*key)))
     index_records = fetch_records(spark, index_positions, info, opts)
@@ -239,7 +249,7 @@ GAP_OP_QUEUE = "OP_QUEUE_MISSING"    # half queue present, op queue absent: ops 
 
 
 def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info: Sequence[StoreInfo],
-               opts: SourceOptions):
+               opts: SourceOptions, tx_queues=None):
     """CommitLog ranges (broker, start, end, reason, queue, detail) that the transaction indexes may not cover
     although records there may still matter; indexed mode scans them (``scan_cells``) instead of trusting the
     indexes to be complete.  All lazy: computed from the per-queue extremes of the units.
@@ -268,22 +278,29 @@ def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info:
           s.tx_half_topic, os.path.join(s.root, "consumequeue")) for s in info], bounds_schema)
     brokers = [s.broker for s in info]
     cq = consumequeue.where(c("broker").isin(*brokers))
-    queues = cq.groupBy("broker", "topic", "queue_id").agg(
+    tx_cq = cq if tx_queues is None else tx_queues.where(c("broker").isin(*brokers))
+    queues = tx_cq.groupBy("broker", "topic", "queue_id").agg(
         F.min("queue_offset").alias("q_first"), F.max("queue_offset").alias("q_last"),
         F.min_by("commitlog_offset", "queue_offset").alias("p_first"),
         F.max_by(c("commitlog_offset") + c("size"), "queue_offset").alias("p_after_last"))
-    ends = (cq.select("broker", (c("commitlog_offset") + c("size")).alias("p_end"))
-            .unionByName(statetable.select("broker", (c("commitlog_offset") + c("size")).alias("p_end")))
-            .unionByName(redolog.select("broker", (c("commitlog_offset") + c("size")).alias("p_end")))
-            .groupBy("broker").agg(F.max("p_end").alias("dispatched_end")))
+    # the dispatch point: the newest unit of any queue, read backwards from each queue's newest file (a
+    # block per queue instead of every unit of every queue)
+    tail_rows = [(s.broker, path) for s in info for path in s.queue_tails]
+    tails = spark.createDataFrame(tail_rows, "broker string, path string").repartition(
+        max(1, min(len(tail_rows), spark.sparkContext.defaultParallelism)))
+    ends = tails.mapInArrow(_queue_ends, "broker string, p_end long")
+    if any(s.statetable_files or s.redolog_files for s in info):        # 3.x: dispatch writes these too
+        for units in (statetable, redolog):
+            ends = ends.unionByName(units.select("broker", (c("commitlog_offset") + c("size")).alias("p_end")))
+    ends = ends.groupBy("broker").agg(F.max("p_end").alias("dispatched_end"))
     b = bounds.join(ends, "broker", "left")
     dispatched = F.greatest(F.coalesce("dispatched_end", "clog_start"), "clog_start")
     tail = b.select("broker", dispatched.alias("start"), c("clog_end").alias("end"),
                     F.lit(GAP_TAIL).alias("reason"), F.lit(None).cast("string").alias("queue"),
                     F.lit("records after the last one any index points to").alias("detail"))
-    tx_queues = queues.where(c("topic").isin(*TX_SYSTEM_TOPICS)).join(bounds, "broker")
+    tx_stats = queues.where(c("topic").isin(*TX_SYSTEM_TOPICS)).join(bounds, "broker")
     queue_name = F.concat_ws("/", "topic", c("queue_id").cast("string"))
-    head = tx_queues.where((c("q_first") > 0) & (c("p_first") > c("clog_start"))).select(
+    head = tx_stats.where((c("q_first") > 0) & (c("p_first") > c("clog_start"))).select(
         "broker", c("clog_start").alias("start"), c("p_first").alias("end"),
         F.lit(GAP_HEAD).alias("reason"), queue_name.alias("queue"),
         F.format_string("the queue's first unit is queue offset %d at CommitLog offset %d: the units before "
@@ -291,7 +308,7 @@ def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info:
                         "clog_start").alias("detail"))
     consumed = consumer_offsets.where(c("group") == "CID_RMQ_SYS_TRANS").select(
         "broker", "topic", "queue_id", c("offset").alias("consumed"))
-    tail_units = tx_queues.join(consumed, ["broker", "topic", "queue_id"]).where(
+    tail_units = tx_stats.join(consumed, ["broker", "topic", "queue_id"]).where(
         c("consumed") > c("q_last") + 1).select(
         "broker", c("p_after_last").alias("start"), c("clog_end").alias("end"),
         F.lit(GAP_TAIL_UNITS).alias("reason"), queue_name.alias("queue"),
@@ -305,6 +322,27 @@ def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info:
               "index").alias("detail"))
     gaps = tail.unionByName(head).unionByName(tail_units).unionByName(op_missing)
     return gaps.join(bounds.select("broker", "queue_dir"), "broker").where(c("start") < c("end"))
+
+
+def _queue_ends(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: (broker, newest ConsumeQueue file) -> (broker, end of the record its newest unit
+    indexes); an unreadable file or one without a plausible unit gives no row (its queue then says nothing
+    about the dispatch point: the scanned tail can only grow)."""
+    from txlog_io.consumequeue import last_unit_end
+    from txlog_io.errors import TxlogError
+
+    for batch in batches:
+        brokers, ends = [], []
+        for broker, path in zip(batch.column("broker").to_pylist(), batch.column("path").to_pylist()):
+            try:
+                end = last_unit_end(path)
+            except TxlogError:
+                end = None
+            if end is not None:
+                brokers.append(broker)
+                ends.append(end)
+        yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()), pa.array(ends, pa.int64())],
+                                         names=["broker", "p_end"])
 
 
 def gap_findings(gaps):
@@ -323,10 +361,11 @@ def gap_findings(gaps):
 
 
 def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions, emit: str):
-    """Scan the CommitLog ranges of ``gaps``: the distinct (file, split_bytes cell) pieces they touch, so
-    overlapping gaps read every record once.  ``emit="records"``: the transaction-relevant records
+    """Scan the CommitLog ranges of ``gaps``, cut at file and ``split_bytes`` boundaries into pieces (a range
+    owns the records that start in it, so the pieces of one range read each record once; records of
+    overlapping gaps are de-duplicated by the caller).  ``emit="records"``: the transaction-relevant records
     (transaction type not NOT, or a transaction system topic; broker + COMMITLOG); ``"anomalies"``: the
-    decoder's findings in those cells (broker + ANOMALIES)."""
+    decoder's findings in those pieces (broker + ANOMALIES)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -341,13 +380,16 @@ def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions, emit
     g = gaps.select("broker", c("start").alias("g_start"), c("end").alias("g_end"))
     touched = g.join(F.broadcast(files), "broker").where(
         (c("g_start") < c("base_offset") + c("size")) & (c("g_end") > c("base_offset")))
-    first = F.floor((F.greatest(c("g_start"), c("base_offset")) - c("base_offset")) / F.lit(split))
-    last = F.floor((F.least(c("g_end"), c("base_offset") + c("size")) - 1 - c("base_offset")) / F.lit(split))
-    cells = (touched.select("broker", "path", "base_offset", "size",
-                            F.explode(F.sequence(first.cast("long"), last.cast("long"))).alias("cell"))
-             .distinct()
-             .select("broker", "path", "base_offset", (c("cell") * split).alias("start"),
-                     F.least((c("cell") + 1) * split, c("size")).alias("end")))
+    lo = F.greatest(c("g_start"), c("base_offset")) - c("base_offset")      # file positions
+    hi = F.least(c("g_end"), c("base_offset") + c("size")) - c("base_offset")
+    cell = F.explode(F.sequence(F.floor(lo / F.lit(split)).cast("long"),
+                                F.floor((hi - 1) / F.lit(split)).cast("long")))
+    cells = (touched.select("broker", "path", "base_offset", lo.alias("lo"), hi.alias("hi"),
+                            cell.alias("cell"))
+             .select("broker", "path", "base_offset",
+                     F.greatest(c("lo"), c("cell") * split).alias("start"),
+                     F.least(c("hi"), (c("cell") + 1) * split).alias("end"))
+             .distinct())
     n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // split))
     cells = cells.repartition(min(n_parts, 4 * spark.sparkContext.defaultParallelism), "path", "start")
     table = COMMITLOG_FORMAT if emit == "records" else ANOMALIES_FORMAT
@@ -446,9 +488,10 @@ class _FetchAt:
 
         # a partition holds the positions of about split_bytes of CommitLog (tens of thousands of rows at
         # most): grouped per file with Arrow / numpy, no Python loop per position
-        table = pa.Table.from_batches(list(batches))
-        if table.num_rows == 0:
+        received = [b for b in batches if b.num_rows]
+        if not received:            # an empty partition sends no batch at all
             return
+        table = pa.Table.from_batches(received)
         lost = table.filter(pc.is_null(table.column("path")))
         table = table.filter(pc.is_valid(table.column("path")))
         keys = table.select(["broker", "path", "base_offset"]).group_by(

@@ -562,3 +562,26 @@ def test_empty_file_and_range_past_end(tmp_path):
     assert list(cq.decode_consumequeue(path, topic="T", queue_id=0)) == []
     path = write(tmp_path, FIRST_NAME, _unit(1, 1) * 3)
     assert list(cq.decode_consumequeue(path, topic="T", queue_id=0, start=1000)) == []
+
+
+def test_last_unit_end_reads_backwards_to_the_newest_real_unit(tmp_path):
+    from txlog_io.consumequeue import encode_cq_unit, encode_pre_blank, last_unit_end
+
+    units = [encode_cq_unit(1000 + 300 * i, 250 + i, 7) for i in range(50)]
+    f = tmp_path / "00000000000000000000"
+    f.write_bytes(encode_pre_blank() * 3 + b"".join(units) + bytes(20 * 400))      # preallocated zero tail
+    expected = 1000 + 300 * 49 + 250 + 49
+    for block in (20, 60, 1000, 64 * 1024):     # the newest unit found whatever the block size
+        assert last_unit_end(f, block_bytes=block) == expected
+    only_blank = tmp_path / "00000000000000001000"
+    only_blank.write_bytes(encode_pre_blank() * 5 + bytes(200))
+    empty = tmp_path / "00000000000000002000"
+    empty.write_bytes(b"")
+    torn = tmp_path / "00000000000000003000"
+    torn.write_bytes(units[0] + units[1][:7])       # a partial unit at the end is not a unit
+    assert last_unit_end(only_blank) is None and last_unit_end(empty) is None
+    assert last_unit_end(torn) == 1000 + 250
+    bad = tmp_path / "00000000000000004000"
+    bad.write_bytes(units[0] + encode_cq_unit(5, 1, 0, allow_invalid=True)[:8] + (-3).to_bytes(4, "big", signed=True)
+                    + bytes(8))
+    assert last_unit_end(bad) is None               # an impossible newest unit: no claim at all

@@ -311,6 +311,31 @@ def iter_consumequeue_dicts(path, *, topic: str, queue_id: int, base_offset: Opt
                    "size": row["size"], "tags_code": row["tags_code"]}
 
 
+def last_unit_end(path, block_bytes: int = 64 * 1024) -> Optional[int]:
+    """CommitLog offset just past the record of the newest real unit of a ConsumeQueue file, reading backwards
+    from the end of the file (files are preallocated and zero-filled: the data ends at the last non-zero
+    unit), so finding a queue's dispatch point costs a block, not the whole queue.  None when the file holds
+    no plausible unit (empty, only pre-blank units, or a last unit with impossible values: the caller then
+    knows less, never more)."""
+    unit = CQ_UNIT_DTYPE.itemsize
+    with _open_read_only(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        end = size - size % unit
+        while end > 0:
+            start = max(0, end - max(unit, block_bytes - block_bytes % unit))
+            fh.seek(start)
+            units = np.frombuffer(fh.read(end - start), dtype=CQ_UNIT_DTYPE)
+            real = np.flatnonzero((units["commitlog_offset"] != 0) | (units["size"] != 0)
+                                  | (units["tags_code"] != 0))
+            real = real[units["size"][real] != PRE_BLANK_SIZE]
+            if real.size:
+                last = units[real[-1]]
+                offset, length = int(last["commitlog_offset"]), int(last["size"])
+                return offset + length if offset >= 0 and length > 0 else None
+            end = start
+    return None
+
+
 def _check_range(field: str, value, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise EncodeError(field, "an int", value)
