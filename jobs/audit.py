@@ -352,7 +352,11 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
 
         with _phase(phases, "read", spark):
             side = {name: persist(getattr(frames, name))
-                    for name in ("consumequeue", "statetable", "redolog", "consumer_offsets")}
+                    for name in ("statetable", "redolog", "consumer_offsets")}
+            # the reconstruction reads only the half / op / discard queues: caching every topic's units
+            # (millions of rows on a busy broker) cost more than the whole indexed read
+            side["consumequeue"] = persist(frames.transaction_queues if frames.transaction_queues is not None
+                                           else frames.consumequeue)
             records = persist(relevant_records(frames))
             with _phase(phases, "read.records"):
                 n_records = records.count()

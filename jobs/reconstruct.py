@@ -310,7 +310,10 @@ def broker_facts(
     if consumequeue is not None:
         parts.append(consumequeue.select("broker", F.lit(1).alias("n_cq")))
     if commitlog_bounds is not None:
-        parts.append(commitlog_bounds.select("broker", "min_commitlog_offset"))
+        # n_cq ("the store has consume queues"): the listing's queue directories count as well as units, so a
+        # caller may pass only the transaction queues' units
+        extra = [c("n_cq")] if "n_cq" in commitlog_bounds.columns else []
+        parts.append(commitlog_bounds.select("broker", "min_commitlog_offset", *extra))
     if consumer_offsets is not None:
         mine = (c("group") == CHECK_GROUP) & (c("queue_id") == 0)
         parts.append(
@@ -1594,17 +1597,18 @@ def recovery_worklist(transactions: DataFrame) -> DataFrame:
 
 
 def commitlog_bounds_from_layout(spark, layout_info) -> Optional[DataFrame]:
-    """(broker, min_commitlog_offset) from store listings (``StoreFrames.layout_info``: objects with
-    ``broker`` and ``commitlog_files`` = ((path, base_offset, size), ...)); None when no store has a CommitLog
-    file."""
+    """(broker, min_commitlog_offset, n_cq) from store listings (``StoreFrames.layout_info``: objects with
+    ``broker``, ``commitlog_files`` = ((path, base_offset, size), ...) and ``consume_queues`` = the number of
+    queue directories); None when no store has a CommitLog file."""
     rows = [
-        (s.broker, int(min(base for _, base, _ in s.commitlog_files)))
+        (s.broker, int(min(base for _, base, _ in s.commitlog_files)),
+         int(getattr(s, "consume_queues", 0) or 0))
         for s in layout_info
         if getattr(s, "commitlog_files", None)
     ]
     if not rows:
         return None
-    return spark.createDataFrame(rows, "broker string, min_commitlog_offset bigint")
+    return spark.createDataFrame(rows, "broker string, min_commitlog_offset bigint, n_cq bigint")
 
 
 def reconstruct(

@@ -118,6 +118,9 @@ class StoreFrames:
     anomalies: object
     layout_info: tuple               # StoreInfo per store, in option order
     mode: str = "indexed"
+    #: the consumequeue rows of the half / op / discard topics only (read with file pruning by topic): all the
+    #: reconstruction needs of the consume queues (with layout_info for "the store has consume queues")
+    transaction_queues: object = None
 
 
 def has_transaction_index(store: StoreInfo) -> bool:
@@ -165,12 +168,12 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     statetable = read(STATETABLE_FORMAT)
     redolog = read(REDOLOG_FORMAT)
     consumer_offsets = read(CONSUMER_OFFSETS_FORMAT)
+    # the transaction queues alone (file pruning by topic): small, and read by several branches below
+    tx_queues = read(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS))
     if mode == "full":
         commitlog = read(COMMITLOG_FORMAT, include_bodies=str(bool(include_bodies)).lower())
         anomalies = read(ANOMALIES_FORMAT)
     else:
-        # the transaction queues alone (file pruning by topic): small, and read by several branches below
-        tx_queues = read(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS))
         commitlog, positions = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts,
                                                  tx_queues=tx_queues)
         anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
@@ -203,7 +206,8 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             anomalies = anomalies.unionByName(
                 spark.read.format(ANOMALIES_FORMAT).options(**scan, sources="commitlog").load())
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
-                       consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode)
+                       consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
+                       transaction_queues=tx_queues)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -291,7 +295,8 @@ def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info:
     ends = tails.mapInArrow(_queue_ends, "broker string, p_end long")
     if any(s.statetable_files or s.redolog_files for s in info):        # 3.x: dispatch writes these too
         for units in (statetable, redolog):
-            ends = ends.unionByName(units.select("broker", (c("commitlog_offset") + c("size")).alias("p_end")))
+            p_end = (c("commitlog_offset") + c("size")).alias("p_end")
+            ends = ends.unionByName(units.select("broker", p_end))
     ends = ends.groupBy("broker").agg(F.max("p_end").alias("dispatched_end"))
     b = bounds.join(ends, "broker", "left")
     dispatched = F.greatest(F.coalesce("dispatched_end", "clog_start"), "clog_start")
