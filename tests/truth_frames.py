@@ -30,6 +30,23 @@ def _int(v) -> Optional[int]:
         return None
 
 
+def _property_columns(p: Mapping[str, str]) -> dict:
+    """The COMMITLOG columns RocketMQ's decoder derives from a record's properties."""
+    return {
+        "uniq_key": p.get("UNIQ_KEY"),
+        "tags": p.get("TAGS"),
+        "keys": p.get("KEYS"),
+        "pgroup": p.get("PGROUP"),
+        "real_topic": p.get("REAL_TOPIC"),
+        "real_qid": _int(p.get("REAL_QID")),
+        "tran_msg": (p["TRAN_MSG"] == "true") if "TRAN_MSG" in p else None,
+        "transaction_check_times": _int(p.get("TRANSACTION_CHECK_TIMES")),
+        "tran_prepared_queue_offset": _int(p.get("TRAN_PREPARED_QUEUE_OFFSET")),
+        "check_immunity_time_s": _int(p.get("CHECK_IMMUNITY_TIME_IN_SECONDS")),
+        "transaction_id": p.get("__transactionId__"),
+    }
+
+
 def _host(ip: str, port) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
@@ -82,17 +99,7 @@ def commitlog_rows(fixture: Path, broker: str, bodies: str = "ops") -> list:
                     "topic": r["topic"],
                     "properties": list(p.items()),
                     "msg_id": r["msgId"],
-                    "uniq_key": p.get("UNIQ_KEY"),
-                    "tags": p.get("TAGS"),
-                    "keys": p.get("KEYS"),
-                    "pgroup": p.get("PGROUP"),
-                    "real_topic": p.get("REAL_TOPIC"),
-                    "real_qid": _int(p.get("REAL_QID")),
-                    "tran_msg": (p["TRAN_MSG"] == "true") if "TRAN_MSG" in p else None,
-                    "transaction_check_times": _int(p.get("TRANSACTION_CHECK_TIMES")),
-                    "tran_prepared_queue_offset": _int(p.get("TRAN_PREPARED_QUEUE_OFFSET")),
-                    "check_immunity_time_s": _int(p.get("CHECK_IMMUNITY_TIME_IN_SECONDS")),
-                    "transaction_id": p.get("__transactionId__"),
+                    **_property_columns(p),
                     "tags_code": r["tagsCode_dispatch"],
                     "compression": _compression(r["sysFlag"]),
                     "body": base64.b64decode(r["body_b64"]) if want_body else None,
@@ -294,17 +301,7 @@ def commitlog_row(
         "topic": topic,
         "properties": list(p.items()),
         "msg_id": f"7F00000100002A9F{physical_offset:016X}",
-        "uniq_key": p.get("UNIQ_KEY"),
-        "tags": p.get("TAGS"),
-        "keys": p.get("KEYS"),
-        "pgroup": p.get("PGROUP"),
-        "real_topic": p.get("REAL_TOPIC"),
-        "real_qid": _int(p.get("REAL_QID")),
-        "tran_msg": (p["TRAN_MSG"] == "true") if "TRAN_MSG" in p else None,
-        "transaction_check_times": _int(p.get("TRANSACTION_CHECK_TIMES")),
-        "tran_prepared_queue_offset": _int(p.get("TRAN_PREPARED_QUEUE_OFFSET")),
-        "check_immunity_time_s": _int(p.get("CHECK_IMMUNITY_TIME_IN_SECONDS")),
-        "transaction_id": p.get("__transactionId__"),
+        **_property_columns(p),
         "tags_code": 0,
         "compression": "NONE",
         "body": None,
