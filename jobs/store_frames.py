@@ -178,33 +178,24 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
                                                  tx_queues=tx_queues)
         anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
             .unionByName(fetch_anomalies(spark, positions, info, opts))
+        # what the indexes cannot reach is scanned, not silently missed: the gaps of the indexed stores
+        # (lost / rebuilt / lagging queues), located now in one small job (a few rows per store) so both
+        # passes below and the findings share them, and the whole CommitLog of a store without any index
         indexed = [s for s in info if has_transaction_index(s) and s.commitlog_files]
-        if indexed:
-            # what the indexes cannot reach (lost / rebuilt / lagging queues) is scanned, not silently missed
-            # located now, in one small job (a few rows per store): both passes below and the findings
-            # then share them instead of each re-reading every index to find the same ranges
-            gaps = index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts,
-                              tx_queues=tx_queues)
-            gaps = spark.createDataFrame(gaps.collect(), gaps.schema)
+        unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
+        gap_rows = (index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts,
+                               tx_queues=tx_queues).collect() if indexed else [])
+        gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
+        if gap_rows:
+            gaps = spark.createDataFrame(gap_rows, GAPS_SCHEMA)
+            scanned_stores = indexed + unindexed
             # a record both fetched and scanned (gaps overlap the indexed ranges) is the same decoded row, and
             # its findings the same rows: de-duplicated after the union (a join against the fetched positions
             # instead would recompute the whole fetch plan)
-            scanned = scan_cells(spark, gaps, indexed, opts, emit="records")
+            scanned = scan_cells(spark, gaps, scanned_stores, opts, emit="records")
             commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
-            scan_findings = scan_cells(spark, gaps, indexed, opts, emit="anomalies")
+            scan_findings = scan_cells(spark, gaps, scanned_stores, opts, emit="anomalies")
             anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
-        unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
-        if unindexed:
-            from pyspark.sql import functions as F
-
-            scan = dict(base, paths=json.dumps([s.root for s in unindexed]),
-                        brokers=",".join(s.broker for s in unindexed))
-            records = spark.read.format(COMMITLOG_FORMAT).options(
-                **scan, include_bodies=str(bool(include_bodies)).lower()).load()
-            commitlog = commitlog.unionByName(records.where(
-                (F.col("transaction_type") != "NOT") | F.col("topic").isin(*TX_SYSTEM_TOPICS)))
-            anomalies = anomalies.unionByName(
-                spark.read.format(ANOMALIES_FORMAT).options(**scan, sources="commitlog").load())
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
                        transaction_queues=tx_queues)
@@ -250,6 +241,18 @@ GAP_HEAD = "QUEUE_HEAD_MISSING"      # a transaction queue's first unit is not u
                                      # CommitLog's start: its older units were deleted (or rebuilt later)
 GAP_TAIL_UNITS = "QUEUE_TAIL_MISSING"  # consumerOffset.json has consumed past the queue's last unit
 GAP_OP_QUEUE = "OP_QUEUE_MISSING"    # half queue present, op queue absent: ops cannot be found by index
+GAP_NO_INDEX = "NO_TRANSACTION_INDEX"  # no transaction index at all (4.0 - 4.2, RocksDB queues): all of it
+#: gaps that are how the store is made, not damage: scanned without an INDEX_INCOMPLETE finding
+ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX)
+GAPS_SCHEMA = ("broker string, start bigint, end bigint, reason string, queue string, detail string, "
+               "queue_dir string")
+
+
+def _whole_commitlog_gap(store: StoreInfo) -> tuple:
+    """The gap row (GAPS_SCHEMA) of a store without a transaction index: its whole CommitLog."""
+    _, last_base, last_size = store.commitlog_files[-1]
+    return (store.broker, store.commitlog_files[0][1], last_base + last_size, GAP_NO_INDEX, None,
+            "no half-queue consume queue, statetable or redolog", os.path.join(store.root, "consumequeue"))
 
 
 def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info: Sequence[StoreInfo],
@@ -351,11 +354,11 @@ def _queue_ends(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def gap_findings(gaps):
-    """One INDEX_INCOMPLETE anomaly per gap that is not the ordinary tail (broker + ANOMALIES)."""
+    """One INDEX_INCOMPLETE anomaly per gap that is damage, not one of ORDINARY_GAPS (broker + ANOMALIES)."""
     from pyspark.sql import functions as F
 
     c = F.col
-    return gaps.where(c("reason") != GAP_TAIL).select(
+    return gaps.where(~c("reason").isin(*ORDINARY_GAPS)).select(
         "broker", F.lit(AnomalyKind.INDEX_INCOMPLETE).alias("kind"),
         F.concat_ws("/", "queue_dir", "queue").alias("file"), F.lit(0).cast("long").alias("position"),
         F.format_string("%s: %s; indexed mode scanned CommitLog [%d, %d) for transaction records", "reason",
@@ -372,16 +375,10 @@ def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions, emit
     (transaction type not NOT, or a transaction system topic; broker + COMMITLOG); ``"anomalies"``: the
     decoder's findings in those pieces (broker + ANOMALIES)."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     c = F.col
     split = int(opts.split_bytes)
-    files_schema = T.StructType([T.StructField("broker", T.StringType(), False),
-                                 T.StructField("path", T.StringType(), False),
-                                 T.StructField("base_offset", T.LongType(), False),
-                                 T.StructField("size", T.LongType(), False)])
-    files = spark.createDataFrame([(s.broker, path, base, size) for s in info
-                                   for path, base, size in s.commitlog_files], files_schema)
+    files = commitlog_files_frame(spark, info)
     g = gaps.select("broker", c("start").alias("g_start"), c("end").alias("g_end"))
     touched = g.join(F.broadcast(files), "broker").where(
         (c("g_start") < c("base_offset") + c("size")) & (c("g_end") > c("base_offset")))
@@ -432,18 +429,21 @@ class _ScanCells:
                     yield anomalies_batch(cell["broker"], found, "commitlog", cell["path"])
 
 
+def commitlog_files_frame(spark, info: Sequence[StoreInfo]):
+    """(broker, path, base_offset, size) of every CommitLog file of the listed stores (driver listing)."""
+    return spark.createDataFrame([(s.broker, path, base, size) for s in info
+                                  for path, base, size in s.commitlog_files],
+                                 "broker string, path string, base_offset bigint, size bigint")
+
+
 def _located(spark, positions, info: Sequence[StoreInfo], split_bytes: int):
     """positions (broker, commitlog_offset[, only_tx]) + the CommitLog file holding each (null path: no file),
     repartitioned by (broker, file, chunk of split_bytes) and sorted by offset within a partition."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
-    files_schema = T.StructType([T.StructField("f_broker", T.StringType(), False),
-                                 T.StructField("path", T.StringType(), False),
-                                 T.StructField("base_offset", T.LongType(), False),
-                                 T.StructField("end_offset", T.LongType(), False)])
-    rows = [(s.broker, path, base, base + size) for s in info for path, base, size in s.commitlog_files]
-    files = spark.createDataFrame(rows, files_schema)
+    files = commitlog_files_frame(spark, info).select(
+        F.col("broker").alias("f_broker"), "path", "base_offset",
+        (F.col("base_offset") + F.col("size")).alias("end_offset"))
     # one partition per split_bytes of CommitLog (not per file: many small files -- small stores, many
     # brokers -- would each cost a task and a Python runner in every fetch pass)
     n_parts = max(1, -(-sum(size for s in info for _, _, size in s.commitlog_files) // split_bytes))
@@ -546,4 +546,4 @@ class _FetchAt:
 
 __all__ = ["load_store_frames", "StoreFrames", "StoreInfo", "indexed_commitlog", "fetch_records",
            "fetch_anomalies", "has_transaction_index", "index_gaps", "scan_cells", "gap_findings",
-           "TX_SYSTEM_TOPICS", "MODES"]
+           "commitlog_files_frame", "TX_SYSTEM_TOPICS", "MODES"]
