@@ -1,6 +1,6 @@
 """txlog-dump: print the records of RocketMQ store files as JSON lines (modelled on Kafka's kafka-dump-log).
 
-    txlog-dump {commitlog|consumequeue|statetable|redolog|store} PATH... [--bodies] [--verify]
+    txlog-dump {commitlog|consumequeue|statetable|redolog|index|store} PATH... [--bodies] [--verify]
 
 PATH is a file, a mapped-file directory, or a store root.  One JSON object per record goes to stdout; a summary
 per file goes to stderr.  ``--verify`` prints only integrity findings (one JSON object each) and exits 1 when
@@ -25,7 +25,7 @@ COMMITLOG_FIELDS = ("file", "file_position", "physical_offset", "total_size", "m
                     "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
                     "prepared_transaction_offset", "body_size", "topic", "properties", "msg_id", "uniq_key",
                     "tags", "keys")
-KINDS = ("commitlog", "consumequeue", "statetable", "redolog", "store")
+KINDS = ("commitlog", "consumequeue", "statetable", "redolog", "index", "store")
 
 
 class _Out:
@@ -193,6 +193,31 @@ def dump_units(paths, out: _Out, which: str) -> None:
                          "anomalies": len(found)})
 
 
+def dump_index(paths, out: _Out) -> None:
+    """IndexFile entries (a file, the index/ directory or a store root)."""
+    from txlog_io.indexfile import list_index_files, read_index_file
+
+    for p in paths:
+        path = _require(p)
+        if path.is_file():
+            files = [path]
+        else:
+            files = list_index_files(path.parent if path.name == "index" else path)
+        if not files:
+            raise UsageError(f"no index files under {p} (expected a store root, its index/ or an index file)")
+        for f in files:
+            idx = read_index_file(f)
+            for row in idx.entries.to_pylist():
+                out.record(row)
+            out.findings_out(idx.anomalies)
+            h = idx.header
+            out.summary({"file": str(f), "kind": "index", "records": idx.entries.num_rows,
+                         "hash_slots": idx.hash_slots, "index_num": idx.index_num,
+                         "index_count": h.index_count if h else None,
+                         "begin_phy_offset": h.begin_phy_offset if h else None,
+                         "end_phy_offset": h.end_phy_offset if h else None, "anomalies": len(idx.anomalies)})
+
+
 def dump_store(paths, out: _Out, with_body: bool) -> None:
     for p in paths:
         root = _require(p)
@@ -242,6 +267,8 @@ def main(argv=None) -> int:
             dump_consumequeue(args.paths, out)
         elif args.kind in ("statetable", "redolog"):
             dump_units(args.paths, out, args.kind)
+        elif args.kind == "index":
+            dump_index(args.paths, out)
         else:
             dump_store(args.paths, out, args.bodies)
     except TxlogError as exc:

@@ -89,6 +89,8 @@ class AnomalyKind:
     MISSING_FILE = "MISSING_FILE"
     BAD_CQ_EXT_UNIT = "BAD_CQ_EXT_UNIT"            # consume-queue-ext unit whose size fields do not add up
     BAD_CONFIG_ENTRY = "BAD_CONFIG_ENTRY"          # parsable config JSON with an entry RocketMQ could not have written
+    BAD_FILE_HEADER = "BAD_FILE_HEADER"            # a file header that cannot be what the broker wrote
+    BAD_INDEX_ENTRY = "BAD_INDEX_ENTRY"            # IndexFile entry or hash slot with an impossible value
     INDEX_INCOMPLETE = "INDEX_INCOMPLETE"          # an index may miss retained records: indexed mode scanned
 
 

@@ -1,0 +1,328 @@
+"""RocketMQ IndexFile (``store/index/<yyyyMMddHHmmssSSS>``): decode to Arrow, look a key up, encode.
+
+Sources (apache/rocketmq 5.x; the layout is unchanged since 3.x):
+  store/src/main/java/org/apache/rocketmq/store/index/IndexHeader.java    the 40-byte header
+  store/src/main/java/org/apache/rocketmq/store/index/IndexFile.java      putKey, selectPhyOffset, indexKeyHashMethod
+  store/src/main/java/org/apache/rocketmq/store/index/IndexService.java   buildIndex: which records get keys
+
+Layout, big-endian (offsets come from the struct/dtype definitions below):
+
+  header (40 B)                       hash slots (hashSlotNum x 4 B)     entries (indexNum x 20 B)
+     0 int64 beginTimestamp (ms)         int32 newest entry index of        0 int32 keyHash (>= 0)
+     8 int64 endTimestamp                the slot, 0 = empty                4 int64 CommitLog offset
+    16 int64 beginPhyOffset                                                 12 int32 timeDiff: seconds since
+    24 int64 endPhyOffset                                                      beginTimestamp (clamped >= 0)
+    32 int32 hashSlotCount (used slots)                                     16 int32 prevIndex (chain), 0 = end
+    36 int32 indexCount (next entry index; entries 1 .. indexCount-1 are written, entry 0 never is)
+
+  file size = 40 + 4 * hashSlotNum + 20 * indexNum.  Neither number is stored (broker settings maxHashSlotNum,
+  default 5,000,000, and maxIndexNum, default 20,000,000); :func:`derive_geometry` finds hashSlotNum from the
+  bytes: entry 1 holds beginPhyOffset and entry indexCount-1 holds endPhyOffset (putKey sets both).
+
+  Keys: ``topic + "#" + UNIQ_KEY`` and ``topic + "#" + k`` for each space-separated KEYS value, for records of
+  transaction type NOT, PREPARED and COMMIT (never ROLLBACK), in CommitLog order, skipping records below the
+  file's endPhyOffset.  keyHash = abs(String.hashCode(key)) (0 for Integer.MIN_VALUE); slot = keyHash % slots.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.index import INDEX_ENTRIES
+from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
+from txlog_io.properties import java_string_hash
+
+SOURCE = "index"
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size                      # 40
+SLOT = struct.Struct(">i")
+SLOT_SIZE = SLOT.size                          # 4
+ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("commitlog_offset", ">i8"), ("time_diff_s", ">i4"),
+                        ("prev_index", ">i4")])
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size                        # 20
+assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
+DEFAULT_HASH_SLOTS = 5_000_000
+DEFAULT_INDEX_NUM = 20_000_000
+_MAX_HEADER_SCAN = 1 << 31                     # a slot table larger than 2 GiB is not a RocketMQ index
+
+
+@dataclass(frozen=True)
+class IndexHeader:
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
+
+@dataclass
+class IndexFile:
+    """A decoded index file: header, geometry (None when it could not be derived), entries, findings."""
+
+    path: str
+    header: Optional[IndexHeader]
+    hash_slots: Optional[int]
+    index_num: Optional[int]
+    slots: np.ndarray                          # int32 per slot (empty when the geometry is unknown)
+    entries: pa.Table                          # schemas.index.INDEX_ENTRIES
+    anomalies: List[Anomaly]
+
+
+def index_key_hash(key: str) -> int:
+    """``IndexFile.indexKeyHashMethod``: abs(String.hashCode), with Math.abs(MIN_VALUE) < 0 mapped to 0.
+
+    The real 3.1.4 store holds the raw (negative) String.hashCode for some keys and counts every put as a new
+    slot: the reader accepts such files, the writer produces the 4.x+ form only."""
+    h = java_string_hash(key)
+    return 0 if h == -(1 << 31) else abs(h)
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+def file_size_for(hash_slots: int, index_num: int) -> int:
+    return HEADER_SIZE + SLOT_SIZE * hash_slots + ENTRY_SIZE * index_num
+
+
+def _anomaly(kind: str, path: str, pos: int, detail: str, expected=None, actual=None) -> Anomaly:
+    return Anomaly(kind=kind, file=path, position=pos, detail=detail,
+                   expected=None if expected is None else str(expected),
+                   actual=None if actual is None else str(actual), source=SOURCE)
+
+
+def _read_all(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise StoreNotFoundError(path, "index file") from None
+    except OSError as exc:
+        raise UnreadableFileError(path, exc.strerror or str(exc)) from None
+    try:
+        size = os.fstat(fd).st_size
+        chunks, got = [], 0
+        while got < size:
+            b = os.pread(fd, min(64 << 20, size - got), got)
+            if not b:
+                break
+            chunks.append(b)
+            got += len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def derive_geometry(data: bytes, header: IndexHeader) -> Optional[Tuple[int, int]]:
+    """(hashSlotNum, indexNum) consistent with the bytes, or None.
+
+    Entry 1 carries beginPhyOffset and entry indexCount-1 endPhyOffset; the slot count is the one that puts them
+    there and leaves a whole number of 20-byte entries.  An index with no entry yet (indexCount <= 1) has no
+    evidence: the broker defaults are assumed when the size matches them."""
+    size = len(data)
+    if header.index_count <= 1:
+        if size == file_size_for(DEFAULT_HASH_SLOTS, DEFAULT_INDEX_NUM):
+            return DEFAULT_HASH_SLOTS, DEFAULT_INDEX_NUM
+        return None
+    if size == file_size_for(DEFAULT_HASH_SLOTS, DEFAULT_INDEX_NUM) and \
+            _plausible(data, header, DEFAULT_HASH_SLOTS * SLOT_SIZE):
+        return DEFAULT_HASH_SLOTS, DEFAULT_INDEX_NUM
+    needle = struct.pack(">q", header.begin_phy_offset)
+    last = header.index_count - 1
+    start = HEADER_SIZE
+    while True:
+        p = data.find(needle, start)
+        if p < 0:
+            return None
+        start = p + 1
+        entry1 = p - 4                                   # the offset field sits 4 bytes into its entry
+        slots4 = entry1 - ENTRY_SIZE - HEADER_SIZE       # entry 1 = after the slots and the unused entry 0
+        if slots4 < 0 or slots4 % SLOT_SIZE or slots4 > _MAX_HEADER_SCAN:
+            continue
+        slots = slots4 // SLOT_SIZE
+        rest = size - HEADER_SIZE - slots4
+        if slots == 0 or rest % ENTRY_SIZE or rest // ENTRY_SIZE < header.index_count:
+            continue
+        if not _plausible(data, header, slots4):
+            continue
+        return slots, rest // ENTRY_SIZE
+
+
+def _plausible(data: bytes, header: IndexHeader, slots4: int) -> bool:
+    """Entry 1 and entry indexCount-1 hold the header's begin/end offsets, chains only point backwards, and
+    every entry of a chain belongs to the slot the chain starts from."""
+    last = header.index_count - 1
+    first = HEADER_SIZE + slots4
+    if first + (last + 1) * ENTRY_SIZE > len(data):
+        return False
+    if struct.unpack_from(">q", data, first + ENTRY_SIZE + 4)[0] != header.begin_phy_offset or \
+            struct.unpack_from(">q", data, first + last * ENTRY_SIZE + 4)[0] != header.end_phy_offset:
+        return False
+    rows = np.frombuffer(data, ENTRY_DTYPE, last, first + ENTRY_SIZE)
+    prev = rows["prev_index"].astype(np.int64)
+    idx = np.arange(1, last + 1)
+    if np.any((prev < 0) | (prev >= idx)):
+        return False
+    linked = prev > 0
+    n_slots = slots4 // SLOT_SIZE
+    h = np.abs(rows["key_hash"].astype(np.int64)) % n_slots
+    return bool(np.all(h[linked] == h[prev[linked] - 1]))
+
+
+def read_index_file(path, hash_slots: Optional[int] = None, index_num: Optional[int] = None) -> IndexFile:
+    """Decode one index file.  Never raises on content: damage becomes anomalies (file, byte position)."""
+    path = str(path)
+    data = _read_all(path)
+    anomalies: List[Anomaly] = []
+    empty = INDEX_ENTRIES.arrow_schema().empty_table()
+    if len(data) < HEADER_SIZE:
+        anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, 0, "index file shorter than its header",
+                                  HEADER_SIZE, len(data)))
+        return IndexFile(path, None, None, None, np.zeros(0, np.int32), empty, anomalies)
+    header = IndexHeader(*HEADER.unpack_from(data, 0))
+    if hash_slots is not None and index_num is None:
+        rest = len(data) - file_size_for(hash_slots, 0)
+        index_num = rest // ENTRY_SIZE if rest >= 0 and rest % ENTRY_SIZE == 0 else None
+    geometry = (hash_slots, index_num) if hash_slots is not None and index_num is not None else None
+    if geometry and file_size_for(*geometry) != len(data):
+        anomalies.append(_anomaly(AnomalyKind.FILE_SIZE_MISMATCH, path, 0,
+                                  f"index file size for {geometry[0]} slots x {geometry[1]} entries",
+                                  file_size_for(*geometry), len(data)))
+        geometry = None
+    if geometry is None:                         # not given, or contradicted by the size: the bytes decide
+        geometry = derive_geometry(data, header)
+    if geometry is None:
+        if header.index_count > 1 or any(data[HEADER_SIZE:]):
+            anomalies.append(_anomaly(AnomalyKind.BAD_FILE_HEADER, path, 0,
+                                      "cannot place the entries: no slot count puts beginPhyOffset in entry 1 and "
+                                      "endPhyOffset in entry indexCount-1 (truncated or damaged index file)",
+                                      None, f"indexCount={header.index_count} size={len(data)}"))
+        return IndexFile(path, header, None, None, np.zeros(0, np.int32), empty, anomalies)
+    slots_n, index_n = geometry
+    slots = np.frombuffer(data, ">i4", slots_n, HEADER_SIZE).astype(np.int32)
+    count = header.index_count
+    if count < 1 or count > index_n:
+        anomalies.append(_anomaly(AnomalyKind.BAD_FILE_HEADER, path, 36, "indexCount out of range",
+                                  f"1..{index_n}", count))
+        count = max(1, min(count, index_n))
+    first = HEADER_SIZE + SLOT_SIZE * slots_n
+    rows = np.frombuffer(data, ENTRY_DTYPE, count, first)[1:]   # entry 0 is never written
+    idx = np.arange(1, count, dtype=np.int64)
+    positions = first + idx * ENTRY_SIZE
+    bad = (rows["commitlog_offset"] < 0) | (rows["time_diff_s"] < 0) | (rows["prev_index"] < 0) | \
+        (rows["prev_index"] >= idx)
+    for i in np.flatnonzero(bad)[:1000]:
+        anomalies.append(_anomaly(AnomalyKind.BAD_INDEX_ENTRY, path, int(positions[i]),
+                                  "index entry with an impossible value (negative offset/time, or a chain link "
+                                  "that does not point to an older entry)", None,
+                                  str(rows[i].tolist())))
+    bad_slots = np.flatnonzero((slots < 0) | (slots >= max(count, 1)))
+    for s in bad_slots[:1000]:
+        anomalies.append(_anomaly(AnomalyKind.BAD_INDEX_ENTRY, path, HEADER_SIZE + int(s) * SLOT_SIZE,
+                                  "hash slot points past the written entries", f"0..{count - 1}", int(slots[s])))
+    table = pa.table({
+        "file": pa.array([path] * len(idx), pa.string()),
+        "file_position": pa.array(positions, pa.int64()),
+        "entry_index": pa.array(idx.astype(np.int32), pa.int32()),
+        "key_hash": pa.array(rows["key_hash"].astype(np.int32)),
+        "commitlog_offset": pa.array(rows["commitlog_offset"].astype(np.int64)),
+        "store_timestamp": pa.array(header.begin_timestamp + rows["time_diff_s"].astype(np.int64) * 1000,
+                                    pa.int64()),
+        "prev_index": pa.array(rows["prev_index"].astype(np.int32)),
+        "valid": pa.array(~bad),
+    }, schema=INDEX_ENTRIES.arrow_schema())
+    return IndexFile(path, header, slots_n, index_n, slots, table, anomalies)
+
+
+def lookup(index: IndexFile, key: str, max_hits: int = 1 << 16) -> List[int]:
+    """CommitLog offsets stored for ``key`` (newest first), following the slot chain as selectPhyOffset does.
+
+    Hash collisions are not resolved here (neither does RocketMQ: its caller re-checks the message's keys)."""
+    if index.hash_slots is None or index.entries.num_rows == 0:
+        return []
+    h = index_key_hash(key)
+    cur = int(index.slots[h % index.hash_slots])
+    hashes = index.entries.column("key_hash").to_numpy()
+    offsets = index.entries.column("commitlog_offset").to_numpy()
+    prevs = index.entries.column("prev_index").to_numpy()
+    out: List[int] = []
+    seen = 0
+    while 0 < cur <= len(hashes) and seen < max_hits:
+        row = cur - 1
+        if hashes[row] == h:
+            out.append(int(offsets[row]))
+        nxt = int(prevs[row])
+        if nxt >= cur:          # a damaged chain must not loop
+            break
+        cur, seen = nxt, seen + 1
+    return out
+
+
+class IndexFileWriter:
+    """Encoder twin: builds an index file byte for byte as ``IndexFile.putKey`` does."""
+
+    def __init__(self, hash_slots: int = DEFAULT_HASH_SLOTS, index_num: int = DEFAULT_INDEX_NUM):
+        if hash_slots <= 0 or index_num <= 1:
+            raise EncodeError("hash_slots/index_num", "> 0 / > 1", (hash_slots, index_num))
+        self.hash_slots, self.index_num = hash_slots, index_num
+        self.buf = bytearray(file_size_for(hash_slots, index_num))
+        self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
+        self.slot_count, self.index_count = 0, 1
+
+    @property
+    def full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        if self.full:
+            return False
+        h = index_key_hash(key)
+        slot_at = HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE
+        slot_value = SLOT.unpack_from(self.buf, slot_at)[0]
+        if slot_value <= 0 or slot_value > self.index_count:
+            slot_value = 0
+        diff = 0 if self.begin_ts <= 0 else min(max((store_timestamp - self.begin_ts) // 1000, 0), 2**31 - 1)
+        at = HEADER_SIZE + self.hash_slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
+        ENTRY.pack_into(self.buf, at, h, phy_offset, int(diff), slot_value)
+        SLOT.pack_into(self.buf, slot_at, self.index_count)
+        if self.index_count <= 1:
+            self.begin_phy, self.begin_ts = phy_offset, store_timestamp
+        if slot_value == 0:
+            self.slot_count += 1
+        self.index_count += 1
+        self.end_phy, self.end_ts = phy_offset, store_timestamp
+        return True
+
+    def to_bytes(self) -> bytes:
+        HEADER.pack_into(self.buf, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                         self.slot_count, self.index_count)
+        return bytes(self.buf)
+
+
+def index_keys(topic: str, uniq_key: Optional[str], keys: Optional[str], transaction_type: str) -> List[str]:
+    """The keys ``IndexService.buildIndex`` puts for one record (none for a ROLLBACK record)."""
+    if transaction_type == "ROLLBACK":
+        return []
+    out = [build_key(topic, uniq_key)] if uniq_key is not None else []
+    if keys:
+        out += [build_key(topic, k) for k in keys.split(" ") if k]
+    return out
+
+
+def list_index_files(store_root) -> List[Path]:
+    """The store's index files, oldest first (names are yyyyMMddHHmmssSSS creation times)."""
+    d = Path(store_root) / "index"
+    if not d.is_dir():
+        return []
+    return sorted((p for p in d.iterdir() if p.is_file() and p.name.isdigit()), key=lambda p: p.name)
+
+
+def read_index_files(paths: Sequence, hash_slots: Optional[int] = None) -> List[IndexFile]:
+    return [read_index_file(p, hash_slots) for p in paths]
