@@ -98,7 +98,8 @@ while [ $# -gt 0 ]; do
         case "$arg" in
             -h|--help) usage; exit 0 ;;
             audit|demo|dump|check) SUB="$arg" ;;
-            -*) usage_error "unknown option before the subcommand: $arg (subcommands: audit, demo, check, dump)" ;;
+            -*) usage_error "unknown option before the subcommand: $arg" \
+                            "(subcommands: audit, demo, check, dump)" ;;
             *) usage_error "unknown subcommand: $arg (expected audit, demo, check or dump)" ;;
         esac
     else
@@ -118,7 +119,8 @@ if [ "$SUB" = check ]; then
         case "$a" in --store|--store=*) has_store=1 ;; esac
     done
     if [ "$has_store" = 0 ]; then
-        [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: check without --store runs without Spark; Spark options ignored" >&2
+        [ ${#SPARK_ARGS[@]} -eq 0 ] \
+            || echo "$PROG: warning: check without --store runs without Spark; Spark options ignored" >&2
         export TXAUDIT_CONF_DIR="${TXAUDIT_CONF_DIR:-$ROOT/conf}"
         exec "$VENV_PY" "$ROOT/jobs/main.py" check ${APP_ARGS[@]+"${APP_ARGS[@]}"}
     fi

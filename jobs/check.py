@@ -1,6 +1,6 @@
 """``check``: the CI data-quality mode -- evaluate a checks file on an audit run and exit like ``soda scan``.
 
-    ./spark-submit.sh check [--checks FILE] --store DIR ... --out DIR [every audit option]   # audit, then check
+    ./spark-submit.sh check [--checks FILE] --store DIR ... --out DIR [audit options]   # audit, then check
     ./spark-submit.sh check [--checks FILE] --out DIR [--run-id ID]    # check a run already under --out
 
 The evaluation never reads a store and never needs Spark: it reads the run's own Delta tables under ``--out``
@@ -13,8 +13,8 @@ written through jobs/delta_sink.py's file writer and single-commit path on the d
 spark-submit.sh runs this module's caller (jobs/main.py) with the venv's Python: no JVM starts at all.
 
 The previous run for ``*_change`` (per result scope): the latest finished run before this one (by as-of, then
-finish time) that audited the same broker (broker scope) or the same set of brokers (all brokers).  Its metrics
-come from the ``metrics`` table, or are computed from its tables when it was never checked.
+finish time) that audited the same broker (broker scope) or the same set of brokers (all brokers).  Its
+metrics come from the ``metrics`` table, or are computed from its tables when it was never checked.
 
 Outputs: a table and a one-line summary on stdout, ``--json FILE`` (Great Expectations-like: success,
 statistics, results), ``--junit-xml FILE`` (jobs/check_output.py).  Exit codes: 0 all passed, 1 a warning, 2 a
@@ -135,16 +135,21 @@ def _table_dir(out: str, run: RunInfo, logical: str, names: Dict[str, str]) -> s
 
 
 def load_run_data(out: str, run: RunInfo, names: Dict[str, str]) -> RunData:
-    tables = {}
-    for logical, cols in RUN_TABLES.items():
-        tables[logical] = _delta_read(_table_dir(out, run, logical, names), f"run {run.run_id}: {logical}",
-                                      run.run_id, cols)
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(logical: str) -> pa.Table:
+        return _delta_read(_table_dir(out, run, logical, names), f"run {run.run_id}: {logical}", run.run_id,
+                           RUN_TABLES[logical])
+
+    # four small reads in parallel: each is mostly delta-rs log replay + Parquet I/O, outside the GIL
+    with ThreadPoolExecutor(max_workers=len(RUN_TABLES)) as pool:
+        tables = dict(zip(RUN_TABLES, pool.map(read, RUN_TABLES)))
     return RunData(run.run_id, run.brokers, tables["transactions"], tables["check_back_worklist"],
                    tables["recovery_worklist"], tables["audit_anomalies"])
 
 
 class _History:
-    """Metrics of earlier runs, per run id: from the ``metrics`` table, else computed from the run's tables."""
+    """Metrics of earlier runs, per run id: from the ``metrics`` table, else computed from its tables."""
 
     def __init__(self, out: str, names: Dict[str, str], runs: List[RunInfo], current: RunInfo):
         self.out, self.names, self.current = out, names, current
@@ -212,8 +217,8 @@ def write_arrow(out: str, table: Table, data: pa.Table, run_id: str, run_date: d
 # the whole evaluation
 # ------------------------------------------------------------------------------------------------------------
 
-def run_check(checks: ChecksFile, out: str, run_id: Optional[str] = None, names: Optional[Dict[str, str]] = None,
-              spark=None, writer: str = "auto") -> CheckReport:
+def run_check(checks: ChecksFile, out: str, run_id: Optional[str] = None,
+              names: Optional[Dict[str, str]] = None, spark=None, writer: str = "auto") -> CheckReport:
     """Evaluate ``checks`` on run ``run_id`` (default: the latest finished run) under ``out`` and write its
     ``metrics`` and ``check_results``.  Spark-free unless ``spark`` is given and writes Delta itself."""
     names = dict(names or {})

@@ -13,8 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from jobs.quality_checks import ChecksFile, ChecksFileError, load_checks
 from txlog_io.errors import TxlogError, UsageError
+
+# jobs.main imports this module for every subcommand: the checks machinery (pyarrow, yaml) is imported only
+# when check runs, so audit's and demo's pre-check stay light
 
 PROG = "txaudit"
 EXIT_ERROR = 3
@@ -28,7 +30,7 @@ _AUDIT_ONLY = (("as_of", "--as-of"), ("mode", "--mode"), ("include_bodies", "--i
 class CheckOptions:
     """``check``, validated on the driver: with ``audit`` set the audit runs first and its run is checked."""
 
-    checks: ChecksFile
+    checks: object                 # jobs.quality_checks.ChecksFile
     out: str
     run_id: Optional[str]          # run to check (None: the latest finished run under out)
     json_path: Optional[str]
@@ -64,6 +66,7 @@ def check_options(ns, config, out: str, audit=None) -> CheckOptions:
     """Build :class:`CheckOptions` from the parsed namespace (``audit``: the AuditOptions when --store was
     given).  Raises UsageError / ChecksFileError (both exit 3 for check)."""
     from jobs.config import conf_dir
+    from jobs.quality_checks import ChecksFileError, load_checks
 
     if audit is None:
         given = [opt for attr, opt in _AUDIT_ONLY if getattr(ns, attr, None) not in (None, False, [])]
@@ -76,8 +79,9 @@ def check_options(ns, config, out: str, audit=None) -> CheckOptions:
         for c in checks.checks:
             for b in c.brokers:
                 if b not in ("*", "each") and b not in audit.brokers:
-                    raise ChecksFileError(f"checks file {checks.path}: check #{c.index} {c.name!r}: key 'broker': "
-                                          f"broker {b!r} is not audited (brokers: {', '.join(audit.brokers)})")
+                    raise ChecksFileError(f"checks file {checks.path}: check #{c.index} {c.name!r}: key "
+                                          f"'broker': broker {b!r} is not audited (brokers: "
+                                          f"{', '.join(audit.brokers)})")
     run_id = audit.run_id if audit is not None else ns.run_id
     if run_id is not None and not run_id.strip():
         raise UsageError("--run-id: must not be empty")

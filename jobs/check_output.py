@@ -31,8 +31,8 @@ def _cut(s: str, n: int) -> str:
 def format_results(report) -> str:
     rows = [("STATUS", "CHECK", "BROKER", "VALUE", "PREVIOUS", "CONDITION")]
     for r in report.results:
-        rows.append((r.status, _cut(r.check, 48), _cut(r.broker, 20), fmt_num(r.value), fmt_num(r.previous_value),
-                     r.condition or ""))
+        rows.append((r.status, _cut(r.check, 48), _cut(r.broker, 20), fmt_num(r.value),
+                     fmt_num(r.previous_value), r.condition or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(f"{c:<{w}}" for c, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
     for r in report.results:
@@ -102,7 +102,8 @@ def junit_xml(report) -> bytes:
         if r.samples:
             detail.append("samples: " + ", ".join(r.samples))
         if r.status == "FAIL":
-            ET.SubElement(case, "failure", message=r.message, type=r.condition or "fail").text = "\n".join(detail)
+            failure = ET.SubElement(case, "failure", message=r.message, type=r.condition or "fail")
+            failure.text = "\n".join(detail)
         elif r.status == "ERROR":
             ET.SubElement(case, "error", message=r.message, type="ERROR").text = "\n".join(detail)
         ET.SubElement(case, "system-out").text = f"{r.status}: " + "\n".join(detail)

@@ -100,8 +100,8 @@ def parse_condition(text) -> Condition:
             raise ValueError(f"{text!r}: both bounds or neither must carry %")
         op = "not between" if m.group(1) else "between"
         return Condition(t, op, float(m.group(2)), float(m.group(4)), bool(m.group(3)))
-    raise ValueError(f"cannot parse condition {text!r}: expected '> n', '>= n', '< n', '<= n', '= n', '!= n', "
-                     f"'between a and b' or 'not between a and b' (n may end with % in *_change)")
+    raise ValueError(f"cannot parse condition {text!r}: expected '> n', '>= n', '< n', '<= n', '= n', "
+                     f"'!= n', 'between a and b' or 'not between a and b' (n may end with % in *_change)")
 
 
 @dataclass(frozen=True)
@@ -194,11 +194,12 @@ def parse_checks(doc, path: str) -> ChecksFile:
             brokers = [brokers]
         if not isinstance(brokers, list) or not brokers or \
                 not all(isinstance(b, str) and b.strip() for b in brokers):
-            raise ChecksFileError(f"{_where(path, i, name, 'broker')}: expected a broker name, a list of names, "
-                                  f"'each' or '*', got {item.get('broker')!r}")
+            raise ChecksFileError(f"{_where(path, i, name, 'broker')}: expected a broker name, a list of "
+                                  f"names, 'each' or '*', got {item.get('broker')!r}")
         brokers = [b.strip() for b in brokers]
         if len(brokers) > 1 and ({ALL_INSTANCE, EACH} & set(brokers)):
-            raise ChecksFileError(f"{_where(path, i, name, 'broker')}: '*' and 'each' stand alone, not in a list")
+            raise ChecksFileError(f"{_where(path, i, name, 'broker')}: '*' and 'each' stand alone, "
+                                  f"not in a list")
         desc = item.get("description", "")
         checks.append(Check(i, name, metric, tuple(brokers), tuple(conds), str(desc or "")))
     return ChecksFile(path, tuple(checks))
@@ -287,7 +288,8 @@ def evaluate(checks: ChecksFile, metrics: Dict[Tuple[str, str, str], float], bro
         for broker, entity, instance in _scopes(check, brokers):
             if entity == ENTITY_BROKER and broker not in brokers:
                 results.append(CheckResult(
-                    check.name, check.metric, broker, check.level, "ERROR", None, check.conditions_text(), None,
+                    check.name, check.metric, broker, check.level, "ERROR", None, check.conditions_text(),
+                    None,
                     f"checks file {checks.path}: check #{check.index} {check.name!r}: key 'broker': broker "
                     f"{broker!r} is not in this run (brokers: {', '.join(brokers)})"))
                 continue
@@ -303,7 +305,8 @@ def evaluate(checks: ChecksFile, metrics: Dict[Tuple[str, str, str], float], bro
                         continue
                     delta = change(value, prev, cond.percent)
                     hit = cond.holds(delta)
-                    shown = f"{delta:+.1f}%" if cond.percent else f"{'+' if delta >= 0 else ''}{fmt_num(delta)}"
+                    sign = "+" if delta >= 0 else ""
+                    shown = f"{delta:+.1f}%" if cond.percent else f"{sign}{fmt_num(delta)}"
                     if hit and decided is None:
                         decided = (key, cond, f"changed {shown} from {fmt_num(prev)} (run {prev_run})")
                 else:
@@ -322,8 +325,8 @@ def evaluate(checks: ChecksFile, metrics: Dict[Tuple[str, str, str], float], bro
                 condition = f"{key}: {cond.text}"
                 msg = f"{label}{', ' + why if why else ''}: {condition} holds"
                 smp = list(sampler(check.metric, None if broker == ALL_INSTANCE else broker))
-            results.append(CheckResult(check.name, check.metric, broker, check.level, status, value, condition,
-                                       prev, msg, smp))
+            results.append(CheckResult(check.name, check.metric, broker, check.level, status, value,
+                                       condition, prev, msg, smp))
     return results
 
 
@@ -345,5 +348,5 @@ def exit_code(results: Sequence[CheckResult]) -> int:
     return 0
 
 
-__all__ = ["ChecksFile", "Check", "Condition", "CheckResult", "ChecksFileError", "load_checks", "parse_checks",
-           "parse_condition", "evaluate", "statistics", "exit_code", "change", "fmt_num"]
+__all__ = ["ChecksFile", "Check", "Condition", "CheckResult", "ChecksFileError", "load_checks",
+           "parse_checks", "parse_condition", "evaluate", "statistics", "exit_code", "change", "fmt_num"]

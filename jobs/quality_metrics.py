@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -175,16 +176,27 @@ def _broker_rows(t: pa.Table) -> Dict[str, int]:
 
 
 def _flag_counts(tx: pa.Table) -> Dict[Tuple[str, str], int]:
-    """``{(broker, flag): transactions carrying it}`` (a flag listed twice on one transaction counts once)."""
-    flags = tx.column("flags").combine_chunks() if tx.num_rows else pa.array([], pa.list_(pa.string()))
-    if len(flags) == 0:
+    """``{(broker, flag): transactions carrying it}`` (a flag listed twice on one transaction counts once).
+
+    Integer codes + numpy instead of a three-key Arrow group-by: 1 M transactions in ~0.2 s, not ~1.6 s."""
+    if tx.num_rows == 0:
+        return {}
+    flags = tx.column("flags").combine_chunks()
+    values = pc.list_flatten(flags)
+    if len(values) == 0:
         return {}
     parents = pc.list_parent_indices(flags)
-    values = pc.list_flatten(flags)
-    brokers = pc.take(tx.column("broker").combine_chunks(), parents)
-    pairs = pa.table({"row": parents, "broker": brokers, "flag": values}).group_by(["row", "broker", "flag"]) \
-        .aggregate([])
-    return _counts(pairs, "flag")
+    valid = pc.is_valid(values)
+    values, parents = pc.filter(values, valid), pc.filter(parents, valid)
+    fenc = values.dictionary_encode()
+    brokers = tx.column("broker").combine_chunks().dictionary_encode()
+    nf, nb = len(fenc.dictionary), len(brokers.dictionary)
+    keys = np.sort(parents.to_numpy().astype(np.int64) * nf + fenc.indices.to_numpy().astype(np.int64))
+    keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]     # np.unique's hashing is far slower
+    bidx = brokers.indices.to_numpy().astype(np.int64)[keys // nf]
+    counts = np.bincount(bidx * nf + keys % nf, minlength=nb * nf)
+    return {(brokers.dictionary[int(c) // nf].as_py(), fenc.dictionary[int(c) % nf].as_py()): int(counts[c])
+            for c in np.nonzero(counts)[0]}
 
 
 def _prepared(tx: pa.Table) -> pa.Table:
@@ -283,17 +295,23 @@ def metrics_table_rows(run_id: str, run_date, metrics: Dict[Tuple[str, str, str]
 # ------------------------------------------------------------------------------------------------------------
 
 def _keys(t: pa.Table, limit: int) -> List[str]:
-    t = t.slice(0, limit)
-    return [f"{b}:{k}" for b, k in zip(t.column("broker").to_pylist(), t.column("transaction_key").to_pylist())]
+    t = t.slice(0, limit)       # already in order (_sorted)
+    keys = zip(t.column("broker").to_pylist(), t.column("transaction_key").to_pylist())
+    return [f"{b}:{k}" for b, k in keys]
 
 
-def _sorted(t: pa.Table, keys: Sequence[Tuple[str, str]]) -> pa.Table:
-    return t.sort_by(list(keys)) if t.num_rows else t
+def _sorted(t: pa.Table, keys: Sequence[Tuple[str, str]], limit: int = MAX_SAMPLES) -> pa.Table:
+    """The first ``limit`` rows of ``t`` in ``keys`` order (top-k, then a stable sort of those)."""
+    if t.num_rows == 0:
+        return t
+    if t.num_rows > limit:
+        t = t.take(pc.select_k_unstable(t, k=limit, sort_keys=list(keys)))
+    return t.sort_by(list(keys))
 
 
 def _finding_samples(t: pa.Table, limit: int) -> List[str]:
     t = _sorted(t, [("broker", "ascending"), ("file", "ascending"), ("position", "ascending"),
-                    ("physical_offset", "ascending")]).slice(0, limit)
+                    ("physical_offset", "ascending")], limit)
     out = []
     for r in t.to_pylist():
         if r["file"]:
@@ -312,10 +330,10 @@ def _has_flag(t: pa.Table, flag: str) -> pa.Table:
         return t
     flags = t.column("flags").combine_chunks()
     parents = pc.list_parent_indices(flags)
-    hit = pc.equal(pc.list_flatten(flags), flag)
-    rows = pc.unique(pc.filter(parents, hit))
-    mask = pc.is_in(pa.array(range(t.num_rows), pa.int64()), value_set=rows.cast(pa.int64()))
-    return t.filter(mask)
+    hit = pc.fill_null(pc.equal(pc.list_flatten(flags), flag), False)
+    mask = np.zeros(t.num_rows, dtype=bool)
+    mask[pc.filter(parents, hit).to_numpy()] = True
+    return t.filter(pa.array(mask))
 
 
 def samples(data: RunData, metric: str, broker: Optional[str], limit: int = MAX_SAMPLES) -> List[str]:
@@ -325,32 +343,32 @@ def samples(data: RunData, metric: str, broker: Optional[str], limit: int = MAX_
     tx = data.scoped("transactions", broker)
     by_key = [("broker", "ascending"), ("transaction_key", "ascending")]
     if name == "transactions":
-        return _keys(_sorted(tx, by_key), limit)
+        return _keys(_sorted(tx, by_key, limit), limit)
     if name.startswith("state."):
-        return _keys(_sorted(tx.filter(pc.equal(tx.column("state"), name[6:])), by_key), limit)
+        return _keys(_sorted(tx.filter(pc.equal(tx.column("state"), name[6:])), by_key, limit), limit)
     if name in ("prepared_past_timeout", "prepared_past_deadline", "max_prepared_age_s"):
         p = _prepared(tx)
         if name == "prepared_past_timeout":
             p = _has_flag(p, "PREPARED_PAST_TIMEOUT")
         elif name == "prepared_past_deadline":
             p = p.filter(_past_deadline_mask(p)) if p.num_rows else p
-        return _keys(_sorted(p, [("age_ms", "descending")] + by_key), limit)
+        return _keys(_sorted(p, [("age_ms", "descending")] + by_key, limit), limit)
     if name.startswith("flag."):
         code = name[5:]
         if code in ANOMALY_ONLY:
             f = data.scoped("findings", broker)
             return _finding_samples(f.filter(pc.equal(f.column("code"), code)) if f.num_rows else f, limit)
-        return _keys(_sorted(_has_flag(tx, code), by_key), limit)
+        return _keys(_sorted(_has_flag(tx, code), by_key, limit), limit)
     if name.startswith("check_back"):
         cb = data.scoped("check_back", broker)
         if name.startswith("check_back.") and cb.num_rows:
             cb = cb.filter(pc.equal(cb.column("priority"), name[len("check_back."):]))
-        return _keys(_sorted(cb, [("urgency_rank", "ascending")] + by_key), limit)
+        return _keys(_sorted(cb, [("urgency_rank", "ascending")] + by_key, limit), limit)
     if name.startswith("recovery"):
         rc = data.scoped("recovery", broker)
         if name.startswith("recovery.") and rc.num_rows:
             rc = rc.filter(pc.equal(rc.column("action"), name[len("recovery."):]))
-        return _keys(_sorted(rc, by_key), limit)
+        return _keys(_sorted(rc, by_key, limit), limit)
     if name.startswith("findings"):
         f = data.scoped("findings", broker)
         if name.startswith("findings.") and f.num_rows:

@@ -1,11 +1,11 @@
 """``./spark-submit.sh check`` end to end (issue 14's "Must show").
 
-One run through spark-submit with a JVM (audit + check) on the real 5.3.3 broker fixture and a reference-broker
-store with faults (``corrupt``: bit flips, truncations, a deleted op queue) named ``damaged``, after an
-in-process audit (session ``spark``) of the same workload without faults under the same broker name and an
-earlier as-of: its previous run.  Everything else goes through ``check --out`` without ``--store``, which
-starts no JVM: exit codes 0/1/2/3, ``--run-id``, the default checks file, malformed checks files, and a check
-of the run after its stores were deleted (no store is read).
+One run through spark-submit with a JVM (audit + check) on the real 5.3.3 broker fixture and a
+reference-broker store with faults (``corrupt``: bit flips, truncations, a deleted op queue) named
+``damaged``, after an in-process audit (session ``spark``) of the same workload without faults under the
+same broker name and an earlier as-of: its previous run.  Everything else goes through ``check --out``
+without ``--store``, which starts no JVM: exit codes 0/1/2/3, ``--run-id``, the default checks file,
+malformed checks files, and a check of the run after its stores were deleted (no store is read).
 
 Metric values are compared with counts computed independently (pandas) from the run's ``transactions``,
 work-list and ``audit_anomalies`` tables; ``--json`` and ``--junit-xml`` with the ``check_results`` table.
@@ -72,8 +72,8 @@ checks:
 def _submit(*args, timeout=TIMEOUT):
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     t0 = time.monotonic()
-    p = subprocess.run(["bash", str(SUBMIT), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL, cwd=str(ROOT), env=env)
+    p = subprocess.run(["bash", str(SUBMIT), *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, stdin=subprocess.DEVNULL, cwd=str(ROOT), env=env)
     return p, time.monotonic() - t0
 
 
@@ -92,8 +92,8 @@ def stores(tmp_path_factory):
     from refbroker import generate
 
     base = tmp_path_factory.mktemp("check-stores")
-    return {"clean": generate("5.1+", "clean", N_TX, SEED, base / "clean", commitlog_file_mb=1).store_dir,
-            "corrupt": generate("5.1+", "corrupt", N_TX, SEED, base / "corrupt", commitlog_file_mb=1).store_dir}
+    return {name: generate("5.1+", name, N_TX, SEED, base / name, commitlog_file_mb=1).store_dir
+            for name in ("clean", "corrupt")}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,8 @@ def check_run(previous_run, stores, out, tmp_path_factory):
     (files / "fail.yaml").write_text(FAIL_CHECKS)
     p, secs = _submit("--conf", "spark.ui.enabled=false", "check", "--checks", files / "fail.yaml",
                       "--store", FIXTURE, "--store", stores["corrupt"], "--broker", REAL, "--broker", DAMAGED,
-                      "--out", out, "--as-of", AS_OF, "--json", files / "r.json", "--junit-xml", files / "r.xml")
+                      "--out", out, "--as-of", AS_OF, "--json", files / "r.json",
+                      "--junit-xml", files / "r.xml")
     print(f"\n./spark-submit.sh check --store ... (audit + check): exit {p.returncode} in {secs:.1f} s")
     return {"proc": p, "files": files, "seconds": secs}
 
@@ -146,11 +147,15 @@ def test_check_with_store_fails_and_reports(check_run, out):
     dup = by[("no transaction committed twice", "*")]
     assert dup.condition == "fail: > 0" and dup.level == "fail" and 0 < len(dup.samples) <= 10
     tx = _rows(out / "transactions", RUN)
-    dup_keys = {f"{b}:{k}" for b, k, f in zip(tx.broker, tx.transaction_key, tx.flags) if "DUPLICATE_COMMIT" in f}
+    dup_keys = {f"{b}:{k}" for b, k, f in zip(tx.broker, tx.transaction_key, tx["flags"])
+                if "DUPLICATE_COMMIT" in f}
     assert set(dup.samples) <= dup_keys and dup.value == len(dup_keys)
     for r in res.itertuples():
         assert r.status in ("PASS", "WARN", "FAIL") and r.run_id == RUN
-        assert (len(r.samples) > 0) == (r.status != "PASS" and r.value > 0) or r.status == "PASS"
+        if r.status == "PASS":
+            assert len(r.samples) == 0, r
+        elif r.value > 0:
+            assert 0 < len(r.samples) <= 10, r
 
 
 def test_metrics_equal_independent_counts(check_run, out):
@@ -171,14 +176,15 @@ def test_metrics_equal_independent_counts(check_run, out):
         prepared = t[t.state == "PREPARED"]
         expected = {
             "transactions": len(t), "check_back": len(c), "recovery": len(r), "findings": len(f),
-            "prepared_past_timeout": int(sum("PREPARED_PAST_TIMEOUT" in fl for fl in prepared.flags)),
+            "prepared_past_timeout": int(sum("PREPARED_PAST_TIMEOUT" in fl for fl in prepared["flags"])),
             "prepared_past_deadline": int((prepared.deadline_ms <= prepared.as_of_ms).sum()),
             "max_prepared_age_s": float(prepared.age_ms.max() / 1000.0) if len(prepared) else 0.0,
         }
         for state in ("COMMITTED", "ROLLED_BACK", "DISCARDED", "PREPARED"):
             expected[f"state.{state}"] = int((t.state == state).sum())
             expected[f"share.state.{state}"] = (t.state == state).sum() / len(t) if len(t) else 0.0
-        flags = t.explode("flags").dropna(subset=["flags"]).drop_duplicates(["broker", "transaction_key", "flags"])
+        flags = t.explode("flags").dropna(subset=["flags"])
+        flags = flags.drop_duplicates(["broker", "transaction_key", "flags"])
         for flag, n in flags.groupby("flags").size().items():
             expected[f"flag.{flag}"] = int(n)
         for prio, n in c.groupby("priority").size().items():
@@ -204,10 +210,12 @@ def test_json_and_junit_agree_with_check_results(check_run, out):
     assert stats == {"evaluated": len(res), "passed": int((res.status == "PASS").sum()),
                      "warned": int((res.status == "WARN").sum()), "failed": int((res.status == "FAIL").sum()),
                      "errors": int((res.status == "ERROR").sum())}
-    table = {(r.check, r.broker): (r.status, r.value, r.previous_value, list(r.samples)) for r in res.itertuples()}
+    table = {(r.check, r.broker): (r.status, r.value, r.previous_value, list(r.samples))
+             for r in res.itertuples()}
     js = {(r["check"], r["broker"]): (r["status"], r["value"], r["previous_value"], r["samples"])
           for r in doc["results"]}
-    norm = lambda d: {k: (s, v, None if p is None or p != p else p, sm) for k, (s, v, p, sm) in d.items()}  # noqa
+    def norm(d):     # NaN (pandas' null) -> None
+        return {k: (s, v, None if p is None or p != p else p, sm) for k, (s, v, p, sm) in d.items()}
     assert norm(js) == norm(table)
     root = ET.parse(check_run["files"] / "r.xml").getroot()
     suite = root.find("testsuite")
@@ -248,15 +256,19 @@ def test_out_only_exit_codes_and_no_store_read(check_run, stores, out, tmp_path)
     assert check_run["proc"].returncode == 2
     shutil.rmtree(stores["corrupt"])                     # the run is evaluated from its tables alone
     cases = {
-        "pass": ('checks:\n  - name: found\n    metric: transactions\n    broker: each\n    fail: "< 1"\n', 0),
+        "pass": ('checks:\n  - name: found\n    metric: transactions\n    broker: each\n'
+                 '    fail: "< 1"\n', 0),
         "warn": ('checks:\n  - name: some\n    metric: transactions\n    warn: "> 0"\n'
-                 '  - name: ok\n    metric: flag.CONFLICTING_ENDS\n    broker: damaged\n    fail: "> 100000"\n', 1),
-        "error": ('checks:\n  - name: ghost broker\n    metric: findings\n    broker: nope\n    fail: "> 0"\n', 3),
+                 '  - name: ok\n    metric: flag.CONFLICTING_ENDS\n    broker: damaged\n'
+                 '    fail: "> 100000"\n', 1),
+        "error": ('checks:\n  - name: ghost broker\n    metric: findings\n    broker: nope\n'
+                  '    fail: "> 0"\n', 3),
     }
     for label, (text, code) in cases.items():
         f = tmp_path / f"{label}.yaml"
         f.write_text(text)
-        p, secs = _submit("check", "--checks", f, "--out", out, "--run-id", RUN, "--json", tmp_path / "o.json")
+        p, secs = _submit("check", "--checks", f, "--out", out, "--run-id", RUN,
+                          "--json", tmp_path / "o.json")
         print(f"check --out ({label}): exit {p.returncode} in {secs:.1f} s")
         assert p.returncode == code, (label, p.stdout, p.stderr)
         assert "SparkContext" not in p.stderr and "spark-submit" not in p.stderr

@@ -41,7 +41,8 @@ def _data():
     rec = pa.table({"broker": ["a"], "transaction_key": ["k1"], "action": ["REVIEW_DUPLICATE_COMMIT"]})
     fnd = pa.table({"broker": ["a", "b", "b"], "code": ["BODY_CRC_MISMATCH", "OP_WITHOUT_HALF", "NEW_KIND"],
                     "transaction_key": pa.array([None, None, None], pa.string()),
-                    "file": ["/s/commitlog/0", None, None], "position": pa.array([42, None, None], pa.int64()),
+                    "file": ["/s/commitlog/0", None, None],
+                    "position": pa.array([42, None, None], pa.int64()),
                     "physical_offset": pa.array([42, 77, None], pa.int64())})
     return RunData("r1", ("a", "b", "c"), tx, cb, rec, fnd)
 
@@ -56,7 +57,8 @@ def test_metrics_per_broker_and_all():
     assert (a("state.PREPARED"), al("state.PREPARED"), al("state.DISCARDED")) == (2, 3, 0)
     assert a("flag.DUPLICATE_COMMIT") == 1                       # listed twice, one transaction
     assert (a("prepared_past_timeout"), al("prepared_past_timeout")) == (1, 2)
-    assert (a("prepared_past_deadline"), b("prepared_past_deadline"), al("prepared_past_deadline")) == (1, 1, 2)
+    ppd = "prepared_past_deadline"
+    assert (a(ppd), b(ppd), al(ppd)) == (1, 1, 2)
     assert (a("max_prepared_age_s"), al("max_prepared_age_s")) == (5.0, 9.0)
     assert (al("check_back"), al("check_back.CRITICAL"), b("check_back.HIGH")) == (2, 1, 1)
     assert (al("recovery"), a("recovery.REVIEW_DUPLICATE_COMMIT"), b("recovery")) == (1, 1, 0)
@@ -86,8 +88,10 @@ def test_metric_names_validation():
                "recovery.MARK_DONE", "findings.INDEX_INCOMPLETE", "findings.CQ_MISMATCH", "state.PREPARED"):
         assert check_metric_name(ok) == ok
     assert "INDEX_INCOMPLETE" in FINDING_KINDS
-    for bad, word in (("flag.NOPE", "'NOPE'"), ("nonsense", "'nonsense'"), ("share.max_prepared_age_s", "count"),
-                      ("state.OPEN", "'OPEN'"), ("check_back.LOW", "'LOW'"), ("share.share.transactions", "share")):
+    for bad, word in (("flag.NOPE", "'NOPE'"), ("nonsense", "'nonsense'"),
+                      ("share.max_prepared_age_s", "count"),
+                      ("state.OPEN", "'OPEN'"), ("check_back.LOW", "'LOW'"),
+                      ("share.share.transactions", "share")):
         with pytest.raises(UnknownMetricError, match=word):
             check_metric_name(bad)
 
@@ -118,8 +122,8 @@ def _parse(items):
     ([{"name": "a", "metric": "findings", "fail": "> 0", "severity": 1}], ["key 'severity'"]),
     ([{"name": "a", "metric": "findings", "fail": "> 1%"}], ["key 'fail'", "%"]),
     ([{"name": "a", "metric": "findings", "fail": 0}], ["key 'fail'", "bare number"]),
-    ([{"name": "a", "metric": "findings", "fail": "> 0"}, {"name": "a", "metric": "check_back", "warn": "> 0"}],
-     ["check #2 'a'", "duplicate"]),
+    ([{"name": "a", "metric": "findings", "fail": "> 0"},
+      {"name": "a", "metric": "check_back", "warn": "> 0"}], ["check #2 'a'", "duplicate"]),
     ([{"metric": "findings", "fail": "> 0"}], ["check #1", "key 'name'"]),
     ([{"name": "a", "fail": "> 0"}], ["key 'metric'", "missing"]),
     ([{"name": "a", "metric": "findings", "fail": "> 0", "broker": ["x", "*"]}], ["key 'broker'"]),
@@ -183,7 +187,8 @@ def test_evaluate_levels_change_and_errors():
     assert by[("dup", "*")].condition == "fail: > 0" and by[("dup", "*")].level == "fail"
     p = by[("pending", "*")]
     assert (p.status, p.value, p.condition, p.level) == ("WARN", 2.0, "warn: > 0", "fail")
-    assert by[("backlog", "a")].status == "WARN" and by[("backlog", "a")].previous_value == 0.0   # 0 -> 1: +inf%
+    assert by[("backlog", "a")].status == "WARN"                 # 0 -> 1: +inf %
+    assert by[("backlog", "a")].previous_value == 0.0
     assert by[("backlog", "b")].status == "PASS" and "previous 1" in by[("backlog", "b")].message  # 1 -> 1
     assert by[("backlog", "c")].status == "PASS" and "no previous run" in by[("backlog", "c")].message
     assert by[("backlog", "c")].samples == [] and by[("backlog", "c")].previous_value is None
