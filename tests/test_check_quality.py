@@ -277,3 +277,42 @@ def test_run_check_on_delta_tables_history_and_outputs(tmp_path):
     with pytest.raises(CheckError, match="no finished audit run"):
         run_check(checks, str(tmp_path / "empty"))
     assert not math.isnan(rep1.seconds["total"])
+
+
+def test_command_exit_3_on_audit_failure_and_unreadable_table(monkeypatch, tmp_path, capsys):
+    """A Spark/audit failure and a run whose table is gone: one error line, exit 3 (not a traceback only)."""
+    import shutil
+
+    import jobs.audit
+    import jobs.session
+    from jobs.check_cli import CheckOptions, run_check_command
+    from jobs.config import load_audit_config
+
+    checks = _parse([{"name": "dup", "metric": "flag.DUPLICATE_COMMIT", "fail": "> 0"}])
+
+    class FakeSpark:
+        stopped = False
+
+        def stop(self):
+            FakeSpark.stopped = True
+
+    def boom(spark, opts):
+        raise RuntimeError("Job aborted: executor lost\n\tat org.apache.spark...")
+
+    monkeypatch.setattr(jobs.session, "build_session", lambda **kw: FakeSpark())
+    monkeypatch.setattr(jobs.audit, "run_audit", boom)
+    cfg = load_audit_config()
+    opts = CheckOptions(checks=checks, out=str(tmp_path), run_id="r1", json_path=None, junit_path=None,
+                        config=cfg, audit=object())
+    assert run_check_command(opts) == 3 and FakeSpark.stopped
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("txaudit: error:")]
+    assert err == ["txaudit: error: check failed: the audit failed: RuntimeError: Job aborted: executor lost"]
+
+    d = _data()
+    _write_run(tmp_path, "r1", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), d, d.brokers)
+    shutil.rmtree(tmp_path / "recovery_worklist")
+    opts = CheckOptions(checks=checks, out=str(tmp_path), run_id=None, json_path=None, junit_path=None,
+                        config=cfg, audit=None)
+    assert run_check_command(opts) == 3
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("txaudit: error:")]
+    assert len(err) == 1 and "recovery_worklist" in err[0] and "no Delta table" in err[0]
