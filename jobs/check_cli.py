@@ -143,9 +143,10 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
             f"{s['evaluate']:.2f}, write {s['write']:.2f})")
         print(format_results(report), flush=True)
         print(summary_line(report), flush=True)
-        for r in report.results:
-            if r.status == "ERROR":
-                print(f"{PROG}: error: {r.message}", file=sys.stderr, flush=True)
+        errors = [r for r in report.results if r.status == "ERROR"]
+        if errors:      # one line, like every other exit 3; every ERROR row is in check_results / stdout
+            more = f" (and {len(errors) - 1} more ERROR result(s))" if len(errors) > 1 else ""
+            _error(errors[0].message + more)
         return report.exit_code
     finally:
         if spark is not None:

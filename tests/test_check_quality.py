@@ -316,3 +316,23 @@ def test_command_exit_3_on_audit_failure_and_unreadable_table(monkeypatch, tmp_p
     assert run_check_command(opts) == 3
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("txaudit: error:")]
     assert len(err) == 1 and "recovery_worklist" in err[0] and "no Delta table" in err[0]
+
+
+def test_command_error_results_give_one_line(tmp_path, capsys):
+    from jobs.check_cli import CheckOptions, run_check_command
+    from jobs.config import load_audit_config
+
+    d = _data()
+    _write_run(tmp_path, "r1", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), d, d.brokers)
+    checks = _parse([{"name": "x", "metric": "findings", "fail": "> 0", "broker": ["nope", "zz"]},
+                     {"name": "y", "metric": "transactions", "warn": "> 0"}])
+    opts = CheckOptions(checks=checks, out=str(tmp_path), run_id=None, json_path=str(tmp_path / "r.json"),
+                        junit_path=str(tmp_path / "r.xml"), config=load_audit_config(), audit=None)
+    assert run_check_command(opts) == 3
+    cap = capsys.readouterr()
+    err = [ln for ln in cap.err.splitlines() if ln.startswith("txaudit: error:")]
+    assert len(err) == 1 and "'nope'" in err[0] and "1 more ERROR" in err[0]
+    assert cap.out.splitlines()[-1].endswith("ERROR (exit 3)")
+    suite = ET.parse(tmp_path / "r.xml").getroot().find("testsuite")
+    assert suite.get("errors") == "2" and len(suite.findall("testcase/error")) == 2
+    assert json.loads((tmp_path / "r.json").read_text())["statistics"]["errors"] == 2
