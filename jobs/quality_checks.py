@@ -221,7 +221,12 @@ def load_checks(path: str) -> ChecksFile:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ChecksFileError(f"checks file {path}: invalid YAML{at}: {problem}") from None
+        hint = ""
+        if mark is not None:
+            line = text.decode("utf-8", "replace").splitlines()[mark.line:mark.line + 1]
+            if line and re.search(r":\s*>", line[0]):
+                hint = ' (a bare > starts a YAML block scalar: quote the condition, e.g. fail: "> 0")'
+        raise ChecksFileError(f"checks file {path}: invalid YAML{at}: {problem}{hint}") from None
     return parse_checks(doc, path)
 
 

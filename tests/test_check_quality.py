@@ -142,6 +142,9 @@ def test_yaml_errors(tmp_path):
     p.write_text("checks:\n  - name: a\n    metric: [unclosed\n")
     with pytest.raises(ChecksFileError, match=r"checks file .*c\.yaml: invalid YAML at line \d+, column \d+"):
         load_checks(str(p))
+    p.write_text('checks:\n  - name: a\n    metric: findings\n    fail: > 0\n')
+    with pytest.raises(ChecksFileError, match=r"line 4, .*quote the condition"):
+        load_checks(str(p))
     p.write_text("- just a list\n")
     with pytest.raises(ChecksFileError, match="expected a mapping"):
         load_checks(str(p))
