@@ -6,6 +6,8 @@
 #                     [--profile NAME|auto] [--run-id ID] [spark options]
 #   ./spark-submit.sh [spark options] demo [--out DIR] [...]
 #   ./spark-submit.sh dump ...                     (txlog-dump: decode store files, no Spark)
+#   ./spark-submit.sh check [--checks FILE] [--json FILE] [--junit-xml FILE] --out DIR [audit options]
+#                     (data-quality checks; without --store no JVM starts; exit 0 pass 1 warn 2 fail 3 error)
 #
 # Spark options (--master, --conf k=v, --driver-memory, --executor-memory, --num-executors, --packages, --jars,
 # --py-files, --files, --driver-java-options, ...) may stand before or after the subcommand and go to spark-submit.
@@ -19,10 +21,11 @@ VENV_PY="$VENV/bin/python"
 BUILD_DIR="${TXAUDIT_BUILD_DIR:-$ROOT/build}"
 PROG="txaudit"
 
-usage_error() { echo "$PROG: error: $*" >&2; exit 2; }
+# check: misuse is exit 3 (2 means "a check failed" there)
+usage_error() { echo "$PROG: error: $*" >&2; [ "${SUB:-}" = check ] && exit 3; exit 2; }
 
 usage() {
-    sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     echo "Run './spark-submit.sh audit --help' for the audit options."
 }
 
@@ -94,9 +97,10 @@ while [ $# -gt 0 ]; do
     if [ -z "$SUB" ]; then
         case "$arg" in
             -h|--help) usage; exit 0 ;;
-            audit|demo|dump) SUB="$arg" ;;
-            -*) usage_error "unknown option before the subcommand: $arg (subcommands: audit, demo, dump)" ;;
-            *) usage_error "unknown subcommand: $arg (expected audit, demo or dump)" ;;
+            audit|demo|dump|check) SUB="$arg" ;;
+            -*) usage_error "unknown option before the subcommand: $arg" \
+                            "(subcommands: audit, demo, check, dump)" ;;
+            *) usage_error "unknown subcommand: $arg (expected audit, demo, check or dump)" ;;
         esac
     else
         case "$arg" in -h|--help) WANT_HELP=1 ;; esac
@@ -104,9 +108,23 @@ while [ $# -gt 0 ]; do
     fi
     shift
 done
-[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo or dump (see ./spark-submit.sh --help)"
+[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo, check or dump (see ./spark-submit.sh --help)"
 
-"$ROOT/scripts/bootstrap.sh" || exit 1
+"$ROOT/scripts/bootstrap.sh" || { [ "$SUB" = check ] && exit 3; exit 1; }
+
+if [ "$SUB" = check ]; then
+    # without --store, check reads the Delta tables under --out on the driver: no JVM is needed
+    has_store=0
+    for a in ${APP_ARGS[@]+"${APP_ARGS[@]}"}; do
+        case "$a" in --store|--store=*) has_store=1 ;; esac
+    done
+    if [ "$has_store" = 0 ]; then
+        [ ${#SPARK_ARGS[@]} -eq 0 ] \
+            || echo "$PROG: warning: check without --store runs without Spark; Spark options ignored" >&2
+        export TXAUDIT_CONF_DIR="${TXAUDIT_CONF_DIR:-$ROOT/conf}"
+        exec "$VENV_PY" "$ROOT/jobs/main.py" check ${APP_ARGS[@]+"${APP_ARGS[@]}"}
+    fi
+fi
 
 if [ "$SUB" = dump ]; then
     [ -f "$ROOT/txlog_io/cli.py" ] || { echo "$PROG: error: dump: txlog_io.cli is not available yet" >&2; exit 1; }

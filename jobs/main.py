@@ -6,6 +6,8 @@ Subcommands::
           [--include-bodies] [--broker NAME ...] [--profile NAME|auto] [--run-id ID]
     demo  [--out DIR] [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE] [--include-bodies]
           [--run-id ID]
+    check [--checks FILE] [--json FILE] [--junit-xml FILE] --out DIR [--run-id ID] [--store DIR ... and every
+          audit option]      (jobs/check_cli.py: exit 0 pass, 1 warn, 2 fail, 3 error -- also for misuse)
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
 :class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
@@ -29,6 +31,7 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE
 
 from txlog_io.errors import UsageError  # noqa: E402
 
+from jobs.check_cli import EXIT_ERROR as EXIT_CHECK_ERROR, add_arguments as add_check_arguments  # noqa: E402
 from jobs.config import MODES, AuditConfig, load_audit_config  # noqa: E402
 from jobs.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
 
@@ -87,7 +90,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Offline audit of RocketMQ transactional messages from broker store files.")
     p.add_argument("--validate-only", action="store_true", help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", metavar="{audit,demo}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{audit,demo,check}", parser_class=_Parser)
 
     def common(sp, out_required: bool):
         sp.add_argument("--out", required=out_required, default=None if out_required else DEFAULT_DEMO_OUT,
@@ -120,6 +123,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="generate a reference store and audit it", allow_abbrev=False)
     common(d, out_required=False)
+
+    k = sub.add_parser("check", allow_abbrev=False,
+                       help="data-quality checks on an audit run (with --store: audit first; without: the "
+                            "latest or --run-id run under --out); exit 0 pass, 1 warn, 2 fail, 3 error")
+    k.add_argument("--store", action="append", default=None, metavar="DIR",
+                   help="audit these stores first (as 'audit' does), then check that run")
+    k.add_argument("--broker", action="append", default=None, metavar="NAME", help="as for audit")
+    k.add_argument("--profile", default=None, metavar="NAME", help="as for audit")
+    common(k, out_required=True)
+    add_check_arguments(k)
     return p
 
 
@@ -189,7 +202,7 @@ def parse_args(argv: Sequence[str]):
     """``argv`` (without the program name) -> ``(validate_only, options)``; raises UsageError."""
     ns = _build_parser().parse_args(list(argv))
     if ns.command is None:
-        raise UsageError("missing subcommand: audit or demo")
+        raise UsageError("missing subcommand: audit, demo or check")
     cfg = _config(ns)
     as_of = parse_as_of(ns.as_of)
     run_id = ns.run_id if ns.run_id is not None else default_run_id(as_of)
@@ -197,7 +210,7 @@ def parse_args(argv: Sequence[str]):
         raise UsageError("--run-id: must not be empty")
     conf_file = os.path.abspath(ns.conf_file) if ns.conf_file else None
     out = _check_out(ns.out)
-    if ns.command == "audit":
+    if ns.command == "audit" or (ns.command == "check" and ns.store):
         stores: List[str] = []
         for s in ns.store:
             root = _check_store(s)
@@ -221,26 +234,35 @@ def parse_args(argv: Sequence[str]):
         opts = AuditOptions(stores=tuple(stores), brokers=tuple(brokers), out=out, as_of=as_of, mode=cfg.mode,
                             conf_file=conf_file, include_bodies=cfg.include_bodies, run_id=run_id,
                             profile=cfg.broker_profile, config=cfg)
-    else:
+    elif ns.command == "demo":
         opts = DemoOptions(out=out, as_of=as_of, mode=cfg.mode, conf_file=conf_file,
                            include_bodies=cfg.include_bodies, run_id=run_id, config=cfg)
+    if ns.command == "check":
+        from jobs.check_cli import check_options
+
+        opts = check_options(ns, cfg, out, opts if ns.store else None)
     return ns.validate_only, opts
 
 
-def _usage_error(msg: str) -> int:
+def _usage_error(msg: str, code: int = EXIT_USAGE) -> int:
     msg = " ".join(str(msg).split())        # always one line
     print(f"{PROG}: error: {msg}", file=sys.stderr)
-    return EXIT_USAGE
+    return code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    is_check = next((a for a in argv if not a.startswith("-")), None) == "check"
     try:
         validate_only, opts = parse_args(argv)
     except UsageError as e:
-        return _usage_error(str(e))
+        return _usage_error(str(e), EXIT_CHECK_ERROR if is_check else EXIT_USAGE)
     except SystemExit as e:              # --help printed the usage
         return int(e.code or 0)
+    if is_check:
+        from jobs.check_cli import run_check_command
+
+        return run_check_command(opts, validate_only)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
     if command == "demo":
         import importlib.util
