@@ -6,6 +6,7 @@
 #                     [--profile NAME|auto] [--run-id ID] [spark options]
 #   ./spark-submit.sh [spark options] demo [--out DIR] [...]
 #   ./spark-submit.sh dump ...                     (txlog-dump: decode store files, no Spark)
+#   ./spark-submit.sh report --out DIR [--run-id ID]  (HTML report of a finished run, no Spark)
 #
 # Spark options (--master, --conf k=v, --driver-memory, --executor-memory, --num-executors, --packages, --jars,
 # --py-files, --files, --driver-java-options, ...) may stand before or after the subcommand and go to spark-submit.
@@ -22,7 +23,7 @@ PROG="txaudit"
 usage_error() { echo "$PROG: error: $*" >&2; exit 2; }
 
 usage() {
-    sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     echo "Run './spark-submit.sh audit --help' for the audit options."
 }
 
@@ -94,9 +95,10 @@ while [ $# -gt 0 ]; do
     if [ -z "$SUB" ]; then
         case "$arg" in
             -h|--help) usage; exit 0 ;;
-            audit|demo|dump) SUB="$arg" ;;
-            -*) usage_error "unknown option before the subcommand: $arg (subcommands: audit, demo, dump)" ;;
-            *) usage_error "unknown subcommand: $arg (expected audit, demo or dump)" ;;
+            audit|demo|dump|report) SUB="$arg" ;;
+            -*) usage_error "unknown option before the subcommand: $arg" \
+                            "(subcommands: audit, demo, dump, report)" ;;
+            *) usage_error "unknown subcommand: $arg (expected audit, demo, dump or report)" ;;
         esac
     else
         case "$arg" in -h|--help) WANT_HELP=1 ;; esac
@@ -104,7 +106,7 @@ while [ $# -gt 0 ]; do
     fi
     shift
 done
-[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo or dump (see ./spark-submit.sh --help)"
+[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo, dump or report (see ./spark-submit.sh --help)"
 
 "$ROOT/scripts/bootstrap.sh" || exit 1
 
@@ -112,6 +114,12 @@ if [ "$SUB" = dump ]; then
     [ -f "$ROOT/txlog_io/cli.py" ] || { echo "$PROG: error: dump: txlog_io.cli is not available yet" >&2; exit 1; }
     [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: dump runs without Spark; Spark options ignored" >&2
     exec "$VENV_PY" -m txlog_io.cli ${APP_ARGS[@]+"${APP_ARGS[@]}"}
+fi
+
+if [ "$SUB" = report ]; then
+    # built from the Delta tables with deltalake on this machine: no JVM
+    [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: report runs without Spark; Spark options ignored" >&2
+    exec "$VENV_PY" "$ROOT/jobs/main.py" report ${APP_ARGS[@]+"${APP_ARGS[@]}"}
 fi
 
 if [ "$WANT_HELP" = 1 ]; then

@@ -6,6 +6,9 @@ Subcommands::
           [--include-bodies] [--broker NAME ...] [--profile NAME|auto] [--run-id ID]
     demo  [--out DIR] [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE] [--include-bodies]
           [--run-id ID]
+    report --out DIR [--run-id ID]      (HTML report of a finished run, from its Delta tables; no Spark)
+
+audit and demo write ``OUT/report/<run_id>.html`` at the end of the run unless ``--no-report`` is given.
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
 :class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
@@ -52,6 +55,7 @@ class AuditOptions:
     run_id: str                      # re-running the same run id replaces that run's rows
     profile: str                     # broker profile name or "auto"
     config: AuditConfig              # defaults + conf file, validated
+    report: bool = True              # write OUT/report/<run_id>.html at the end (--no-report: False)
 
     @property
     def run_date(self) -> dt.date:
@@ -74,6 +78,15 @@ class DemoOptions:
     include_bodies: bool
     run_id: str
     config: AuditConfig
+    report: bool = True
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """``report``: (re)build the HTML report of a finished run from the Delta tables under ``out``."""
+
+    out: str
+    run_id: Optional[str]            # None: the latest run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,7 +100,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Offline audit of RocketMQ transactional messages from broker store files.")
     p.add_argument("--validate-only", action="store_true", help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", metavar="{audit,demo}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{audit,demo,report}", parser_class=_Parser)
 
     def common(sp, out_required: bool):
         sp.add_argument("--out", required=out_required, default=None if out_required else DEFAULT_DEMO_OUT,
@@ -107,6 +120,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="copy message bodies into the outputs")
         sp.add_argument("--run-id", dest="run_id", default=None,
                         help="run id (default: derived from --as-of); re-running an id replaces its rows")
+        sp.add_argument("--no-report", dest="report", action="store_false",
+                        help="do not write the HTML report (OUT/report/<run_id>.html)")
 
     a = sub.add_parser("audit", help="audit one or more broker stores", allow_abbrev=False)
     a.add_argument("--store", action="append", required=True, metavar="DIR",
@@ -120,6 +135,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="generate a reference store and audit it", allow_abbrev=False)
     common(d, out_required=False)
+
+    r = sub.add_parser("report", help="(re)build the HTML report of a finished run (no Spark, no store)",
+                       allow_abbrev=False)
+    r.add_argument("--out", required=True, help="output directory of earlier audit runs")
+    r.add_argument("--run-id", dest="run_id", default=None, help="run to report on (default: the latest)")
     return p
 
 
@@ -189,7 +209,14 @@ def parse_args(argv: Sequence[str]):
     """``argv`` (without the program name) -> ``(validate_only, options)``; raises UsageError."""
     ns = _build_parser().parse_args(list(argv))
     if ns.command is None:
-        raise UsageError("missing subcommand: audit or demo")
+        raise UsageError("missing subcommand: audit, demo or report")
+    if ns.command == "report":
+        out = os.path.abspath(ns.out)
+        if not os.path.isdir(out):
+            raise UsageError(f"--out: not a directory: {out}")
+        if ns.run_id is not None and not ns.run_id.strip():
+            raise UsageError("--run-id: must not be empty")
+        return ns.validate_only, ReportOptions(out=out, run_id=ns.run_id)
     cfg = _config(ns)
     as_of = parse_as_of(ns.as_of)
     run_id = ns.run_id if ns.run_id is not None else default_run_id(as_of)
@@ -220,10 +247,10 @@ def parse_args(argv: Sequence[str]):
                 raise UsageError(f"--out must not be inside a store (stores are read-only): {out}")
         opts = AuditOptions(stores=tuple(stores), brokers=tuple(brokers), out=out, as_of=as_of, mode=cfg.mode,
                             conf_file=conf_file, include_bodies=cfg.include_bodies, run_id=run_id,
-                            profile=cfg.broker_profile, config=cfg)
+                            profile=cfg.broker_profile, config=cfg, report=ns.report)
     else:
         opts = DemoOptions(out=out, as_of=as_of, mode=cfg.mode, conf_file=conf_file,
-                           include_bodies=cfg.include_bodies, run_id=run_id, config=cfg)
+                           include_bodies=cfg.include_bodies, run_id=run_id, config=cfg, report=ns.report)
     return ns.validate_only, opts
 
 
@@ -241,6 +268,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _usage_error(str(e))
     except SystemExit as e:              # --help printed the usage
         return int(e.code or 0)
+    if isinstance(opts, ReportOptions):
+        return EXIT_OK if validate_only else run_report(opts)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
     if command == "demo":
         import importlib.util
@@ -278,6 +307,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             spark.stop()
         except Exception:  # noqa: BLE001
             pass
+    return EXIT_OK
+
+
+def run_report(opts: ReportOptions) -> int:
+    """``report``: no Spark; a missing table or run id is a one-line error (exit 1)."""
+    try:
+        from jobs.report import write_report
+        from jobs.report_data import ReportDataError
+
+        page = write_report(opts.out, opts.run_id)
+    except ReportDataError as e:
+        print(f"{PROG}: error: report: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as e:  # noqa: BLE001 - traceback for the operator, one line last
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(f"{PROG}: error: report failed: {type(e).__name__}: {str(e).strip()[:300]}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(page, flush=True)
     return EXIT_OK
 
 
