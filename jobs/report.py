@@ -88,9 +88,10 @@ def _prepared_section(d: ReportData) -> str:
              f'urgent (soonest deadline first).</p>')
     rows = []
     for u in d.urgent.itertuples(index=False):
-        rows.append([H.td(u.broker), f"<td><code>{H.e(u.transaction_key)}</code></td>", H.td(u.keys),
-                     H.td(u.producer_group), H.td(u.real_topic), H.td(H.hours(u.age_ms)),
-                     H.td(H.hours(u.to_deadline_ms), "warn" if (u.to_deadline_ms or 0) <= 0 else ""),
+        key = f'<td><code class="key">{H.e(u.transaction_key)}</code></td>'
+        rows.append([H.td(u.broker), key, H.td(u.keys), H.td(u.producer_group), H.td(u.real_topic),
+                     H.td(H.hours(u.age_ms), "n"),
+                     H.td(H.hours(u.to_deadline_ms), "n warn" if (u.to_deadline_ms or 0) <= 0 else "n"),
                      H.td("" if pd.isna(u.check_times) else int(u.check_times)),
                      H.td(", ".join(u.flags) if u.flags is not None else ""), H.td(u.what_to_do, "todo")])
     tbl = H.table(["broker", "transaction key", "keys", "producer group", "topic", "age", "to deadline",
@@ -105,7 +106,8 @@ def _prepared_section(d: ReportData) -> str:
 def _flags_section(d: ReportData) -> str:
     f = d.flags
     flags = H.table(["flag", "transactions", "findings", "what it means"],
-                    ([f"<td><code>{H.e(r.code)}</code></td>", H.num(r.transactions, f"flag.{r.code}"),
+                    ([f'<td class="code"><code>{H.e(r.code)}</code></td>',
+                      H.num(r.transactions, f"flag.{r.code}"),
                       H.num(r.findings, f"flag_finding.{r.code}"), H.td(r.description)]
                      for r in f.itertuples(index=False))) if len(f) else \
         '<p>No transaction carries a flag.</p>'

@@ -50,13 +50,13 @@ section h2{margin:4px 0 2px;font-size:17px}
 p.explain{margin:0 0 10px;color:#556;font-style:italic}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border-bottom:1px solid #e4e7ee;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#eef1f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#eef1f6}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .kv th{width:190px}.muted{color:#778}.warn{color:#b4561b;font-weight:600}
 .badge{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;font-weight:600}
 .PASS{background:#dff3e3}.WARN{background:#fff0c9}.FAIL,.ERROR{background:#f9d6d5}
 img.chart{max-width:100%;height:auto;display:block;margin:6px 0}
 code{font-size:12px;background:#f0f2f5;padding:0 3px;border-radius:2px}
-td code{word-break:break-all}td.todo{min-width:280px}
+code.key{word-break:break-all}td.todo{min-width:280px}td.code{white-space:nowrap}
 .kpis{display:flex;gap:14px;flex-wrap:wrap;margin:8px 0}
 .kpi{border:1px solid #dde2ea;border-radius:6px;padding:6px 14px;min-width:120px}
 .kpi b{display:block;font-size:20px}

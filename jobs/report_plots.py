@@ -1,4 +1,8 @@
-"""The report's charts: matplotlib (Agg backend, no display, no network) rendered to SVG text.
+"""The report's charts: matplotlib (no display, no network) rendered to SVG text.
+
+Figures are built with ``matplotlib.figure.Figure`` directly, never through pyplot: importing this module (the
+audit does, at the end of a run) must not switch the backend of a notebook or script that uses pyplot itself,
+and no global figure registry is touched.
 
 Deterministic output, so a rebuilt report is byte-identical: a fixed ``svg.hashsalt`` (matplotlib otherwise
 derives element ids from a random salt), no ``Date`` metadata, and fonts drawn as paths (``svg.fonttype`` =
@@ -13,12 +17,9 @@ import re
 from typing import List, Optional
 
 import matplotlib
-
-matplotlib.use("Agg", force=True)
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
 STATE_COLORS = {"COMMITTED": "#4c9a5f", "ROLLED_BACK": "#8c8c8c", "DISCARDED": "#c0504d",
                 "PREPARED": "#e8a33d"}
@@ -32,12 +33,17 @@ HOUR_MS = 3600 * 1000
 
 def _svg(fig) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
+    with matplotlib.rc_context(_RC):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
     for rx in _STRIP:
         text = rx.sub("", text)
     return text
+
+
+def _subplots(w: float, h: float):
+    fig = Figure(figsize=(w, h))
+    return fig, fig.subplots()
 
 
 def _spread(values: np.ndarray, set_lim) -> None:
@@ -55,8 +61,8 @@ def _spread(values: np.ndarray, set_lim) -> None:
 
 def states_by_broker(states: pd.DataFrame) -> str:
     """Horizontal stacked bars: one bar per broker, one segment per state."""
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * max(1, len(states))))
+    with matplotlib.rc_context(_RC):
+        fig, ax = _subplots(8, 0.6 + 0.45 * max(1, len(states)))
         left = np.zeros(len(states))
         ys = np.arange(len(states))
         for state in states.columns:
@@ -82,8 +88,8 @@ def prepared_age_vs_deadline(prepared: pd.DataFrame) -> Optional[str]:
     span = float(np.nanmax(np.abs(np.concatenate([age_ms, left_ms])))) if len(p) else 0.0
     unit, div = (("minutes", 60_000.0) if span < 2 * HOUR_MS else ("hours", float(HOUR_MS))
                  if span < 96 * HOUR_MS else ("days", 24.0 * HOUR_MS))
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(8, 3.6))
+    with matplotlib.rc_context(_RC):
+        fig, ax = _subplots(8, 3.6)
         age, left = age_ms / div, left_ms / div
         past = left <= 0
         for sel, color, label in ((~past, "#e8a33d", "before its deadline"),
@@ -106,7 +112,7 @@ def check_times_histogram(prepared: pd.DataFrame) -> Optional[str]:
         return None
     ct = prepared["check_times"]
     known = ct.dropna().astype(int)
-    with plt.rc_context(_RC):
+    with matplotlib.rc_context(_RC):
         labels, counts = [], []
         if (ct.isna()).any():
             labels.append("none recorded")
@@ -114,7 +120,7 @@ def check_times_histogram(prepared: pd.DataFrame) -> Optional[str]:
         for v, n in known.value_counts().sort_index().items():
             labels.append(str(v))
             counts.append(int(n))
-        fig, ax = plt.subplots(figsize=(min(8.0, 2.0 + 0.5 * len(counts)), 2.8))
+        fig, ax = _subplots(min(8.0, 2.0 + 0.5 * len(counts)), 2.8)
         ax.bar(range(len(counts)), counts, color="#6a7fb5", width=0.6)
         ax.set_xticks(range(len(counts)), labels)
         ax.set_xlabel("check times")
@@ -128,8 +134,8 @@ def store_map(maps) -> Optional[str]:
     maps = [m for m in maps if m.files or len(m.findings) or len(m.ranges)]
     if not maps:
         return None
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.7 * len(maps)))
+    with matplotlib.rc_context(_RC):
+        fig, ax = _subplots(8, 0.9 + 0.7 * len(maps))
         mib = float(1 << 20)
         for y, m in enumerate(maps):
             spans = [(b / mib, max(s, 1) / mib) for b, s in m.files if s]
@@ -157,8 +163,8 @@ def trend(history: pd.DataFrame, series: List[tuple]) -> Optional[str]:
     """The main counts across runs (x: run as-of), one line per ``(label, values)``."""
     if len(history) < 1:
         return None
-    with plt.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(8, 3))
+    with matplotlib.rc_context(_RC):
+        fig, ax = _subplots(8, 3)
         x = np.arange(len(history))
         for label, values in series:
             ax.plot(x, values, marker="o", ms=3, label=label)

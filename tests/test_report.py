@@ -8,7 +8,6 @@ each).  Every assertion about numbers recomputes them from the Delta tables with
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import html.parser
 import os
 import re
@@ -279,3 +278,14 @@ def test_failing_report_does_not_fail_the_audit(tmp_path, capsys):
     assert write_run_report(str(tmp_path), "r1") is None
     err = capsys.readouterr().err
     assert err.startswith("txaudit: warning: report not written:") and err.count("\n") == 1
+
+
+def test_importing_the_report_keeps_the_callers_matplotlib_backend():
+    """The audit imports the report modules at the end of a run: a notebook's inline backend must survive."""
+    import sys
+
+    code = "import matplotlib, jobs.report, jobs.report_plots; print(matplotlib.get_backend())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT),
+                       env=dict(os.environ, MPLBACKEND="pdf"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "pdf"
