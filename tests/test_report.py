@@ -8,6 +8,7 @@ each).  Every assertion about numbers recomputes them from the Delta tables with
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import html.parser
 import os
 import re
@@ -278,6 +279,29 @@ def test_failing_report_does_not_fail_the_audit(tmp_path, capsys):
     assert write_run_report(str(tmp_path), "r1") is None
     err = capsys.readouterr().err
     assert err.startswith("txaudit: warning: report not written:") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_notebook_executes(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    path = ROOT / "notebooks" / "txaudit-walkthrough.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    assert all(not c.get("outputs") and c.get("execution_count") is None
+               for c in nb.cells if c.cell_type == "code"), "store the notebook without outputs"
+    os.environ["TXAUDIT_NOTEBOOK_DIR"] = str(tmp_path)
+    try:
+        t0 = dt.datetime.now()
+        NotebookClient(nb, timeout=900, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        os.environ.pop("TXAUDIT_NOTEBOOK_DIR", None)
+    print(f"notebook executed in {(dt.datetime.now() - t0).total_seconds():.1f} s")
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs)          # the plot was drawn
+    assert (tmp_path / "out" / "report" / "index.html").is_file()
 
 
 def test_importing_the_report_keeps_the_callers_matplotlib_backend():
