@@ -8,6 +8,7 @@
 #   ./spark-submit.sh dump ...                     (txlog-dump: decode store files, no Spark)
 #   ./spark-submit.sh check [--checks FILE] [--json FILE] [--junit-xml FILE] --out DIR [audit options]
 #                     (data-quality checks; without --store no JVM starts; exit 0 pass 1 warn 2 fail 3 error)
+#   ./spark-submit.sh report --out DIR [--run-id ID]  (HTML report of a finished run, no Spark)
 #
 # Spark options (--master, --conf k=v, --driver-memory, --executor-memory, --num-executors, --packages, --jars,
 # --py-files, --files, --driver-java-options, ...) may stand before or after the subcommand and go to spark-submit.
@@ -25,7 +26,7 @@ PROG="txaudit"
 usage_error() { echo "$PROG: error: $*" >&2; [ "${SUB:-}" = check ] && exit 3; exit 2; }
 
 usage() {
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     echo "Run './spark-submit.sh audit --help' for the audit options."
 }
 
@@ -97,10 +98,10 @@ while [ $# -gt 0 ]; do
     if [ -z "$SUB" ]; then
         case "$arg" in
             -h|--help) usage; exit 0 ;;
-            audit|demo|dump|check) SUB="$arg" ;;
+            audit|demo|dump|check|report) SUB="$arg" ;;
             -*) usage_error "unknown option before the subcommand: $arg" \
-                            "(subcommands: audit, demo, check, dump)" ;;
-            *) usage_error "unknown subcommand: $arg (expected audit, demo, check or dump)" ;;
+                            "(subcommands: audit, demo, check, report, dump)" ;;
+            *) usage_error "unknown subcommand: $arg (expected audit, demo, check, report or dump)" ;;
         esac
     else
         case "$arg" in -h|--help) WANT_HELP=1 ;; esac
@@ -108,7 +109,7 @@ while [ $# -gt 0 ]; do
     fi
     shift
 done
-[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo, check or dump (see ./spark-submit.sh --help)"
+[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo, check, report or dump (see ./spark-submit.sh --help)"
 
 "$ROOT/scripts/bootstrap.sh" || { [ "$SUB" = check ] && exit 3; exit 1; }
 
@@ -130,6 +131,12 @@ if [ "$SUB" = dump ]; then
     [ -f "$ROOT/txlog_io/cli.py" ] || { echo "$PROG: error: dump: txlog_io.cli is not available yet" >&2; exit 1; }
     [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: dump runs without Spark; Spark options ignored" >&2
     exec "$VENV_PY" -m txlog_io.cli ${APP_ARGS[@]+"${APP_ARGS[@]}"}
+fi
+
+if [ "$SUB" = report ]; then
+    # built from the Delta tables with deltalake on this machine: no JVM
+    [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: report runs without Spark; Spark options ignored" >&2
+    exec "$VENV_PY" "$ROOT/jobs/main.py" report ${APP_ARGS[@]+"${APP_ARGS[@]}"}
 fi
 
 if [ "$WANT_HELP" = 1 ]; then

@@ -416,7 +416,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             "brokers": list(options.brokers), "stores": list(options.stores), "profiles": profiles,
             "detected_profiles": detected, "include_bodies": bool(options.include_bodies),
             "config_json": json.dumps(dict(config_document(options, params_doc, override),
-                                           shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS))),
+                                           shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
+                                           commitlog_files=commitlog_files(frames.layout_info)),
                                       sort_keys=True, default=str),
             "store_fingerprint": fingerprint, "store_files": store_files, "store_bytes": store_bytes,
             "commitlog_bytes": commitlog_bytes, "transactions": n_tx, "state_counts": states,
@@ -451,8 +452,31 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
 
     if print_summary:
         print(format_summary(summary), flush=True)
+    if getattr(options, "report", True):
+        write_run_report(options.out, options.run_id)
     return summary
 
 
-__all__ = ["run_audit", "store_fingerprint", "audit_params", "relevant_records", "op_bodies_for",
-           "bodies_frame", "named_table", "epoch_ms", "RECON_TO_CONFIG", "CONFIG_TO_RECON", "AuditSummary"]
+def commitlog_files(layout_info) -> Dict[str, list]:
+    """broker -> [[base offset, size], ...] of its CommitLog files (kept in config_json: the report's store
+    map needs the file boundaries, and the report reads no store)."""
+    return {s.broker: [[int(base), int(size)] for _, base, size in s.commitlog_files] for s in layout_info}
+
+
+def write_run_report(out: str, run_id: str) -> Optional[str]:
+    """The run's HTML report (jobs.report); a report that fails is a warning, never a failed audit."""
+    try:
+        from jobs.report import write_report
+
+        page = write_report(out, run_id)
+    except Exception as e:  # noqa: BLE001 - the tables are written; the report is a view of them
+        first = (str(e).strip().splitlines() or [""])[0]
+        _log(f"warning: report not written: {type(e).__name__}: {first}")
+        return None
+    _log(f"report: {page}")
+    return page
+
+
+__all__ = ["run_audit", "write_run_report", "commitlog_files", "store_fingerprint", "audit_params",
+           "relevant_records", "op_bodies_for", "bodies_frame", "named_table", "epoch_ms", "RECON_TO_CONFIG",
+           "CONFIG_TO_RECON", "AuditSummary"]

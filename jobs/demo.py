@@ -124,7 +124,8 @@ def audit_options_for(options, store_dir: str):
                         out=os.path.abspath(options.out), as_of=options.as_of, mode=options.mode,
                         conf_file=options.conf_file, include_bodies=options.include_bodies,
                         run_id=options.run_id,
-                        profile=options.config.broker_profile, config=options.config)
+                        profile=options.config.broker_profile, config=options.config,
+                        report=getattr(options, "report", True))
 
 
 def run_demo(spark, options, *, transactions: int = DEMO_TRANSACTIONS) -> DemoResult:

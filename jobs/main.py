@@ -8,6 +8,9 @@ Subcommands::
           [--run-id ID]
     check [--checks FILE] [--json FILE] [--junit-xml FILE] --out DIR [--run-id ID] [--store DIR ... and every
           audit option]      (jobs/check_cli.py: exit 0 pass, 1 warn, 2 fail, 3 error -- also for misuse)
+    report --out DIR [--run-id ID]      (HTML report of a finished run, from its Delta tables; no Spark)
+
+audit and demo write ``OUT/report/<run_id>.html`` at the end of the run unless ``--no-report`` is given.
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
 :class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
@@ -55,6 +58,7 @@ class AuditOptions:
     run_id: str                      # re-running the same run id replaces that run's rows
     profile: str                     # broker profile name or "auto"
     config: AuditConfig              # defaults + conf file, validated
+    report: bool = True              # write OUT/report/<run_id>.html at the end (--no-report: False)
 
     @property
     def run_date(self) -> dt.date:
@@ -77,6 +81,15 @@ class DemoOptions:
     include_bodies: bool
     run_id: str
     config: AuditConfig
+    report: bool = True
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """``report``: (re)build the HTML report of a finished run from the Delta tables under ``out``."""
+
+    out: str
+    run_id: Optional[str]            # None: the latest run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,7 +103,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Offline audit of RocketMQ transactional messages from broker store files.")
     p.add_argument("--validate-only", action="store_true", help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", metavar="{audit,demo,check}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{audit,demo,check,report}", parser_class=_Parser)
 
     def common(sp, out_required: bool):
         sp.add_argument("--out", required=out_required, default=None if out_required else DEFAULT_DEMO_OUT,
@@ -110,6 +123,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="copy message bodies into the outputs")
         sp.add_argument("--run-id", dest="run_id", default=None,
                         help="run id (default: derived from --as-of); re-running an id replaces its rows")
+        sp.add_argument("--no-report", dest="report", action="store_false",
+                        help="do not write the HTML report (OUT/report/<run_id>.html)")
 
     a = sub.add_parser("audit", help="audit one or more broker stores", allow_abbrev=False)
     a.add_argument("--store", action="append", required=True, metavar="DIR",
@@ -133,6 +148,10 @@ def _build_parser() -> argparse.ArgumentParser:
     k.add_argument("--profile", default=None, metavar="NAME", help="as for audit")
     common(k, out_required=True)
     add_check_arguments(k)
+    r = sub.add_parser("report", help="(re)build the HTML report of a finished run (no Spark, no store)",
+                       allow_abbrev=False)
+    r.add_argument("--out", required=True, help="output directory of earlier audit runs")
+    r.add_argument("--run-id", dest="run_id", default=None, help="run to report on (default: the latest)")
     return p
 
 
@@ -202,7 +221,14 @@ def parse_args(argv: Sequence[str]):
     """``argv`` (without the program name) -> ``(validate_only, options)``; raises UsageError."""
     ns = _build_parser().parse_args(list(argv))
     if ns.command is None:
-        raise UsageError("missing subcommand: audit, demo or check")
+        raise UsageError("missing subcommand: audit, demo, check or report")
+    if ns.command == "report":
+        out = os.path.abspath(ns.out)
+        if not os.path.isdir(out):
+            raise UsageError(f"--out: not a directory: {out}")
+        if ns.run_id is not None and not ns.run_id.strip():
+            raise UsageError("--run-id: must not be empty")
+        return ns.validate_only, ReportOptions(out=out, run_id=ns.run_id)
     cfg = _config(ns)
     as_of = parse_as_of(ns.as_of)
     run_id = ns.run_id if ns.run_id is not None else default_run_id(as_of)
@@ -233,10 +259,10 @@ def parse_args(argv: Sequence[str]):
                 raise UsageError(f"--out must not be inside a store (stores are read-only): {out}")
         opts = AuditOptions(stores=tuple(stores), brokers=tuple(brokers), out=out, as_of=as_of, mode=cfg.mode,
                             conf_file=conf_file, include_bodies=cfg.include_bodies, run_id=run_id,
-                            profile=cfg.broker_profile, config=cfg)
+                            profile=cfg.broker_profile, config=cfg, report=ns.report)
     elif ns.command == "demo":
         opts = DemoOptions(out=out, as_of=as_of, mode=cfg.mode, conf_file=conf_file,
-                           include_bodies=cfg.include_bodies, run_id=run_id, config=cfg)
+                           include_bodies=cfg.include_bodies, run_id=run_id, config=cfg, report=ns.report)
     if ns.command == "check":
         from jobs.check_cli import check_options
 
@@ -263,6 +289,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from jobs.check_cli import run_check_command
 
         return run_check_command(opts, validate_only)
+    if isinstance(opts, ReportOptions):
+        return EXIT_OK if validate_only else run_report(opts)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
     if command == "demo":
         import importlib.util
@@ -300,6 +328,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             spark.stop()
         except Exception:  # noqa: BLE001
             pass
+    return EXIT_OK
+
+
+def run_report(opts: ReportOptions) -> int:
+    """``report``: no Spark; a missing table or run id is a one-line error (exit 1)."""
+    try:
+        from jobs.report import write_report
+        from jobs.report_data import ReportDataError
+
+        page = write_report(opts.out, opts.run_id)
+    except ReportDataError as e:
+        print(f"{PROG}: error: report: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as e:  # noqa: BLE001 - traceback for the operator, one line last
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(f"{PROG}: error: report failed: {type(e).__name__}: {str(e).strip()[:300]}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(page, flush=True)
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ from typing import Optional
 
 from txlog_io.consumequeue import STATETABLE_UNIT_SIZE
 from txlog_io.errors import UsageError
+from txlog_io.progress import Progress
 
 from refbroker import ledger as L
 from refbroker.broker import Broker
@@ -240,10 +241,14 @@ def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) 
         crash_downtime_ms=opts.get("crash_downtime_ms", 2000),
     )
     workload = Workload(run.broker, scenario, config, seed, profiles=(final_profile, start_profile))
+    # a large store takes minutes: progress per transaction on a terminal (silent when stderr is captured)
+    workload.progress = Progress(f"generate {profile.name} {scenario.name}", transactions, unit="tx",
+                                 check_every=64)
     run.broker.start()
     try:
         workload.run()
     finally:
+        workload.progress.close()
         run.end_simulation()
     return run.finish(scenario.post_faults, extra={
         "profile": final_profile.name,

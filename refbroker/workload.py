@@ -337,6 +337,7 @@ class Workload:
         self.scenario = scenario
         self.config = config
         self.rng = random.Random(seed)
+        self.progress = None        # txlog_io.progress.Progress (set by generate on a terminal)
         self.final_profile, self.start_profile = profiles if profiles else (broker.profile, broker.profile)
         self.bodies = BodyPool(random.Random(seed * 7 + 1), config.msg_bytes, broker.profile)
         self.tx_producer = Producer(TX_GROUP, port=51618, pid=4242, check_listener=_check_answer)
@@ -562,6 +563,8 @@ class Workload:
             self._advance(start + cfg.tx_interval_ms)
             self.send_transaction(i)
             self._maybe_crash_now()
+            if self.progress is not None:
+                self.progress.update(i + 1)
         self._drain()
         # in-flight transactions: sent in the last moments, unanswered when the run ends
         for i in range(n_main, n_tx):

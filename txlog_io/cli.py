@@ -19,6 +19,7 @@ from txlog_io.commitlog_decode import ScanSummary, decode_range
 from txlog_io.compression import decompress
 from txlog_io.errors import Anomaly, TxlogError, UsageError
 from txlog_io.mappedfile import MappedFile, discover_store, is_offset_name, list_mapped_files
+from txlog_io.progress import Progress
 
 COMMITLOG_FIELDS = ("file", "file_position", "physical_offset", "total_size", "magic_version", "body_crc",
                     "body_crc_ok", "queue_id", "flag", "queue_offset", "sys_flag", "transaction_type",
@@ -144,20 +145,34 @@ def commitlog_records(path: str, *, with_body: bool = False, summary: Optional[S
             yield obj
 
 
+def _isatty(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
 def dump_commitlog(paths, out: _Out, with_body: bool) -> None:
-    for p in paths:
-        for mf in _commitlog_files(_require(p), out):
-            summary = ScanSummary(str(mf.path), 0, mf.size)
-            found: list = []
-            n = 0
-            for obj in commitlog_records(str(mf.path), with_body=with_body, summary=summary, anomalies=found):
-                out.record(obj)
-                n += 1
-            out.findings_out(found)
-            out.summary({"file": str(mf.path), "kind": "commitlog", "records": n, "file_size": mf.size,
-                         "valid_bytes": summary.valid_end, "trailing_bytes": mf.size - summary.valid_end,
-                         "trailing_from": summary.valid_end, "skipped_bytes": summary.skipped_bytes,
-                         "stop_reason": summary.stop_reason, "anomalies": len(found)})
+    files = [mf for p in paths for mf in _commitlog_files(_require(p), out)]
+    # progress on a terminal only: a large store takes minutes, and captured stderr must stay JSON lines
+    # (not while records scroll on the same terminal)
+    progress = Progress("commitlog", sum(mf.size for mf in files), bytes_unit=True, stream=out.stderr,
+                        enabled=_isatty(out.stderr) and (out.verify or not _isatty(out.stdout)))
+    done = 0
+    for i, mf in enumerate(files, 1):
+        summary = ScanSummary(str(mf.path), 0, mf.size)
+        found: list = []
+        n = 0
+        progress.update(done, note=f"file {i}/{len(files)}")
+        for obj in commitlog_records(str(mf.path), with_body=with_body, summary=summary, anomalies=found):
+            out.record(obj)
+            n += 1
+            progress.update(done + obj["file_position"] + obj["total_size"])
+        done += mf.size
+        progress.close()              # the per-file lines below start at column 0
+        out.findings_out(found)
+        out.summary({"file": str(mf.path), "kind": "commitlog", "records": n, "file_size": mf.size,
+                     "valid_bytes": summary.valid_end, "trailing_bytes": mf.size - summary.valid_end,
+                     "trailing_from": summary.valid_end, "skipped_bytes": summary.skipped_bytes,
+                     "stop_reason": summary.stop_reason, "anomalies": len(found)})
 
 
 def dump_consumequeue(paths, out: _Out) -> None:
