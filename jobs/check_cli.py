@@ -37,6 +37,7 @@ class CheckOptions:
     junit_path: Optional[str]
     config: object                 # jobs.config.AuditConfig
     audit: Optional[object] = None  # jobs.main.AuditOptions
+    report: bool = True            # rebuild OUT/report/<run_id>.html with the check results (--no-report: no)
 
 
 def add_arguments(parser) -> None:
@@ -86,7 +87,8 @@ def check_options(ns, config, out: str, audit=None) -> CheckOptions:
     if run_id is not None and not run_id.strip():
         raise UsageError("--run-id: must not be empty")
     return CheckOptions(checks=checks, out=out, run_id=run_id, json_path=_output_file("--json", ns.json_path),
-                        junit_path=_output_file("--junit-xml", ns.junit_path), config=config, audit=audit)
+                        junit_path=_output_file("--junit-xml", ns.junit_path), config=config, audit=audit,
+                        report=getattr(ns, "report", True))
 
 
 def _error(msg: str) -> int:
@@ -137,6 +139,10 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
                 write_junit(report, opts.junit_path)
         except OSError as e:
             return _error(f"cannot write {e.filename}: {e.strerror}")
+        if opts.report:       # the run's page now shows its check results (a failed report only warns)
+            from jobs.audit import write_run_report
+
+            write_run_report(opts.out, report.run.run_id)
         s = report.seconds
         log(f"check: {len(opts.checks.checks)} check(s) -> {len(report.results)} result(s) on run "
             f"{report.run.run_id} in {time.monotonic() - t0:.2f} s (read {s['read']:.2f}, evaluate "
