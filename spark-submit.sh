@@ -6,6 +6,7 @@
 #                     [--profile NAME|auto] [--run-id ID] [spark options]
 #   ./spark-submit.sh [spark options] demo [--out DIR] [...]
 #   ./spark-submit.sh dump ...                     (txlog-dump: decode store files, no Spark)
+#   ./spark-submit.sh repair --store DIR --out AUDIT_OUT --into NEWDIR [...]   (repair a copy, no Spark)
 #
 # Spark options (--master, --conf k=v, --driver-memory, --executor-memory, --num-executors, --packages, --jars,
 # --py-files, --files, --driver-java-options, ...) may stand before or after the subcommand and go to spark-submit.
@@ -94,7 +95,7 @@ while [ $# -gt 0 ]; do
     if [ -z "$SUB" ]; then
         case "$arg" in
             -h|--help) usage; exit 0 ;;
-            audit|demo|dump) SUB="$arg" ;;
+            audit|demo|dump|repair) SUB="$arg" ;;
             -*) usage_error "unknown option before the subcommand: $arg (subcommands: audit, demo, dump)" ;;
             *) usage_error "unknown subcommand: $arg (expected audit, demo or dump)" ;;
         esac
@@ -112,6 +113,11 @@ if [ "$SUB" = dump ]; then
     [ -f "$ROOT/txlog_io/cli.py" ] || { echo "$PROG: error: dump: txlog_io.cli is not available yet" >&2; exit 1; }
     [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: dump runs without Spark; Spark options ignored" >&2
     exec "$VENV_PY" -m txlog_io.cli ${APP_ARGS[@]+"${APP_ARGS[@]}"}
+fi
+
+if [ "$SUB" = repair ]; then    # driver-only job (jobs/repair.py): no JVM
+    [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: repair runs without Spark; Spark options ignored" >&2
+    exec "$VENV_PY" "$ROOT/jobs/main.py" repair ${APP_ARGS[@]+"${APP_ARGS[@]}"}
 fi
 
 if [ "$WANT_HELP" = 1 ]; then
