@@ -130,7 +130,8 @@ def _add_repair_parser(sub) -> None:
     r = sub.add_parser("repair", help="repair a copy of an audited store (no Spark)", allow_abbrev=False)
     r.add_argument("--store", required=True, metavar="DIR", help="the audited store root (read-only)")
     r.add_argument("--out", required=True, metavar="AUDIT_OUT", help="the audit's output directory")
-    r.add_argument("--run-id", dest="run_id", default=None, help="audit run (default: the newest of the store)")
+    r.add_argument("--run-id", dest="run_id", default=None,
+                   help="audit run (default: the newest of the store)")
     r.add_argument("--into", required=True, metavar="NEWDIR", help="absent or empty directory for the copy")
     r.add_argument("--actions", default=None, metavar="LIST",
                    help="comma-separated MARK_DONE, REBUILD_CQ, REBUILD_STATETABLE (default: all)")

@@ -3,8 +3,8 @@
 ``OUT/recovery/<run_id>/``:
 
 * ``resume_requests.jsonl`` -- one RESUME_CHECK_HALF_MESSAGE (RequestCode 323) per RESUME_DISCARDED
-  transaction of the run's ``recovery_worklist``: the ``ResumeCheckHalfMessageRequestHeader`` fields (``msgId``;
-  5.x adds ``topic``) plus broker, transaction_key and reason;
+  transaction of the run's ``recovery_worklist``: the ``ResumeCheckHalfMessageRequestHeader`` fields
+  (``msgId``; 5.x adds ``topic``) plus broker, transaction_key and reason;
 * ``check_back/<producer group>.jsonl`` -- the ``check_back_worklist`` rows of that group, most urgent first,
   as ``CheckTransactionStateRequestHeader`` fields (topic, tranStateTableOffset, commitLogOffset, msgId,
   transactionId, offsetMsgId, brokerName) plus urgency;
@@ -31,8 +31,8 @@ One line per transaction the broker discarded to `TRANS_CHECK_MAX_TIME_TOPIC` wi
 the half message with TRANSACTION_CHECK_TIMES=0 and checks the producer again.
 
 * Java: `DefaultMQAdminExt admin = ...; admin.start();` then per line
-  `admin.resumeCheckHalfMessage(line.topic, line.msgId)` (5.x; 4.x: `admin.resumeCheckHalfMessage(line.msgId)`),
-  sent to the broker named in `broker`.
+  `admin.resumeCheckHalfMessage(line.topic, line.msgId)` (5.x; 4.x:
+  `admin.resumeCheckHalfMessage(line.msgId)`), sent to the broker named in `broker`.
 * CLI: `mqadmin resumeCheckHalfMessage -n <namesrv> -t <topic> -i <msgId>` (4.x: without `-t`).
 
 `msgId` is the offsetMsgId of the discard record, `topic` is `TRANS_CHECK_MAX_TIME_TOPIC`; `reason` says why.
@@ -68,7 +68,8 @@ def resume_requests(recovery_rows) -> list:
         if "RESUME_DISCARDED" not in (r.get("actions") or []) or not r.get("resume_msg_id"):
             continue
         out.append({"code": RESUME_CHECK_HALF_MESSAGE, "topic": r.get("resume_topic"),
-                    "msgId": r["resume_msg_id"], "broker": r["broker"], "transaction_key": r["transaction_key"],
+                    "msgId": r["resume_msg_id"], "broker": r["broker"],
+                    "transaction_key": r["transaction_key"],
                     "uniq_key": r.get("uniq_key"), "producer_group": r.get("producer_group"),
                     "reason": r.get("reason")})
     return sorted(out, key=lambda x: (x["broker"], x["transaction_key"]))
@@ -78,7 +79,8 @@ def check_back_requests(check_rows) -> dict:
     groups: dict = {}
     for r in sorted(check_rows, key=lambda r: (r["urgency_rank"], r["broker"], r["transaction_key"])):
         groups.setdefault(r["producer_group"], []).append({
-            "code": CHECK_TRANSACTION_STATE, "producerGroup": r["producer_group"], "topic": r["request_topic"],
+            "code": CHECK_TRANSACTION_STATE, "producerGroup": r["producer_group"],
+            "topic": r["request_topic"],
             "commitLogOffset": r["commitlog_offset"], "tranStateTableOffset": r["tran_state_table_offset"],
             "msgId": r["msg_id"], "offsetMsgId": r["offset_msg_id"], "transactionId": r.get("transaction_id"),
             "brokerName": r["broker"], "transaction_key": r["transaction_key"],

@@ -1,4 +1,4 @@
-"""Offline repair of a COPY of a broker store: the writes the broker should have made, made the way it makes them.
+"""Offline repair of a COPY of a broker store: the writes the broker should have made, made as it makes them.
 
 Plays the parts of RocketMQ the audit found missing (the reference broker's own writers and txlog_io's
 encoders, so every byte is what the broker of the store's profile writes):
@@ -13,9 +13,9 @@ encoders, so every byte is what the broker of the store's profile writes):
   starts no later than them.  Torn bytes of a crashed last write after the new records are zeroed: RocketMQ's
   recovery discards them, and the copy must not show a record the broker would not read.
 * REBUILD_CQ (4.3+): the half / op / discard consume queues as ``ReputMessageService`` dispatch writes them
-  from the CommitLog (NOT/COMMIT records, unit = offset, size, tagsCode; ``fillPreBlank`` before the first unit
-  of a new file); units pointing past the CommitLog's end are zeroed (``truncateDirtyLogicFiles``).  Slots
-  whose records retention deleted keep their bytes.  A queue already equal to its rebuild is not touched.
+  from the CommitLog (NOT/COMMIT records, unit = offset, size, tagsCode; ``fillPreBlank`` before the first
+  unit of a new file); units pointing past the CommitLog's end are zeroed (``truncateDirtyLogicFiles``).
+  Slots whose records retention deleted keep their bytes.  A queue equal to its rebuild is not touched.
 * REBUILD_STATETABLE (3.x): statetable units at the prepared records' own QUEUEOFFSET (the index the 3.1.4
   broker gave them and a check request carries) with the state the CommitLog's COMMIT/ROLLBACK records say,
   and the ``abort`` marker removed: with it the 3.1.4 broker would rebuild the table from the first redolog
@@ -54,9 +54,11 @@ from schemas.store import COMMITLOG
 ACTIONS = ("MARK_DONE", "REBUILD_CQ", "REBUILD_STATETABLE")
 TX_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
 #: reconstruction profile (jobs.reconstruct.PROFILES, what audit_runs.profiles holds) -> writer profile
-WRITER_PROFILE = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-5.0": "4.6-4.9", "5.1+": "5.1+", "unknown": "4.6-4.9"}
+WRITER_PROFILE = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-5.0": "4.6-4.9", "5.1+": "5.1+",
+                  "unknown": "4.6-4.9"}
 _COPY_CHUNK = 1 << 30
 _ZERO_SCAN = 1 << 20
+_PRE_BLANK = np.frombuffer(CQ.encode_pre_blank(), CQ.CQ_UNIT_DTYPE)[0]
 _OP_PROPS = order_keys((P.TAGS, P.WAIT), hashmap_capacity(2, 16))   # new Message(opTopic, "d", body) + WAIT
 
 
@@ -159,7 +161,8 @@ def op_message(body_text: str, *, queue_offset: int, timestamp: int, host: str,
     """An op message as TransactionalMessageBridge writes it (see the module docstring); born = store time
     unless ``born_timestamp`` says otherwise (a live broker's differ by the few ms the put took)."""
     props = {P.TAGS: REMOVE_TAG, P.WAIT: "true"}
-    return CL.Message(topic=OP_TOPIC, body=body_text.encode("ascii"), properties={k: props[k] for k in _OP_PROPS},
+    return CL.Message(topic=OP_TOPIC, body=body_text.encode("ascii"),
+                      properties={k: props[k] for k in _OP_PROPS},
                       queue_id=0, queue_offset=queue_offset,
                       born_timestamp=timestamp if born_timestamp is None else born_timestamp, born_host=host,
                       store_timestamp=timestamp, store_host=host, magic_version=1,
@@ -349,6 +352,9 @@ def _plan_cq(plan: RepairPlan, root: Path, records: pa.Table, appended: List[dic
         size = _cq_file_size(root, topic, qid, default_size)
         per_file = size // CQ.CQ_UNIT_SIZE
         lo, hi = min(by_index), max(by_index)
+        keys = np.fromiter(by_index, np.int64, len(by_index))
+        values = np.array([by_index[k] for k in keys.tolist()], CQ.CQ_UNIT_DTYPE)
+        expected = (keys, values)
         directory = _cq_dir(root, topic, qid)
         existing = {}
         if directory.is_dir():
@@ -363,25 +369,17 @@ def _plan_cq(plan: RepairPlan, root: Path, records: pa.Table, appended: List[dic
             if mf is not None:
                 with open(mf.path, "rb") as f:
                     old = f.read(size)
-            new = bytearray(old.ljust(size, b"\0"))
-            for slot in range(per_file):
-                index = first + slot
-                at = slot * CQ.CQ_UNIT_SIZE
-                if index in by_index:
-                    off, sz, tags = by_index[index]
-                    new[at:at + CQ.CQ_UNIT_SIZE] = CQ.encode_cq_unit(off, sz, tags)
-                elif mf is not None and _dirty(new, at, commitlog_end):
-                    new[at:at + CQ.CQ_UNIT_SIZE] = bytes(CQ.CQ_UNIT_SIZE)     # truncateDirtyLogicFiles
-                elif mf is None and index < lo:
-                    new[at:at + CQ.CQ_UNIT_SIZE] = CQ.encode_pre_blank()      # fillPreBlank
+            new = np.frombuffer(old.ljust(size, b"\0"), CQ.CQ_UNIT_DTYPE, count=per_file).copy()
+            if mf is not None:      # truncateDirtyLogicFiles: units pointing past the CommitLog's end
+                new[new["commitlog_offset"] >= commitlog_end] = np.zeros(1, CQ.CQ_UNIT_DTYPE)
+            else:                   # fillPreBlank in front of the first unit of a re-created file
+                new[:max(0, min(per_file, lo - first))] = _PRE_BLANK
+            keys, values = expected
+            sel = (keys >= first) & (keys < first + per_file)
+            new[keys[sel] - first] = values[sel]
             rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(start)}"
-            _diff_writes(plan, rel, old, bytes(new), size, new_ops if topic == OP_TOPIC and qid == 0 else {},
-                         first, created=mf is None)
-
-
-def _dirty(buf: bytearray, at: int, commitlog_end: int) -> bool:
-    off = int.from_bytes(buf[at:at + 8], "big", signed=True)
-    return off >= commitlog_end
+            ops = new_ops if topic == OP_TOPIC and qid == 0 else {}
+            _diff_writes(plan, rel, old, new.tobytes(), size, ops, first, created=mf is None)
 
 
 def _diff_writes(plan: RepairPlan, rel: str, old: bytes, new: bytes, size: int, new_ops: dict, first: int,
@@ -411,7 +409,8 @@ def _diff_writes(plan: RepairPlan, rel: str, old: bytes, new: bytes, size: int, 
             keys = op["keys"]
             plan.writes.append(Write("OP_CQ_UNIT", rel, p0, new[p0:p0 + CQ.CQ_UNIT_SIZE],
                                      keys[0] if len(keys) == 1 else None,
-                                     f"op consume-queue unit {first + slot} for the appended op record", size))
+                                     f"op consume-queue unit {first + slot} for the appended op record",
+                                     size))
             continue
         if run and slot != run[-1] + 1:
             flush()
@@ -469,7 +468,8 @@ def _plan_statetable(plan: RepairPlan, root: Path, records: pa.Table, writer) ->
     per_file = size // unit
     if not slots:
         return
-    starts = set(range(min(slots) // per_file * size, max(slots) // per_file * size + 1, size)) | set(existing)
+    starts = set(range(min(slots) // per_file * size, max(slots) // per_file * size + 1, size))
+    starts |= set(existing)
     for start in sorted(starts):
         mf = existing.get(start)
         old = b""
@@ -485,10 +485,11 @@ def _plan_statetable(plan: RepairPlan, root: Path, records: pa.Table, writer) ->
                     java_string_hash(r["pgroup"] or ""), r["state"])
         if bytes(new) != old.ljust(size, b"\0") or mf is None:
             n = sum(1 for s in range(per_file) if start // unit + s in slots)
-            plan.writes.append(Write("REBUILD_STATETABLE", f"transaction/statetable/{offset_to_file_name(start)}",
-                                     0, bytes(new), None,
-                                     f"statetable file rewritten from the CommitLog: {n} unit(s) at the prepared "
-                                     f"records' QUEUEOFFSET with their CommitLog state", size))
+            plan.writes.append(Write(
+                "REBUILD_STATETABLE", f"transaction/statetable/{offset_to_file_name(start)}", 0, bytes(new),
+                None,
+                f"statetable file rewritten from the CommitLog: {n} unit(s) at the prepared records' "
+                f"QUEUEOFFSET with their CommitLog state", size))
     if (root / "abort").exists():
         plan.writes.append(Write("REBUILD_STATETABLE", "abort", 0, b"", None,
                                  "abort marker removed: a 3.1.4 broker starting with it would rebuild the "
@@ -506,7 +507,8 @@ def plan_repair(store: str, profile: str, rows: Iterable[dict], *, actions: Sequ
     root = Path(store)
     unknown = set(actions) - set(ACTIONS)
     if unknown:
-        raise UsageError(f"unknown repair action(s): {', '.join(sorted(unknown))} (known: {', '.join(ACTIONS)})")
+        raise UsageError(f"unknown repair action(s): {', '.join(sorted(unknown))} "
+                         f"(known: {', '.join(ACTIONS)})")
     rows = list(rows)
     plan = RepairPlan(str(root), profile)
     writer = get_profile(WRITER_PROFILE.get(profile, "4.6-4.9"))
@@ -518,7 +520,8 @@ def plan_repair(store: str, profile: str, rows: Iterable[dict], *, actions: Sequ
             commitlog_end = mf.base_offset + end
             break
     if profile == "3.x":
-        if "REBUILD_STATETABLE" in actions and any("REBUILD_STATETABLE" in (r.get("actions") or []) for r in rows):
+        wanted = any("REBUILD_STATETABLE" in (r.get("actions") or []) for r in rows)
+        if "REBUILD_STATETABLE" in actions and wanted:
             _plan_statetable(plan, root, _records(files, None, False), writer)
         return plan
     if profile == "4.0-4.2":

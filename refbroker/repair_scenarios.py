@@ -1,17 +1,18 @@
 """Reference-broker stores for the repair job's situations, each with its ledger (refbroker.generate.Run).
 
-=======================  ======================================================================================
+=======================  =====================================================================================
 name                     what the store shows at the end
-=======================  ======================================================================================
-``op_batch_lost``        5.1+: transactions committed / rolled back at send, then a crash while their ops sit in
-                         TransactionalOpBatchService's buffer (OP_BATCH_LOST): committed halves without an op,
-                         the broker would check them again (MARK_DONE)
+=======================  =====================================================================================
+``op_batch_lost``        5.1+: transactions committed / rolled back at send, then a crash while their ops sit
+                         in TransactionalOpBatchService's buffer (OP_BATCH_LOST): committed halves without an
+                         op, the broker would check them again (MARK_DONE)
 ``commit_before_op``     4.3-5.0 (4.6-4.9 by default): a crash between a COMMIT record and its op (MARK_DONE)
 ``op_queue_deleted``     any 4.3+ profile: a clean store whose op consume queue an operator deleted (the check
                          service would re-read every half since the beginning: apache/rocketmq#2133)
 ``cq_truncated``         any 4.3+ profile: the half queue's newest consume-queue units zeroed (lost on a crash
-                         before their flush): CQ_MISMATCH
-=======================  ======================================================================================
+                         before their flush; the audit cannot tell this from dispatch lag); the file as the
+                         broker wrote it is kept as ``out_dir/cq_before_truncation``
+=======================  =====================================================================================
 
 The 3.x statetable rebuilt from the first redolog file is the generator's ``legacy-3x`` scenario.
 """
@@ -83,6 +84,7 @@ def cq_truncated(out_dir, *, profile: str = "5.1+", transactions: int = 30, seed
     files = sorted((Path(result.store_dir) / "consumequeue" / HALF_TOPIC / "0").iterdir())
     path = files[-1]
     data = bytearray(path.read_bytes())
+    shutil.copyfile(path, Path(out_dir) / "cq_before_truncation")       # the broker's own bytes, for tests
     used = len(data.rstrip(b"\0")) // 20 * 20 + (20 if len(data.rstrip(b"\0")) % 20 else 0)
     cut = max(0, used - units * 20)
     data[cut:used] = bytes(used - cut)

@@ -24,9 +24,11 @@ STORE_FILES = Table.of("store_files", [
 REPAIR_LOG = Table.of("repair_log", [
     C("run_id", _str, False, "audit run whose recovery_worklist was applied"),
     C("broker", _str, False, "broker / store name"),
-    C("action", _str, False, "MARK_DONE (op record appended), OP_CQ_UNIT (its op consume-queue unit), "
-                             "REBUILD_CQ (consume-queue file rewritten from the CommitLog), REBUILD_STATETABLE, "
-                             "REBUILD_REDOLOG (3.x), CHECKPOINT, ZERO_TORN_TAIL, COPY (unchanged file)"),
+    C("action", _str, False, "MARK_DONE (op record, or the BLANK filler before it, appended), OP_CQ_UNIT "
+                             "(its op consume-queue unit), REBUILD_CQ (consume-queue units rewritten from "
+                             "the "
+                             "CommitLog), REBUILD_STATETABLE (3.x statetable file, abort marker removed), "
+                             "CHECKPOINT, ZERO_TORN_TAIL"),
     C("transaction_key", _str, True, "transaction the write is for (null for store-level writes)"),
     C("file", _str, False, "file written, relative to the new store root"),
     C("position", _i64, False, "byte position of the write in that file"),

@@ -6,7 +6,7 @@ changes between an audit and a repair: a broker that appended (size, mtime, tail
 truncated (size, head), an operator's copy over it (mtime).  A rewrite in the middle of a file with its mtime
 restored is not caught; the repair re-validates every byte it reads as it decodes it.
 
-Spark-free (the audit computes it on the driver from a listing; ``refbroker.repair`` re-computes and compares).
+Spark-free (the audit computes it on the driver from a listing; ``jobs.repair`` re-computes and compares).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _edge_hash(path: str, size: int) -> str:
 
 
 def iter_store_files(root: str) -> Iterator[Tuple[str, str]]:
-    """``(relative path, absolute path)`` of every regular file under ``root``, sorted, symlinks not followed."""
+    """``(relative path, absolute path)`` of every file under ``root``, sorted, symlinks not followed."""
     for dirpath, dirs, files in os.walk(root, followlinks=False):
         dirs.sort()
         for name in sorted(files):
