@@ -58,6 +58,7 @@ WRITER_PROFILE = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-5.0": "4.6-4.9", "5.1
                   "unknown": "4.6-4.9"}
 _COPY_CHUNK = 1 << 30
 _ZERO_SCAN = 1 << 20
+_VERIFY_LAST = 8            # newest records re-checked for a torn write (the broker tears at most the last)
 _PRE_BLANK = np.frombuffer(CQ.encode_pre_blank(), CQ.CQ_UNIT_DTYPE)[0]
 _OP_PROPS = order_keys((P.TAGS, P.WAIT), hashmap_capacity(2, 16))   # new Message(opTopic, "d", body) + WAIT
 
@@ -124,15 +125,28 @@ def _records(files, topics: Optional[Sequence[str]], with_body: bool) -> pa.Tabl
 
 
 def _data_end(mf) -> tuple:
-    """(file position after the last valid record of ``mf``, True when the file ends with a BLANK filler)."""
+    """(file position after the last valid record of ``mf``, True when the file ends with a BLANK filler,
+    file position of that record or None).
+
+    The newest framed records are decoded back to front until one passes its body CRC, as the broker's
+    recovery (checkMessageAndReturnSize with checkCRCOnRecover) does: a torn last write whose TOTALSIZE and
+    MAGIC survived frames like a record but is not one."""
     summary = ScanSummary(str(mf.path), 0, mf.size)
-    end = 0
+    tail: List[int] = []
     for frame in CL.scan_range(str(mf.path), base_offset=mf.base_offset, summary=summary):
         if len(frame.positions):
-            last = int(frame.positions[-1])
-            total = int.from_bytes(frame.buf[last:last + 4], "big", signed=True)
-            end = frame.file_pos + last + total
-    return end, summary.stop_reason.startswith("BLANK")
+            tail = (tail + [frame.file_pos + int(p) for p in frame.positions[-_VERIFY_LAST:]])[-_VERIFY_LAST:]
+    blank = summary.stop_reason.startswith("BLANK")
+    if not tail:
+        return 0, blank, None
+    batch, _ = CL.decode_at(str(mf.path), tail, base_offset=mf.base_offset)
+    good = {int(p): int(t) for p, t, ok in zip(batch["file_position"].to_pylist(),
+                                                batch["total_size"].to_pylist(),
+                                                batch["body_crc_ok"].to_pylist()) if ok}
+    for pos in reversed(tail):
+        if pos in good:
+            return pos + good[pos], blank and pos == tail[-1], pos
+    return tail[0], False, None
 
 
 def _tail_garbage(path: Path, start: int, size: int) -> Optional[tuple]:
@@ -222,11 +236,11 @@ def _plan_mark_done(plan: RepairPlan, root: Path, rows: Sequence[dict], records:
     if not offsets:
         return []
     # the file the broker appends to: the newest with data (a newer all-zero file follows a BLANK filler)
-    last_mf, (end, blank_ended) = files[-1], _data_end(files[-1])
+    last_mf, (end, blank_ended, _) = files[-1], _data_end(files[-1])
     for mf in reversed(files[:-1]):
         if end or blank_ended:
             break
-        last_mf, (end, blank_ended) = mf, _data_end(mf)
+        last_mf, (end, blank_ended, _) = mf, _data_end(mf)
     last = _last_record(files)
     if last is None:
         raise UsageError(f"{root}: the CommitLog has no valid record; cannot tell the broker's address")
@@ -274,13 +288,7 @@ def _plan_mark_done(plan: RepairPlan, root: Path, rows: Sequence[dict], records:
 
 def _last_record(files) -> Optional[dict]:
     for mf in reversed(files):
-        end, _ = _data_end(mf)
-        if end == 0:
-            continue
-        last_pos = None
-        for frame in CL.scan_range(str(mf.path), base_offset=mf.base_offset):
-            if len(frame.positions):
-                last_pos = frame.file_pos + int(frame.positions[-1])
+        _, _, last_pos = _data_end(mf)
         if last_pos is not None:
             batch, _ = CL.decode_at(str(mf.path), [last_pos], base_offset=mf.base_offset)
             if batch.num_rows:

@@ -414,3 +414,42 @@ def test_bench_repair_reports_both_rates(tmp_path):
     r = bench_repair(2, str(tmp_path))
     assert r["writes"] >= 1 and r["cp_mb_s"] > 0 and r["repair_mb_s"] > 0 and r["store_data_mb"] > 1
     assert _tree(tmp_path / "cp") == _tree(tmp_path / "gen" / "store")
+
+
+def test_mark_done_over_a_torn_tail(tmp_path):
+    """A crash tore the last write: the op records go where the broker's recovery would write (after the
+    last valid record), the torn bytes after them are zeroed, and the copy then dumps without a finding."""
+    import contextlib
+    import io
+
+    from refbroker import repair_scenarios as RS
+    from refbroker.repair import apply_repair, plan_repair
+    from txlog_io.cli import main as dump
+
+    store = Path(RS.op_batch_lost(tmp_path / "s", transactions=12).store_dir)
+    halves = _records(store, [HALF_TOPIC])
+    last = max(_records(store), key=lambda r: r["physical_offset"])
+    from txlog_io import commitlog as CL
+
+    big = CL.Message(topic="TopicRepair", body=b"x" * 2000, store_host=last["store_host"])
+    torn = CL.encode_record(big, last["physical_offset"] + last["total_size"])[:1000]   # power loss in the body
+    with open(last["file"], "r+b") as f:
+        f.seek(last["file_position"] + last["total_size"])
+        f.write(bytes(torn))
+    rows = [{"transaction_key": f"T{r['queue_offset']}", "actions": ["MARK_DONE"],
+             "mark_done_half_offsets": [r["queue_offset"]]} for r in halves]
+    plan = plan_repair(str(store), "5.1+", rows, as_of_ms=last["store_timestamp"] + 1000)
+    marks = [w for w in plan.writes if w.action == "MARK_DONE"]
+    zero = [w for w in plan.writes if w.action == "ZERO_TORN_TAIL"]
+    assert marks and marks[0].position == last["file_position"] + last["total_size"]
+    end = marks[-1].position + len(marks[-1].data)
+    assert len(zero) == 1 and zero[0].position >= end and set(zero[0].data) == {0}
+    assert zero[0].position + len(zero[0].data) == last["file_position"] + last["total_size"] + 1000
+    apply_repair(plan, str(tmp_path / "new"))
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        dump(["commitlog", str(tmp_path / "new" / "commitlog"), "--verify"])
+    assert buf.getvalue() == ""
+    ops = _records(tmp_path / "new", ["RMQ_SYS_TRANS_OP_HALF_TOPIC"])
+    assert sorted(int(x) for op in ops for x in op["body"].decode().split(",") if x) == \
+        sorted(r["queue_offset"] for r in halves)
