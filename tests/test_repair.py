@@ -432,7 +432,7 @@ def test_mark_done_over_a_torn_tail(tmp_path):
     from txlog_io import commitlog as CL
 
     big = CL.Message(topic="TopicRepair", body=b"x" * 2000, store_host=last["store_host"])
-    torn = CL.encode_record(big, last["physical_offset"] + last["total_size"])[:1000]   # power loss in the body
+    torn = CL.encode_record(big, last["physical_offset"] + last["total_size"])[:1000]   # cut in the body
     with open(last["file"], "r+b") as f:
         f.seek(last["file_position"] + last["total_size"])
         f.write(bytes(torn))
