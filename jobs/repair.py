@@ -116,7 +116,8 @@ def write_repair_log(out: str, rows: list) -> str:
     path = os.path.join(out, REPAIR_LOG.name)
     table = pa.Table.from_pylist(rows, schema=REPAIR_LOG.arrow_schema())
     if os.path.isdir(os.path.join(path, "_delta_log")) and rows:
-        pred = " AND ".join(f"{k} = '{rows[0][k]}'" for k in ("run_id", "broker"))
+        quoted = {k: str(rows[0][k]).replace("'", "''") for k in ("run_id", "broker")}
+        pred = " AND ".join(f"{k} = '{v}'" for k, v in quoted.items())
         deltalake.write_deltalake(path, table, mode="overwrite", predicate=pred, partition_by=["run_id"])
     else:
         deltalake.write_deltalake(path, table, mode="append", partition_by=["run_id"],
