@@ -453,3 +453,21 @@ def test_mark_done_over_a_torn_tail(tmp_path):
     ops = _records(tmp_path / "new", ["RMQ_SYS_TRANS_OP_HALF_TOPIC"])
     assert sorted(int(x) for op in ops for x in op["body"].decode().split(",") if x) == \
         sorted(r["queue_offset"] for r in halves)
+
+
+def test_statetable_rebuilt_as_the_314_broker_wrote_it(tmp_path):
+    """The real 3.1.4 statetable equals its rebuild from the CommitLog (no write); zeroed in a copy, the
+    rebuild writes the fixture's bytes back."""
+    from refbroker.repair import apply_repair, plan_repair
+
+    src = FIXTURES / "rocketmq-3.1.4" / "store"
+    row = {"transaction_key": "x", "actions": ["REBUILD_STATETABLE"]}
+    assert plan_repair(str(src), "3.x", [row]).writes == []
+    damaged = tmp_path / "damaged"
+    shutil.copytree(src, damaged)
+    table = damaged / "transaction" / "statetable" / "00000000000000000000"
+    table.write_bytes(bytes(table.stat().st_size))
+    plan = plan_repair(str(damaged), "3.x", [row])
+    assert [w.action for w in plan.writes] == ["REBUILD_STATETABLE"]
+    apply_repair(plan, str(tmp_path / "new"))
+    assert _tree(tmp_path / "new") == _tree(src)
