@@ -96,8 +96,8 @@ while [ $# -gt 0 ]; do
         case "$arg" in
             -h|--help) usage; exit 0 ;;
             audit|demo|dump|repair) SUB="$arg" ;;
-            -*) usage_error "unknown option before the subcommand: $arg (subcommands: audit, demo, dump)" ;;
-            *) usage_error "unknown subcommand: $arg (expected audit, demo or dump)" ;;
+            -*) usage_error "unknown option before the subcommand: $arg (subcommands: audit, demo, dump, repair)" ;;
+            *) usage_error "unknown subcommand: $arg (expected audit, demo, dump or repair)" ;;
         esac
     else
         case "$arg" in -h|--help) WANT_HELP=1 ;; esac
@@ -105,7 +105,7 @@ while [ $# -gt 0 ]; do
     fi
     shift
 done
-[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo or dump (see ./spark-submit.sh --help)"
+[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo, dump or repair (see ./spark-submit.sh --help)"
 
 "$ROOT/scripts/bootstrap.sh" || exit 1
 
