@@ -109,6 +109,14 @@ def store_fingerprint(store_pairs: Sequence[Tuple[str, str]]) -> Tuple[str, int,
     return h.hexdigest(), n_files, n_bytes
 
 
+def store_file_rows(store_pairs: Sequence[Tuple[str, str]]) -> List[tuple]:
+    """``schemas.repair.STORE_FILES`` rows: the per-file fingerprint (txlog_io.fingerprint) of every store."""
+    from txlog_io.fingerprint import store_prints
+
+    return [(broker, fp.file, fp.size, fp.mtime_ns, fp.edge_sha256)
+            for broker, root in store_pairs for fp in store_prints(root).values()]
+
+
 def audit_params(config, profile: str, as_of_ms: int):
     """-> (params for ``reconstruct``, profile_override, JSON-able description).
 
@@ -314,6 +322,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
 
     from jobs.store_frames import load_store_frames
     from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
+    from schemas.repair import STORE_FILES
     from schemas.runs import AUDIT_RUNS, MESSAGE_BODIES
 
     started_at = dt.datetime.now(dt.timezone.utc)
@@ -337,6 +346,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
     try:
         with _phase(phases, "plan", spark):
             fingerprint, store_files, store_bytes = store_fingerprint(options.store_pairs)
+            file_prints = store_file_rows(options.store_pairs)     # the repair refuses a changed store
             frames = load_store_frames(spark, list(options.stores), mode=options.mode,
                                        brokers=list(options.brokers), include_bodies=options.include_bodies,
                                        split_bytes=cfg.split_bytes)
@@ -386,6 +396,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                    ("audit_anomalies", findings, AUDIT_ANOMALIES)]
         if "profiles" in names:
             outputs.append(("profiles", result.profiles, PROFILES))
+        outputs.append((STORE_FILES.name, spark.createDataFrame(file_prints, STORE_FILES.spark_schema()),
+                        STORE_FILES))
         if options.include_bodies:
             outputs.append((BODIES_TABLE, bodies_frame(transactions, records), MESSAGE_BODIES))
         elif os.path.isdir(os.path.join(options.out, names.get(BODIES_TABLE, BODIES_TABLE), "_delta_log")):

@@ -11,6 +11,8 @@ Subcommands::
     report --out DIR [--run-id ID]      (HTML report of a finished run, from its Delta tables; no Spark)
 
 audit and demo write ``OUT/report/<run_id>.html`` at the end of the run unless ``--no-report`` is given.
+    repair --store DIR --out AUDIT_OUT [--run-id ID] --into NEWDIR [--actions LIST] [--dry-run]
+          (jobs.repair; driver only, no SparkSession)
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
 :class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
@@ -103,7 +105,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Offline audit of RocketMQ transactional messages from broker store files.")
     p.add_argument("--validate-only", action="store_true", help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", metavar="{audit,demo,check,report}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{audit,demo,check,report,repair}", parser_class=_Parser)
 
     def common(sp, out_required: bool):
         sp.add_argument("--out", required=out_required, default=None if out_required else DEFAULT_DEMO_OUT,
@@ -152,7 +154,39 @@ def _build_parser() -> argparse.ArgumentParser:
                        allow_abbrev=False)
     r.add_argument("--out", required=True, help="output directory of earlier audit runs")
     r.add_argument("--run-id", dest="run_id", default=None, help="run to report on (default: the latest)")
+    _add_repair_parser(sub)
     return p
+
+
+def _add_repair_parser(sub) -> None:
+    r = sub.add_parser("repair", help="repair a copy of an audited store (no Spark)", allow_abbrev=False)
+    r.add_argument("--store", required=True, metavar="DIR", help="the audited store root (read-only)")
+    r.add_argument("--out", required=True, metavar="AUDIT_OUT", help="the audit's output directory")
+    r.add_argument("--run-id", dest="run_id", default=None,
+                   help="audit run (default: the newest of the store)")
+    r.add_argument("--into", required=True, metavar="NEWDIR", help="absent or empty directory for the copy")
+    r.add_argument("--actions", default=None, metavar="LIST",
+                   help="comma-separated MARK_DONE, REBUILD_CQ, REBUILD_STATETABLE (default: all)")
+    r.add_argument("--dry-run", dest="dry_run", action="store_true", help="print the writes, write nothing")
+
+
+def _repair_options(ns):
+    from jobs.repair import RepairOptions, check_into
+    from refbroker.repair import ACTIONS
+
+    store = _check_store(ns.store)
+    out = os.path.abspath(ns.out)
+    if not os.path.isdir(out):
+        raise UsageError(f"--out: not a directory: {out}")
+    actions = tuple(a.strip().upper() for a in (ns.actions or ",".join(ACTIONS)).split(",") if a.strip())
+    bad = [a for a in actions if a not in ACTIONS]
+    if bad or not actions:
+        raise UsageError(f"--actions: unknown action(s) {', '.join(bad) or '(none given)'} "
+                         f"(known: {', '.join(ACTIONS)})")
+    if ns.run_id is not None and not ns.run_id.strip():
+        raise UsageError("--run-id: must not be empty")
+    return RepairOptions(store=store, out=out, into=check_into(store, ns.into), run_id=ns.run_id,
+                         actions=actions, dry_run=bool(ns.dry_run))
 
 
 def parse_as_of(value: Optional[str], now: Optional[dt.datetime] = None) -> dt.datetime:
@@ -221,7 +255,7 @@ def parse_args(argv: Sequence[str]):
     """``argv`` (without the program name) -> ``(validate_only, options)``; raises UsageError."""
     ns = _build_parser().parse_args(list(argv))
     if ns.command is None:
-        raise UsageError("missing subcommand: audit, demo, check or report")
+        raise UsageError("missing subcommand: audit, demo, check, report or repair")
     if ns.command == "report":
         out = os.path.abspath(ns.out)
         if not os.path.isdir(out):
@@ -229,6 +263,8 @@ def parse_args(argv: Sequence[str]):
         if ns.run_id is not None and not ns.run_id.strip():
             raise UsageError("--run-id: must not be empty")
         return ns.validate_only, ReportOptions(out=out, run_id=ns.run_id)
+    if ns.command == "repair":
+        return ns.validate_only, _repair_options(ns)
     cfg = _config(ns)
     as_of = parse_as_of(ns.as_of)
     run_id = ns.run_id if ns.run_id is not None else default_run_id(as_of)
@@ -276,6 +312,23 @@ def _usage_error(msg: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
+def _run_repair(opts) -> int:
+    """The repair job runs on the driver only (jobs.repair): no SparkSession."""
+    from jobs.repair import run_repair
+
+    try:
+        return run_repair(opts)
+    except UsageError as e:
+        return _usage_error(str(e))
+    except Exception as e:  # noqa: BLE001 - report, traceback for the operator, exit 1
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"{PROG}: error: repair failed: {type(e).__name__}: {first}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     is_check = next((a for a in argv if not a.startswith("-")), None) == "check"
@@ -291,6 +344,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_check_command(opts, validate_only)
     if isinstance(opts, ReportOptions):
         return EXIT_OK if validate_only else run_report(opts)
+    if type(opts).__name__ == "RepairOptions":
+        return EXIT_OK if validate_only else _run_repair(opts)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
     if command == "demo":
         import importlib.util

@@ -167,6 +167,10 @@ def main(argv=None) -> int:
     if argv[:1] == ["_measure"]:
         print(json.dumps(_measure(Path(argv[1]))))
         return 0
+    if argv[:1] == ["repair"]:      # refbroker/repair_bench.py
+        from refbroker.repair_bench import main as repair_main
+
+        return repair_main(argv[1:])
     if argv[:1] == ["audit"]:
         from jobs.bench_audit import main as audit_main
 
