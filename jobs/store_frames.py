@@ -25,12 +25,18 @@ Modes
     2. every record at a CommitLog offset listed in the 3.x ``transaction/statetable`` or
        ``transaction/redolog`` (PREPARED records, and COMMIT / ROLLBACK records: 3.x PREPARED and ROLLBACK
        records have no consume-queue entry, the redolog is their only index);
-    3. the *real topics* are the ``REAL_TOPIC`` values of the half and discard records of (1) and the topics
-       of the non-NOT records of (2); from the consume queues of those topics, every record whose transaction
-       type is not ``NOT`` (the COMMIT records: 4.3+ commit records live in the real topic with a CQ entry and
-       carry PREPARED_TRANSACTION_OFFSET back to the half).  Those positions are *probed*: ``decode_at``
-       reads the 40 header bytes up to SYSFLAG (a window read when positions are dense) and copies and
-       decodes only the non-NOT records, so the ordinary traffic of a real topic costs I/O, not decoding;
+    3. the COMMIT records of the 4.3+ transactions (they live in the real topic, with PREPARED_TRANSACTION_OFFSET
+       back to the half): for a store with IndexFiles (``index/``), each half's ``REAL_TOPIC#UNIQ_KEY`` is
+       looked up as RocketMQ's query by key does (``IndexService.buildIndex`` indexes NOT, PREPARED and
+       COMMIT records under ``topic#UNIQ_KEY``; ``_IndexLookup``: a hash slot and its chain per key and file,
+       positional reads, files ending before the half skipped), so ordinary messages are never touched; the
+       CommitLog ranges no usable index file covers are scanned (:func:`index_file_gaps`: a missing or
+       unreadable index file, files lost after the checkpoint's indexMsgTimestamp, an index lagging after an
+       unclean shutdown -- each an ``INDEX_INCOMPLETE`` finding -- and, without a finding, the few unkeyed
+       records between two files and after the newest entry).  Stores without IndexFiles (indexing
+       disabled), and the non-NOT records of (2), use the real topics' consume queues instead: every record
+       of those queues whose transaction type is not ``NOT``, *probed* (``decode_at`` reads the 40 header
+       bytes up to SYSFLAG and decodes only the non-NOT records);
     4. every transaction-relevant record (type not NOT, or a transaction system topic) in the CommitLog
        ranges the indexes may miss (:func:`index_gaps`): after the last indexed record (dispatch lag after a
        crash), before the first unit of a half / op / discard queue that does not start at unit 0 (a queue
@@ -102,6 +108,10 @@ class StoreInfo:
     consumequeue_rocksdb: bool      # 5.x RocksDB consume queues (not readable as files)
     discovery_anomalies: int        # findings of discover_store (the rows are in the anomalies frame)
     queue_tails: tuple = ()         # the newest ConsumeQueue file of every (topic, queue_id)
+    #: IndexFiles, oldest first: (path, begin_offset, end_offset, full, problem or None, hash_slots, index_num,
+    #: end_timestamp); see index_file_gaps
+    index_files: tuple = ()
+    checkpoint_index_ts: int = 0    # checkpoint indexMsgTimestamp: end time of the last full index file flushed
 
     @property
     def commitlog_bytes(self) -> int:
@@ -141,7 +151,37 @@ def _store_info(broker: str, root: str, commitlog_dirs) -> StoreInfo:
         statetable_files=len(layout.statetable), redolog_files=len(layout.redolog),
         abort_present=bool(layout.abort_present), consumequeue_rocksdb=bool(layout.consumequeue_rocksdb),
         discovery_anomalies=len(layout.anomalies),
-        queue_tails=tuple(str(files[-1].path) for files in layout.consume_queues.values() if files))
+        queue_tails=tuple(str(files[-1].path) for files in layout.consume_queues.values() if files),
+        index_files=_index_files(root), checkpoint_index_ts=_checkpoint_index_ts(root))
+
+
+def _index_files(root: str) -> tuple:
+    """What the driver needs of each IndexFile to plan lookups: its header range and whether its entries can be
+    placed (two positional reads for a file of a known geometry)."""
+    from txlog_io.errors import TxlogError
+    from txlog_io.indexfile import IndexFileReader, list_index_files
+
+    out = []
+    for path in list_index_files(root):
+        try:
+            with IndexFileReader(path) as r:
+                h = r.header
+                out.append((str(path), h.begin_phy_offset if h else -1, h.end_phy_offset if h else -1,
+                            bool(h and r.index_num and h.index_count >= r.index_num), r.problem,
+                            r.hash_slots, r.index_num, h.end_timestamp if h else -1))
+        except TxlogError as exc:
+            out.append((str(path), -1, -1, False, str(exc), None, None, -1))
+    return tuple(out)
+
+
+def _checkpoint_index_ts(root: str) -> int:
+    from txlog_io.config import decode_checkpoint
+    from txlog_io.errors import TxlogError
+
+    try:
+        return int(decode_checkpoint(os.path.join(root, "checkpoint"))["index_msg_timestamp"])
+    except TxlogError:
+        return 0
 
 
 def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "indexed",
@@ -186,6 +226,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         gap_rows = (index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts,
                                tx_queues=tx_queues).collect() if indexed else [])
         gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
+        gap_rows += [row for s in indexed for row in index_file_gaps(s)]
         if gap_rows:
             gaps = spark.createDataFrame(gap_rows, GAPS_SCHEMA)
             scanned_stores = indexed + unindexed
@@ -223,16 +264,71 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
         .unionByName(statetable.select(*key))
         .unionByName(redolog.select(*key)))
     index_records = fetch_records(spark, index_positions, info, opts)
+    c = F.col
+    keyed = [s.broker for s in info if uses_index_files(s)]
+    from_half = c("topic").isin(HALF_TOPIC, DISCARD_TOPIC)
+    # stores with IndexFiles: the commits of the halves' REAL_TOPIC#UNIQ_KEY, looked up on executors (the
+    # ranges no usable index file covers are scanned: index_file_gaps); other stores and the 3.x / 4.0-4.2
+    # records: every non-NOT record of the real topics' consume queues
     real_topics = (
-        index_records.select("broker", F.coalesce(
-            F.when(F.col("topic").isin(HALF_TOPIC, DISCARD_TOPIC), F.col("real_topic")),
-            F.when(F.col("transaction_type") != "NOT", F.col("topic"))).alias("topic"))
-        .where(F.col("topic").isNotNull() & ~F.col("topic").isin(*TX_SYSTEM_TOPICS))
+        index_records.where(~(from_half & c("broker").isin(*keyed)) if keyed else F.lit(True))
+        .select("broker", F.coalesce(F.when(from_half, c("real_topic")),
+                                     F.when(c("transaction_type") != "NOT", c("topic"))).alias("topic"))
+        .where(c("topic").isNotNull() & ~c("topic").isin(*TX_SYSTEM_TOPICS))
         .distinct())
-    real_topic_positions = consumequeue.join(F.broadcast(real_topics), ["broker", "topic"], "left_semi")
-    positions = (index_positions.withColumn("only_tx", F.lit(False))
-                 .unionByName(real_topic_positions.select(*key, F.lit(True).alias("only_tx"))))
+    positions = index_positions.withColumn("only_tx", F.lit(False))
+    # a 4.3+ store with IndexFiles and no 3.x files has nothing to probe: its real-topic consume queues (every
+    # ordinary message of those topics) are never read
+    probed = [s.broker for s in info if not uses_index_files(s) or s.statetable_files or s.redolog_files]
+    if probed:
+        real_topic_positions = consumequeue.where(c("broker").isin(*probed)).join(
+            F.broadcast(real_topics), ["broker", "topic"], "left_semi")
+        positions = positions.unionByName(real_topic_positions.select(*key, F.lit(True).alias("only_tx")))
+    if keyed:
+        keys = (index_records.where(from_half & c("broker").isin(*keyed) & c("uniq_key").isNotNull()
+                                    & c("real_topic").isNotNull())
+                .groupBy("broker", "real_topic", "uniq_key").agg(F.min("physical_offset").alias("after")))
+        hits = keys.repartition(max(1, min(len(keyed) * 4, spark.sparkContext.defaultParallelism)), "broker") \
+            .mapInArrow(_IndexLookup([s for s in info if uses_index_files(s)]),
+                        "broker string, commitlog_offset bigint")
+        positions = positions.unionByName(hits.withColumn("only_tx", F.lit(True)))
     return fetch_records(spark, positions, info, opts), positions
+
+
+class _IndexLookup:
+    """mapInArrow body: (broker, real_topic, uniq_key, after) -> the CommitLog offsets the broker's IndexFiles
+    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``).  Positional reads only: a hash
+    slot and its chain per key and index file; files that end before ``after`` are skipped."""
+
+    def __init__(self, stores: Sequence[StoreInfo]):
+        self.files = {s.broker: [(f[0], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
+                      for s in stores}
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from txlog_io.indexfile import IndexFileReader, build_key
+
+        readers: dict = {}
+        try:
+            for batch in batches:
+                brokers, offsets = [], []
+                for row in batch.to_pylist():
+                    key = build_key(row["real_topic"], row["uniq_key"])
+                    for path, end, slots, entries in self.files.get(row["broker"], ()):
+                        if end < row["after"]:
+                            continue
+                        r = readers.get(path)
+                        if r is None:
+                            r = readers[path] = IndexFileReader(path, slots, entries)
+                        for off in r.lookup(key, min_offset=row["after"] + 1):
+                            brokers.append(row["broker"])
+                            offsets.append(off)
+                if offsets:
+                    yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()),
+                                                      pa.array(offsets, pa.int64())],
+                                                     ["broker", "commitlog_offset"])
+        finally:
+            for r in readers.values():
+                r.close()
 
 
 #: why indexed mode scans a CommitLog range (INDEX_INCOMPLETE findings name the reason)
@@ -243,9 +339,66 @@ GAP_TAIL_UNITS = "QUEUE_TAIL_MISSING"  # consumerOffset.json has consumed past t
 GAP_OP_QUEUE = "OP_QUEUE_MISSING"    # half queue present, op queue absent: ops cannot be found by index
 GAP_NO_INDEX = "NO_TRANSACTION_INDEX"  # no transaction index at all (4.0 - 4.2, RocksDB queues): all of it
 #: gaps that are how the store is made, not damage: scanned without an INDEX_INCOMPLETE finding
-ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX)
+GAP_INDEX_HOLE = "INDEX_FILE_MISSING"   # IndexFile coverage has a hole: a deleted or unreadable index file
+GAP_INDEX_TAIL = "INDEX_TAIL"           # after the newest index entry: unkeyed records, or not indexed yet
+GAP_INDEX_LAG = "INDEX_LAG"             # the same after an unclean shutdown: the index may lag the CommitLog
+GAP_INDEX_BOUNDARY = "INDEX_FILE_BOUNDARY"  # between a full index file and the next: unkeyed records only
+ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY)
 GAPS_SCHEMA = ("broker string, start bigint, end bigint, reason string, queue string, detail string, "
                "queue_dir string")
+
+
+def uses_index_files(store: StoreInfo) -> bool:
+    """Whether indexed mode finds this store's 4.3+ COMMIT records through IndexFile lookups of
+    ``REAL_TOPIC#UNIQ_KEY`` (else through the real topics' consume queues)."""
+    return bool(store.tx_half_topic and store.index_files and store.commitlog_files)
+
+
+def index_file_gaps(store: StoreInfo) -> list:
+    """CommitLog ranges (GAPS_SCHEMA rows) where the IndexFiles cannot answer "where is the COMMIT record of
+    this key": before the first usable file's first entry, between usable files (a hole where a file is
+    missing or unreadable, or the unkeyed records between a full file and the next), and after the newest
+    entry.  Driver-side, from the headers listed in ``store.index_files``."""
+    if not uses_index_files(store):
+        return []
+    clog_start = store.commitlog_files[0][1]
+    clog_end = store.commitlog_files[-1][1] + store.commitlog_files[-1][2]
+    index_dir = os.path.join(store.root, "index")
+    rows, pos, prev_full = [], clog_start, True
+    bad = [f for f in store.index_files if f[4] is not None]
+
+    def gap(start, end, reason, name, detail):
+        if end > start:
+            rows.append((store.broker, start, end, reason, name, detail, index_dir))
+
+    usable = [f for f in store.index_files if f[4] is None and f[2] >= f[1] >= 0]
+    # between two files lie only the unkeyed records after the last keyed one of the full file; a missing
+    # file leaves a range as long as the ones whole files cover.  1/8 of a typical file's span separates them
+    spans = sorted(f[2] - f[1] for f in usable if f[3])
+    boundary_limit = spans[len(spans) // 2] // 8 if spans else 0
+    for path, begin, end, full, *_ in usable:
+        if end < pos:
+            continue
+        name = os.path.basename(path)
+        ordinary = prev_full and pos > clog_start and begin - pos < boundary_limit
+        reason = GAP_INDEX_BOUNDARY if ordinary else GAP_INDEX_HOLE
+        gap(pos, begin, reason, name, f"no usable index file covers these records before {name}"
+            + (f" (unusable: {', '.join(os.path.basename(b[0]) + ': ' + b[4] for b in bad)})" if bad else ""))
+        pos, prev_full = max(pos, end + 1), full
+    newest_full_ts = max((f[7] for f in usable if f[3]), default=-1)
+    if not usable:
+        tail, detail = GAP_INDEX_HOLE, "no usable index file"
+    elif store.checkpoint_index_ts > max(newest_full_ts, usable[-1][7]):
+        tail, detail = GAP_INDEX_HOLE, (
+            f"the checkpoint's indexMsgTimestamp {store.checkpoint_index_ts} is newer than every usable index "
+            "file: index files are missing")
+    elif store.abort_present:
+        tail, detail = GAP_INDEX_LAG, ("records after the newest index entry; the broker did not shut down "
+                                       "cleanly, so the index may lag the CommitLog")
+    else:
+        tail, detail = GAP_INDEX_TAIL, "records after the newest index entry"
+    gap(pos, clog_end, tail, None, detail)
+    return rows
 
 
 def _whole_commitlog_gap(store: StoreInfo) -> tuple:

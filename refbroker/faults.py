@@ -343,6 +343,7 @@ def retention(ctx: FaultContext) -> list:
     statetable = ctx.root / "transaction" / "statetable"
     if statetable.is_dir():
         deleted_units += _delete_expired_units(statetable, CQ.STATETABLE_UNIT_SIZE, min_offset)
+    deleted_units += _delete_expired_index_files(ctx.root / "index", min_offset)
     for path, size in deleted_units:
         faults.append({"fault": "RETENTION_DELETE_QUEUE_FILE", "file": _rel(ctx, path), "position": 0,
                        "length": size,
@@ -350,6 +351,23 @@ def retention(ctx: FaultContext) -> list:
                                  "deleted with it", "expected_anomalies": [],
                        "affected": [], "effects": {}})
     return faults
+
+
+def _delete_expired_index_files(directory: Path, min_offset: int) -> list:
+    """IndexService.deleteExpiredFile: index files whose endPhyOffset is below the CommitLog's first offset
+    (never the newest)."""
+    from txlog_io.indexfile import read_index_header
+
+    files = sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+    deleted = []
+    for path in files[:-1]:
+        header = read_index_header(path)
+        if header is None or header.end_phy_offset >= min_offset:
+            break
+        size = path.stat().st_size
+        path.unlink()
+        deleted.append((path, size))
+    return deleted
 
 
 def _delete_expired_units(directory: Path, unit_size: int, min_offset: int) -> list:

@@ -43,6 +43,7 @@ from txlog_io.errors import UsageError
 from txlog_io.mappedfile import REDOLOG_TOPIC, offset_to_file_name
 from txlog_io.properties import java_string_hash, tags_code as tags_hash_code
 
+from refbroker.index import IndexService
 from refbroker.profiles import Profile
 
 COMMITLOG_BUFFER = 8 << 20
@@ -447,6 +448,8 @@ class DispatchRequest:
     tran_state_table_offset: int      # 3.x: request's statetable index for COMMIT/ROLLBACK
     prepared_transaction_offset: int
     producer_group: Optional[str]     # None during recovery re-dispatch
+    uniq_key: Optional[str] = None    # UNIQ_KEY / KEYS properties: the IndexFile keys
+    keys: Optional[str] = None
 
 
 class MessageStore:
@@ -476,6 +479,9 @@ class MessageStore:
             self.redolog = UnitQueueWriter(self.root / "transaction" / "redolog" / REDOLOG_TOPIC / "0",
                                            self.redolog_file_size)
         self.redolog_units: list = []          # 3.x: (commitlog_offset, size, tags_code) per redolog index
+        # IndexService (4.x+ key form; 3.1.4 stores raw hashes, which this writer does not reproduce)
+        self.index: Optional[IndexService] = (
+            IndexService(self.root / "index") if profile.transaction_model != "STATETABLE" else None)
         self.dispatch_backlog: deque = deque()
         self.hold_dispatch = False
         self.last_store_timestamp = 0          # of the newest CommitLog record
@@ -505,6 +511,8 @@ class MessageStore:
         self.commitlog.flush()
         for q in self.queues.values():
             q.flush()
+        if self.index is not None:
+            self.index.flush()
         if self.statetable is not None:
             self.statetable.flush()
             self.redolog.flush()
@@ -596,9 +604,11 @@ class MessageStore:
                 cq_tags_code = tags_hash_code(tags)
                 if len(_TAGS_CODES) < 4096:
                     _TAGS_CODES[tags] = cq_tags_code
+        props = msg.properties or {}
         self.dispatch_backlog.append(DispatchRequest(
             msg.topic, msg.queue_id, offset, size, cq_tags_code, msg.store_timestamp, msg.queue_offset,
-            msg.sys_flag, tran_state_table_offset, msg.prepared_transaction_offset, producer_group))
+            msg.sys_flag, tran_state_table_offset, msg.prepared_transaction_offset, producer_group,
+            props.get("UNIQ_KEY"), props.get("KEYS")))
         if not self.hold_dispatch:
             self.dispatch_all()
         return result
@@ -612,6 +622,9 @@ class MessageStore:
 
     def _dispatch(self, req: DispatchRequest) -> None:
         tx_type = req.sys_flag & CL.TRANSACTION_MASK
+        if self.index is not None:
+            self.index.build(req.topic, req.uniq_key, req.keys, req.sys_flag, req.physical_offset,
+                             req.store_timestamp)
         if tx_type in (CL.TX_NOT, CL.TX_COMMIT):
             self._queue(req.topic, req.queue_id).append(req.queue_offset, req.physical_offset, req.size,
                                                         req.tags_code)
@@ -665,7 +678,8 @@ class MessageStore:
             extra["master_flushed_offset"] = 0      # 0 without HA (observed in the 5.3.3 fixture)
         if self.profile.checkpoint_size >= 40:
             extra["confirm_phy_offset"] = 0
-        page = encode_checkpoint(physic, logics, 0, **extra)
+        index_ts = self.index.last_index_timestamp if self.index is not None else 0
+        page = encode_checkpoint(physic, logics, index_ts, **extra)
         path = self.root / "checkpoint"
         if page == self._written.get("checkpoint") and path.exists():
             return

@@ -50,6 +50,9 @@ ENTRY_SIZE = ENTRY.size                        # 20
 assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
 DEFAULT_HASH_SLOTS = 5_000_000
 DEFAULT_INDEX_NUM = 20_000_000
+#: geometries tried (two positional reads each) before the bytes are searched: RocketMQ's defaults, the
+#: reference broker's, the real test brokers' (maxHashSlotNum=64, maxIndexNum=512)
+KNOWN_GEOMETRIES = ((DEFAULT_HASH_SLOTS, DEFAULT_INDEX_NUM), (16384, 65536), (64, 512))
 _MAX_HEADER_SCAN = 1 << 31                     # a slot table larger than 2 GiB is not a RocketMQ index
 
 
@@ -268,12 +271,16 @@ def lookup(index: IndexFile, key: str, max_hits: int = 1 << 16) -> List[int]:
 class IndexFileWriter:
     """Encoder twin: builds an index file byte for byte as ``IndexFile.putKey`` does."""
 
-    def __init__(self, hash_slots: int = DEFAULT_HASH_SLOTS, index_num: int = DEFAULT_INDEX_NUM):
+    def __init__(self, hash_slots: int = DEFAULT_HASH_SLOTS, index_num: int = DEFAULT_INDEX_NUM,
+                 end_phy_offset: int = 0, end_timestamp: int = 0):
+        """``end_phy_offset`` / ``end_timestamp``: the previous file's, which a new IndexFile starts its header
+        with (its first put then overwrites the begin values, but its time difference is taken from them)."""
         if hash_slots <= 0 or index_num <= 1:
             raise EncodeError("hash_slots/index_num", "> 0 / > 1", (hash_slots, index_num))
         self.hash_slots, self.index_num = hash_slots, index_num
         self.buf = bytearray(file_size_for(hash_slots, index_num))
-        self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
+        self.begin_phy = self.end_phy = max(end_phy_offset, 0)
+        self.begin_ts = self.end_ts = max(end_timestamp, 0)
         self.slot_count, self.index_count = 0, 1
 
     @property
@@ -326,3 +333,101 @@ def list_index_files(store_root) -> List[Path]:
 
 def read_index_files(paths: Sequence, hash_slots: Optional[int] = None) -> List[IndexFile]:
     return [read_index_file(p, hash_slots) for p in paths]
+
+
+# ------------------------------------------------------------------------------------------ positional lookups
+#: index files up to this size are read whole to derive their geometry; larger ones must match the defaults
+#: (or the geometry given), checked with two positional reads
+WHOLE_READ_LIMIT = 64 << 20
+
+
+class IndexFileReader:
+    """Key lookups in one index file with positional reads only (a slot, then the chain's entries).
+
+    ``usable`` is False when the file's geometry cannot be established (``problem`` says why): its CommitLog
+    range must then be reached another way."""
+
+    def __init__(self, path, hash_slots: Optional[int] = None, index_num: Optional[int] = None):
+        self.path = str(path)
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise StoreNotFoundError(self.path, "index file") from None
+        except OSError as exc:
+            raise UnreadableFileError(self.path, exc.strerror or str(exc)) from None
+        self.size = os.fstat(self.fd).st_size
+        self.header: Optional[IndexHeader] = None
+        self.hash_slots = self.index_num = None
+        self.problem: Optional[str] = None
+        head = os.pread(self.fd, HEADER_SIZE, 0)
+        if len(head) < HEADER_SIZE:
+            self.problem = f"shorter than its {HEADER_SIZE}-byte header ({self.size} bytes)"
+            return
+        self.header = IndexHeader(*HEADER.unpack(head))
+        candidates = list(KNOWN_GEOMETRIES)
+        if hash_slots is not None:
+            n = index_num if index_num is not None else (self.size - file_size_for(hash_slots, 0)) // ENTRY_SIZE
+            candidates.insert(0, (hash_slots, n))
+        geometry = next((g for g in candidates if file_size_for(*g) == self.size
+                         and (self.header.index_count <= 1 or self._ends_match(g[0]))), None)
+        if geometry is None and self.size <= WHOLE_READ_LIMIT:
+            geometry = derive_geometry(os.pread(self.fd, self.size, 0), self.header)
+        if geometry is None:
+            self.problem = ("cannot place its entries (truncated, damaged, or a slot/entry count other than the "
+                            f"defaults; {self.size} bytes, indexCount {self.header.index_count})")
+            return
+        self.hash_slots, self.index_num = geometry
+        if not 1 <= self.header.index_count <= self.index_num:
+            self.problem = f"indexCount {self.header.index_count} outside 1..{self.index_num}"
+
+    @property
+    def usable(self) -> bool:
+        return self.problem is None
+
+    def _entry(self, slots: int, i: int) -> Tuple[int, int, int, int]:
+        b = os.pread(self.fd, ENTRY_SIZE, HEADER_SIZE + slots * SLOT_SIZE + i * ENTRY_SIZE)
+        return ENTRY.unpack(b) if len(b) == ENTRY_SIZE else (0, -1, -1, 0)
+
+    def _ends_match(self, slots: int) -> bool:
+        h = self.header
+        return self._entry(slots, 1)[1] == h.begin_phy_offset and \
+            self._entry(slots, h.index_count - 1)[1] == h.end_phy_offset
+
+    def lookup(self, key: str, min_offset: int = 0, max_hits: int = 4096) -> List[int]:
+        """CommitLog offsets >= ``min_offset`` stored under ``key``, newest first.  The chain is walked from the
+        newest entry down (entries are written in CommitLog order), so it stops at the first older offset."""
+        if not self.usable or self.header.index_count <= 1:
+            return []
+        h = index_key_hash(key)
+        b = os.pread(self.fd, SLOT_SIZE, HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE)
+        cur = SLOT.unpack(b)[0] if len(b) == SLOT_SIZE else 0
+        out: List[int] = []
+        steps = 0
+        while 0 < cur < self.header.index_count and steps < max_hits:
+            key_hash, offset, _, prev = self._entry(self.hash_slots, cur)
+            if offset < min_offset:
+                break
+            if key_hash == h:
+                out.append(offset)
+            if prev >= cur:
+                break
+            cur, steps = prev, steps + 1
+        return out
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_index_header(path) -> Optional[IndexHeader]:
+    """The 40-byte header alone (None when the file is shorter): what a driver lists before planning."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_SIZE)
+    return IndexHeader(*HEADER.unpack(head)) if len(head) == HEADER_SIZE else None
