@@ -167,6 +167,10 @@ def main(argv=None) -> int:
     if argv[:1] == ["_measure"]:
         print(json.dumps(_measure(Path(argv[1]))))
         return 0
+    if argv[:1] == ["fuzz"]:
+        from txlog_io.fuzz import main as fuzz_main
+
+        return fuzz_main(argv[1:])
     if argv[:1] == ["audit"]:
         from jobs.bench_audit import main as audit_main
 
