@@ -31,23 +31,8 @@ def corpus(tmp_path_factory):
     targets = fuzz.build_corpus(work, fuzz.fixture_stores())
     runner = fuzz.Runner(timeout=20.0)
     scratch = work / "scratch"
-    originals, baks = {}, {}
-    for i, t in enumerate(targets):
-        d = scratch / f"orig{i}"
-        d.mkdir(parents=True)
-        shutil.copyfile(t.path, d / Path(t.path).name)
-        status, payload, _ = runner.run((t.kind, str(d), Path(t.path).name, t.topic, t.queue_id))
-        assert status == "ok", (t.label, payload)
-        originals[t.path] = payload
-        bak = Path(t.path + ".bak")
-        baks[t.path] = None
-        if bak.is_file():
-            db = scratch / f"bak{i}"
-            db.mkdir()
-            shutil.copyfile(bak, db / Path(t.path).name)
-            status, payload, _ = runner.run((t.kind, str(db), Path(t.path).name, t.topic, t.queue_id))
-            baks[t.path] = payload["rows"] if status == "ok" else None
-    yield targets, runner, originals, baks, scratch
+    fuzz.remember_all(runner, targets, scratch / "orig")
+    yield targets, runner, scratch
     runner.close()
 
 
@@ -59,16 +44,14 @@ def test_corpus_covers_every_decoder(corpus):
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(seed=st.integers(0, 2 ** 32 - 1), pick=st.integers(0, 10 ** 6), cls=st.sampled_from(fuzz.MUTATIONS))
 def test_mutants_end_in_results_or_clean_errors(corpus, seed, pick, cls):
-    targets, runner, originals, baks, scratch = corpus
+    targets, runner, scratch = corpus
     t = targets[pick % len(targets)]
     if cls not in fuzz._classes_for(t.kind):
         cls = fuzz._classes_for(t.kind)[seed % len(fuzz._classes_for(t.kind))]
     case = scratch / f"case-{seed}-{pick}-{cls}"
     shutil.rmtree(case, ignore_errors=True)
     m = fuzz.mutate(t, case, random.Random(seed), cls)
-    sizes = {p.name: p.stat().st_size for p in case.iterdir() if p.is_file()}
-    status, payload, _ = runner.run((t.kind, str(case), Path(t.path).name, t.topic, t.queue_id))
-    c = fuzz.judge(t, m, originals[t.path], status, payload, sizes, baks[t.path])
+    c, payload, _ = runner.case(t, case, m)
     shutil.rmtree(case, ignore_errors=True)
     where = f"{t.label} {cls}({m.note}) seed={seed} damaged={m.damaged[:4]}: {str(payload)[:400]}"
     assert c["uncaught_exceptions"] == 0 and c["hangs"] == 0, where
@@ -125,3 +108,35 @@ def test_commitlog_zero_page_keeps_every_intact_record(tmp_path):
     before, after = records(src), records(mutant)
     intact = [p for p, n in before.items() if p + n <= 114688 or p >= 118784]
     assert [p for p in intact if p not in after] == []
+
+
+def test_runner_counts_hangs_and_uncaught_exceptions(tmp_path, monkeypatch):
+    """The columns that must stay 0 can count: a decoder that sleeps is a hang (the worker is replaced and
+    keeps its originals), one that raises a non-txlog exception is uncaught."""
+    import time as _time
+
+    targets = [t for t in fuzz.build_corpus(tmp_path / "w", fuzz.fixture_stores()) if t.kind == "checkpoint"][:1]
+    real = fuzz.decode_case
+    mode = tmp_path / "mode"                 # read by the worker process at each case
+    mode.write_text("ok")
+
+    def patched(*job):
+        if "case" in job[1] and mode.read_text() == "sleep":
+            _time.sleep(30)
+        if "case" in job[1] and mode.read_text() == "raise":
+            raise ValueError("boom")
+        return real(*job)
+
+    monkeypatch.setattr(fuzz, "decode_case", patched)
+    runner = fuzz.Runner(timeout=2.0)       # forked after the patch: the worker runs ``patched``
+    try:
+        fuzz.remember_all(runner, targets, tmp_path / "orig")
+        t = targets[0]
+        for want, col in (("sleep", "hangs"), ("raise", "uncaught_exceptions"), ("ok", "anomalies_reported")):
+            mode.write_text(want)
+            case = tmp_path / f"case-{want}"
+            m = fuzz.mutate(t, case, random.Random(1), "random_block")
+            c, _, _ = runner.case(t, case, m)
+            assert c[col] == 1, (want, c)
+    finally:
+        runner.close()

@@ -171,17 +171,35 @@ def decode_case(kind: str, directory: str, target_name: str, topic: str, queue_i
     return {"rows": rows, "anomalies": keys}
 
 
+def _decode_safely(job: tuple) -> Tuple[str, object]:
+    try:
+        return "ok", decode_case(*job)
+    except TxlogError as e:
+        return "clean", f"{type(e).__name__}: {e}"
+    except BaseException as e:  # noqa: BLE001 - the point is to count them
+        return "uncaught", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+
+
 def _worker(conn) -> None:
+    """Decodes in the worker process, and judges there too, so only a small verdict crosses the pipe.
+
+    Messages: ``("remember", key, job)`` decodes an unmutated copy and keeps its result under ``key``;
+    ``("case", job, target, mutant, sizes)`` decodes a mutant and returns ``judge``'s counters; ``None`` ends."""
+    kept: Dict[str, dict] = {}
     while True:
-        job = conn.recv()
-        if job is None:
+        msg = conn.recv()
+        if msg is None:
             return
-        try:
-            conn.send(("ok", decode_case(*job)))
-        except TxlogError as e:
-            conn.send(("clean", f"{type(e).__name__}: {e}"))
-        except BaseException as e:  # noqa: BLE001 - the point is to count them
-            conn.send(("uncaught", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+        if msg[0] == "remember":
+            status, payload = _decode_safely(msg[2])
+            if status == "ok":
+                kept[msg[1]] = payload
+            conn.send((status, None if status == "ok" else payload))
+            continue
+        _, job, t, m, sizes = msg
+        status, payload = _decode_safely(job)
+        c = judge(t, m, kept[t.path], status, payload, sizes, (kept.get(t.path + ".bak") or {}).get("rows"))
+        conn.send((status, (dict(c), None if status == "ok" else str(payload)[:400])))
 
 
 class Runner:
@@ -191,7 +209,26 @@ class Runner:
         self.timeout = timeout
         self.ctx = mp.get_context("fork")
         self.proc = None
+        self.memory: List[tuple] = []         # "remember" messages, replayed into a restarted worker
         self._start()
+
+    def remember(self, key: str, job: tuple) -> Tuple[str, object]:
+        """Decode an unmutated copy in the worker and keep the result there under ``key``."""
+        status, payload, _ = self.run(("remember", key, job))
+        if status == "ok":
+            self.memory.append(("remember", key, job))
+        return status, payload
+
+    def case(self, t: "Target", case_dir: Path, m: "Mutant") -> Tuple[Counter, Optional[str], float]:
+        """Decode and judge one case directory; (counters, error text, seconds)."""
+        sizes = {p.name: p.stat().st_size for p in case_dir.iterdir() if p.is_file()}
+        job = (t.kind, str(case_dir), Path(t.path).name, t.topic, t.queue_id)
+        status, payload, secs = self.run(("case", job, t, m, sizes))
+        if status == "hang":
+            return Counter(cases=1, hangs=1), f"no answer within {self.timeout} s", secs
+        if not isinstance(payload, tuple):                      # the worker died
+            return Counter(cases=1, uncaught_exceptions=1), str(payload), secs
+        return Counter(payload[0]), payload[1], secs
 
     def _start(self):
         self.conn, child = self.ctx.Pipe()
@@ -216,6 +253,9 @@ class Runner:
         self.proc.kill()
         self.proc.join(5)
         self._start()
+        for msg in self.memory:
+            self.conn.send(msg)
+            self.conn.recv()
 
     def close(self):
         try:
@@ -259,13 +299,18 @@ def build_corpus(work: Path, stores: List[Tuple[str, Path]]) -> List[Target]:
             end = _data_end(mf.path)
             crop = min(mf.size, -(-(end + 4096) // 4096) * 4096)      # the data and one page of its tail
             add("commitlog", mf.path, f"commitlog/{mf.name}", limit=crop)
+        def unit_crop(mf, unit):
+            # the units written plus one page of unwritten ones (a 6 MB queue file is mostly zeros)
+            end = _data_end(mf.path)
+            return min(mf.size, -(-(end + 4096) // unit) * unit)
+
         for (topic, qid), files in sorted(layout.consume_queues.items()):
             for mf in files[:1]:
                 add("consumequeue", mf.path, f"consumequeue/{topic}/{qid}/{mf.name}", topic=topic,
-                    queue_id=qid)
+                    queue_id=qid, limit=unit_crop(mf, UNIT["consumequeue"]))
         for kind in ("statetable", "redolog"):
             for mf in getattr(layout, kind)[:2]:
-                add(kind, mf.path, f"{kind}/{mf.name}")
+                add(kind, mf.path, f"{kind}/{mf.name}", limit=unit_crop(mf, UNIT[kind]))
         if layout.checkpoint_path:
             add("checkpoint", Path(layout.checkpoint_path), "checkpoint/checkpoint")
         for attr in ("consumer_offset_path", "topics_path", "delay_offset_path"):
@@ -290,7 +335,8 @@ def refbroker_stores(work: Path, transactions: int = 40) -> List[Tuple[str, Path
         d = work / f"refbroker-{profile}"
         store = d / "store"
         if not (store / "commitlog").is_dir():
-            generate(profile, "crashy", transactions, 7, d, commitlog_file_size=256 * 1024)
+            generate(profile, "crashy", transactions, 7, d, commitlog_file_size=256 * 1024,
+                     cq_file_units=300, statetable_file_size=2400, redolog_file_size=4000)
         out.append((f"refbroker-{profile}", store))
     return out
 
@@ -503,6 +549,25 @@ def _classes_for(kind: str) -> Tuple[str, ...]:
     return tuple(c for c in MUTATIONS if c != "json_garbage")
 
 
+def remember_all(runner: Runner, targets: List[Target], scratch: Path) -> None:
+    """Decode every unmutated corpus file (and a config's ``.bak`` as if it were the main file) once."""
+    for i, t in enumerate(targets):
+        name = Path(t.path).name
+        d = scratch / str(i)
+        d.mkdir(parents=True)
+        shutil.copyfile(t.path, d / name)
+        status, payload = runner.remember(t.path, (t.kind, str(d), name, t.topic, t.queue_id))
+        if status != "ok":
+            raise RuntimeError(f"the unmutated copy of {t.label} does not decode: {payload}")
+        bak = Path(t.path + ".bak")
+        if t.kind == "config" and bak.is_file():
+            db = scratch / f"{i}-bak"
+            db.mkdir(parents=True)
+            shutil.copyfile(bak, db / name)
+            runner.remember(t.path + ".bak", (t.kind, str(db), name, t.topic, t.queue_id))
+        # the copies stay: a worker replaced after a hang decodes them again
+
+
 def campaign(targets: List[Target], cases: int, seed: int, timeout: float, scratch: Path,
              progress: bool = True, examples: Optional[dict] = None) -> Tuple[dict, dict, float]:
     rng = random.Random(seed)
@@ -510,46 +575,24 @@ def campaign(targets: List[Target], cases: int, seed: int, timeout: float, scrat
     by_kind: Dict[str, Counter] = defaultdict(Counter)
     examples = examples if examples is not None else {}
     runner = Runner(timeout)
-    originals: Dict[str, dict] = {}
-    bak_rows: Dict[str, Optional[dict]] = {}
     max_case_s = 0.0
     t_start = time.monotonic()
     try:
-        for t in targets:
-            d = scratch / "orig" / str(len(originals))
-            d.mkdir(parents=True)
-            shutil.copyfile(t.path, d / Path(t.path).name)
-            status, payload, _ = runner.run((t.kind, str(d), Path(t.path).name, t.topic, t.queue_id))
-            if status != "ok":
-                raise RuntimeError(f"the unmutated copy of {t.label} does not decode: {payload}")
-            originals[t.path] = payload
-            bak = Path(t.path + ".bak")
-            bak_rows[t.path] = None
-            if t.kind == "config" and bak.is_file():
-                db = scratch / "orig" / f"{len(originals)}-bak"
-                db.mkdir(parents=True)
-                shutil.copyfile(bak, db / Path(t.path).name)
-                st, pl, _ = runner.run((t.kind, str(db), Path(t.path).name, t.topic, t.queue_id))
-                if st == "ok":
-                    bak_rows[t.path] = {k: v for k, v in pl["rows"].items()}
-            shutil.rmtree(d)
+        remember_all(runner, targets, scratch / "orig")
         for i in range(cases):
             t = rng.choice(targets)
             cls = rng.choice(_classes_for(t.kind))
             case_dir = scratch / f"c{i}"
             m = mutate(t, case_dir, rng, cls)
-            sizes = {p.name: p.stat().st_size for p in case_dir.iterdir() if p.is_file()}
-            job = (t.kind, str(case_dir), Path(t.path).name, t.topic, t.queue_id)
-            status, payload, secs = runner.run(job)
+            c, error, secs = runner.case(t, case_dir, m)
             max_case_s = max(max_case_s, secs)
-            c = judge(t, m, originals[t.path], status, payload, sizes, bak_rows[t.path])
             by_class[cls].update(c)
             by_kind[t.kind].update(c)
             for col in ("uncaught_exceptions", "hangs", "intact_records_lost", "damage_not_reported"):
                 if c[col] and len(examples.setdefault((t.kind, cls, col), [])) < 3:
                     examples[(t.kind, cls, col)].append(
                         f"{t.label} {cls}({m.note}) damaged={m.damaged[:3]} seed={seed} case={i}"
-                        + (f": {str(payload)[:300]}" if status != "ok" else ""))
+                        + (f": {error[:300]}" if error else ""))
             shutil.rmtree(case_dir, ignore_errors=True)
             if progress and (i + 1) % 5000 == 0:
                 print(f"fuzz: {i + 1}/{cases} cases, {time.monotonic() - t_start:.0f} s", file=sys.stderr,
