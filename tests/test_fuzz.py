@@ -115,7 +115,8 @@ def test_runner_counts_hangs_and_uncaught_exceptions(tmp_path, monkeypatch):
     keeps its originals), one that raises a non-txlog exception is uncaught."""
     import time as _time
 
-    targets = [t for t in fuzz.build_corpus(tmp_path / "w", fuzz.fixture_stores()) if t.kind == "checkpoint"][:1]
+    corpus = fuzz.build_corpus(tmp_path / "w", fuzz.fixture_stores())
+    targets = [t for t in corpus if t.kind == "checkpoint"][:1]
     real = fuzz.decode_case
     mode = tmp_path / "mode"                 # read by the worker process at each case
     mode.write_text("ok")

@@ -184,7 +184,8 @@ def _worker(conn) -> None:
     """Decodes in the worker process, and judges there too, so only a small verdict crosses the pipe.
 
     Messages: ``("remember", key, job)`` decodes an unmutated copy and keeps its result under ``key``;
-    ``("case", job, target, mutant, sizes)`` decodes a mutant and returns ``judge``'s counters; ``None`` ends."""
+    ``("case", job, target, mutant, sizes)`` decodes a mutant and returns ``judge``'s counters; ``None``
+    ends."""
     kept: Dict[str, dict] = {}
     while True:
         msg = conn.recv()
