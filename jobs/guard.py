@@ -3,11 +3,13 @@
 Everything here runs before any JVM starts (``jobs.main.parse_args`` and ``main``), so misuse costs one line
 ``txaudit: error: ...`` and exit 2, never a traceback from deep inside Spark or the Delta writer:
 
-* ``--store`` must be an existing directory laid out as a broker store root: ``commitlog/`` holding at least one
-  20-digit CommitLog file (or a DLedger ``dledger-*`` group directory).  The message says what was expected and,
-  when the user pointed at the broker's home, offers the ``store`` directory inside it.
-* ``--out`` must be a directory or creatable as one: its nearest existing ancestor must be a writable directory
-  (``--out`` below a regular file used to surface as a ``NotADirectoryError`` traceback at the first write).
+* ``--store`` must be an existing directory laid out as a broker store root: ``commitlog/`` holding at least
+  one 20-digit CommitLog file, or a DLedger ``dledger-*`` directory when the DLedger codec
+  (``txlog_io.dledger``) is present (without it: a clear refusal, never a silent zero).  The message says
+  what was expected and, when the user pointed at the broker's home, offers the ``store`` directory inside.
+* ``--out`` must be a directory or creatable as one: its nearest existing ancestor must be a writable
+  directory (``--out`` below a regular file used to surface as a ``NotADirectoryError`` traceback at the
+  first write).
   It must not be a store, lie inside a store, or be the parent of a store whose directory is one of the output
   table names (the sink would write into the store).  Paths compare after ``realpath`` (symlinks resolved).
 * broker names become partition values and directory names: no path separators, no ``..``, no control or
@@ -15,8 +17,8 @@ Everything here runs before any JVM starts (``jobs.main.parse_args`` and ``main`
   non-ASCII letters are fine (a store directory ``/data/brokér a/store`` gives the broker ``brokér a``).
 * :func:`out_lock` holds ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<out>/.txaudit.lock`` for the whole run: a
   second audit on the same ``--out`` fails at once with a clear message instead of racing the first one's
-  Delta commits.  The kernel drops the lock when the holder dies (even on ``kill -9``), so a crash never leaves
-  a stale lock behind; the file itself stays and is harmless.
+  Delta commits.  The kernel drops the lock when the holder dies (even on ``kill -9``), so a crash never
+  leaves a stale lock behind; the file itself stays and is harmless.
 """
 from __future__ import annotations
 
@@ -61,6 +63,17 @@ def check_store(root: str) -> str:
     if not entries:
         raise UsageError(f"--store: empty directory: {path} ({expected})")
     commitlog = os.path.join(path, "commitlog")
+    dledger = [os.path.join(d, n) for d in (path, commitlog) if os.path.isdir(d)
+               for n in sorted(os.listdir(d)) if n.startswith("dledger-") and os.path.isdir(os.path.join(d, n))]
+    if dledger:
+        # a DLedger (Raft) CommitLog: readable only when this build has its codec (txlog_io.dledger)
+        import importlib.util
+
+        if importlib.util.find_spec("txlog_io.dledger") is None:
+            raise UsageError(f"--store: {path} holds a DLedger CommitLog ({dledger[0]}), which this build "
+                             f"cannot read (expected a RocketMQ store root with 20-digit CommitLog files in "
+                             f"commitlog/)")
+        return path
     if not os.path.isdir(commitlog):
         raise UsageError(f"--store: not a RocketMQ store root (no commitlog/ directory inside): {path} "
                          f"({expected}){hint}")
@@ -68,7 +81,7 @@ def check_store(root: str) -> str:
         names = os.listdir(commitlog)
     except OSError as e:
         raise UsageError(f"--store: cannot list {commitlog}: {e.strerror}") from None
-    if not any(_is_offset_name(n) or n.startswith("dledger-") for n in names):
+    if not any(_is_offset_name(n) for n in names):
         raise UsageError(f"--store: {commitlog} holds no CommitLog file (expected files named by 20-digit "
                          f"offsets such as 00000000000000000000); nothing to audit")
     return path
@@ -166,7 +179,8 @@ def _locked_message(out: str, path: str) -> str:
 
 @contextlib.contextmanager
 def out_lock(out: str, run_id: str) -> Iterator[str]:
-    """Hold the exclusive lock of ``out`` (created if needed) for the ``with`` block; OutLockedError if held."""
+    """Hold the exclusive lock of ``out`` (created if needed) for the ``with`` block; OutLockedError if
+    another process holds it."""
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
@@ -191,4 +205,13 @@ def out_lock(out: str, run_id: str) -> Iterator[str]:
 
 
 __all__ = ["check_store", "check_broker_name", "check_out", "check_out_vs_stores", "out_lock", "probe_lock",
-           "OutLockedError", "LOCK_NAME"]
+           "kill_point", "OutLockedError", "LOCK_NAME"]
+
+
+def kill_point(name: str) -> None:
+    """Crash-test hook: with ``TXAUDIT_KILL_AT=<name>`` the whole job (its process group: driver, JVM, Python
+    workers) is killed here exactly as ``kill -9`` would (tests/test_crash_safety.py)."""
+    if os.environ.get("TXAUDIT_KILL_AT") == name:
+        import signal
+
+        os.killpg(os.getpgrp(), signal.SIGKILL)

@@ -194,11 +194,11 @@ def parse_args(argv: Sequence[str]):
                                  f"give one --broker per --store, in order")
             brokers = [guard.check_broker_name(b) for b in ns.broker]
         else:
-            brokers = [guard.check_broker_name(default_broker_name(s), "--store (broker name from its directory; "
-                                               "name it with --broker)") for s in stores]
+            brokers = [guard.check_broker_name(default_broker_name(s), "--store (the broker name taken from "
+                                               "its directory; name it with --broker)") for s in stores]
         if len(set(brokers)) != len(brokers):
             raise UsageError(f"broker names must be unique, got {brokers} (name each store with --broker)")
-        guard.check_out_vs_stores(out, stores, list(cfg.table_names.values()) + ["audit_runs", "message_bodies"])
+        guard.check_out_vs_stores(out, stores, [*cfg.table_names.values(), "audit_runs", "message_bodies"])
         opts = AuditOptions(stores=tuple(stores), brokers=tuple(brokers), out=out, as_of=as_of, mode=cfg.mode,
                             conf_file=conf_file, include_bodies=cfg.include_bodies, run_id=run_id,
                             profile=cfg.broker_profile, config=cfg)
