@@ -54,6 +54,7 @@ from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from jobs import delta_sink
+from jobs.guard import kill_point
 from jobs.summary import AuditSummary, TableOutput, format_summary
 from schemas.core import Table
 
@@ -407,6 +408,10 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
 
         tables: Dict[str, TableOutput] = {}
         with _phase(phases, "write", spark):
+            # a rerun of this run id killed below must not leave the earlier attempt's COMPLETE row behind
+            delta_sink.retract_run(options.out, named_table(AUDIT_RUNS, names.get(RUNS_TABLE, RUNS_TABLE)),
+                                   options.run_id)
+            kill_point("retracted")
             for logical, df, schema in outputs:
                 name = cfg.table(logical) if logical in REQUIRED_TABLES else names.get(logical, logical)
                 with _phase(phases, f"write.{logical}", spark):
@@ -414,6 +419,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                                                 list(_TX_PARTS), spark, run_date=run_date, writer=writer)
                 tables[logical] = TableOutput(logical, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
                 _log(f"wrote {logical}: {wr.rows} rows, version {wr.version} ({wr.seconds:.1f} s)")
+                kill_point(f"wrote.{logical}")
 
         finished_at = dt.datetime.now(dt.timezone.utc)
         elapsed = time.monotonic() - t_start
@@ -437,6 +443,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             "table_paths": table_paths, "phase_seconds": {k: float(v) for k, v in phases.items()},
             "writer": writer, "spark_version": spark.version, "out": options.out,
         }
+        kill_point("before.audit_runs")
         runs_df = spark.createDataFrame([tuple(row[n] for n in AUDIT_RUNS.names)], AUDIT_RUNS.spark_schema())
         wr = delta_sink.write_table(runs_df, options.out, named_table(AUDIT_RUNS, runs_name), options.run_id,
                                     ["run_date"], spark, run_date=run_date, writer=writer)

@@ -565,3 +565,25 @@ def write_table(df, out_dir, table: Table, run_id: str, partition_by: Optional[S
         rows, files = sum(m.num_records for m in metas), len(metas)
     return WriteResult(rows=rows, files=files, version=version, seconds=time.monotonic() - t0, writer=chosen,
                        path=root)
+
+
+def retract_run(out_dir, table: Table, run_id: str) -> Optional[int]:
+    """Remove run ``run_id``'s rows from ``<out_dir>/<table.name>`` in one commit (new version, or None when
+    the table does not exist or holds no such run).  The audit retracts its ``audit_runs`` row before
+    rewriting the other tables of a run id, so a rerun killed half-way never leaves the old COMPLETE row next
+    to half-replaced tables.  ``run_id`` is a partition column: the delete only removes whole files."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    root = table_path(out_dir, table)
+    if not os.path.isdir(os.path.join(root, "_delta_log")):
+        return None
+    try:
+        dt = DeltaTable(root)
+    except TableNotFoundError:
+        return None
+    if not any(dict(p).get(RUN_ID) == run_id for p in (dt.partitions() or [])):
+        return None
+    dt.delete(f"{RUN_ID} = {_sql_string(run_id)}")
+    dt.update_incremental()
+    return dt.version()

@@ -23,6 +23,7 @@ Exit codes: 0 ok; 2 usage error (one line on stderr: ``txaudit: error: ...``); 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import sys
@@ -37,13 +38,13 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE
 from txlog_io.errors import UsageError  # noqa: E402
 
 from jobs.check_cli import EXIT_ERROR as EXIT_CHECK_ERROR, add_arguments as add_check_arguments  # noqa: E402
+from jobs import guard  # noqa: E402
 from jobs.config import MODES, AuditConfig, load_audit_config  # noqa: E402
 from jobs.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
 
 PROG = "txaudit"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEFAULT_DEMO_OUT = "demo-out"
-_STORE_MARKERS = ("commitlog", "consumequeue", "checkpoint", "config", "transaction")
 
 
 @dataclass(frozen=True)
@@ -210,29 +211,11 @@ def default_run_id(as_of: dt.datetime) -> str:
 
 
 def _check_store(root: str) -> str:
-    path = os.path.abspath(root)
-    if not os.path.exists(path):
-        raise UsageError(f"--store: store not found: {path}")
-    if not os.path.isdir(path):
-        raise UsageError(f"--store: not a directory: {path}")
-    if not any(os.path.exists(os.path.join(path, m)) for m in _STORE_MARKERS):
-        inner = os.path.join(path, "store")
-        hint = f"; did you mean {inner}?" if os.path.isdir(inner) else ""
-        raise UsageError(f"--store: not a RocketMQ store root (none of {', '.join(_STORE_MARKERS)} inside): "
-                         f"{path}{hint}")
-    return path
+    return guard.check_store(root)
 
 
 def _check_out(out: str) -> str:
-    path = os.path.abspath(out)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"--out: exists and is not a directory: {path}")
-    parent = path
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"--out: cannot create or write {path} ({parent} is not writable)")
-    return path
+    return guard.check_out(out)
 
 
 def _config(ns) -> AuditConfig:
@@ -280,19 +263,17 @@ def parse_args(argv: Sequence[str]):
                 raise UsageError(f"--store: given twice: {root}")
             stores.append(root)
         if ns.broker:
-            brokers = [b.strip() for b in ns.broker]
+            brokers = list(ns.broker)
             if len(brokers) != len(stores):
                 raise UsageError(f"--broker: {len(brokers)} name(s) for {len(stores)} store(s); "
                                  f"give one --broker per --store, in order")
-            if any(not b for b in brokers):
-                raise UsageError("--broker: empty broker name")
+            brokers = [guard.check_broker_name(b) for b in ns.broker]
         else:
-            brokers = [default_broker_name(s) for s in stores]
+            brokers = [guard.check_broker_name(default_broker_name(s), "--store (the broker name taken from "
+                                               "its directory; name it with --broker)") for s in stores]
         if len(set(brokers)) != len(brokers):
             raise UsageError(f"broker names must be unique, got {brokers} (name each store with --broker)")
-        for s in stores:
-            if out == s or out.startswith(s.rstrip(os.sep) + os.sep):
-                raise UsageError(f"--out must not be inside a store (stores are read-only): {out}")
+        guard.check_out_vs_stores(out, stores, [*cfg.table_names.values(), "audit_runs", "message_bodies"])
         opts = AuditOptions(stores=tuple(stores), brokers=tuple(brokers), out=out, as_of=as_of, mode=cfg.mode,
                             conf_file=conf_file, include_bodies=cfg.include_bodies, run_id=run_id,
                             profile=cfg.broker_profile, config=cfg, report=ns.report)
@@ -354,7 +335,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{PROG}: error: demo failed: jobs.demo is not available yet", file=sys.stderr)
             return EXIT_FAILURE
     if validate_only:
-        return EXIT_OK
+        held = guard.probe_lock(opts.out)
+        return _usage_error(held) if held else EXIT_OK
 
     # the job modules are imported before Spark starts, so a broken import fails fast
     if command == "audit":
@@ -363,6 +345,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from jobs.demo import run_demo as run
     from jobs.session import build_session
 
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(guard.out_lock(opts.out, opts.run_id))
+        except UsageError as e:
+            return _usage_error(str(e))
+        return _run(run, build_session, command, opts)
+
+
+def _run(run, build_session, command: str, opts) -> int:
     spark = build_session(app_name=f"txaudit-{command}")
     try:
         run(spark, opts)

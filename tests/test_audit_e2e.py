@@ -389,18 +389,20 @@ def test_killed_run_leaves_readable_tables_and_rerun_completes(spark, first_run,
     monkeypatch.undo()
     assert written == ["transactions", "check_back_worklist"]
 
-    # every table is readable; the committed ones hold this run's rows once (replaced, not appended)
-    assert _counts(out, TABLES + ("audit_runs",)) == before
+    # every table is readable; the committed ones hold this run's rows once (replaced, not appended); the
+    # rerun retracted the run id's COMPLETE row first (one commit), so the half-done run is not listed
+    assert _counts(out, TABLES) == {n: before[n] for n in TABLES}
     versions_mid = {n: _delta(out / n).version() for n in TABLES + ("audit_runs",)}
     assert versions_mid["transactions"] == versions_before["transactions"] + 1
     assert versions_mid["check_back_worklist"] == versions_before["check_back_worklist"] + 1
-    for n in ("recovery_worklist", "audit_anomalies", "profiles", "audit_runs"):
+    assert versions_mid["audit_runs"] == versions_before["audit_runs"] + 1
+    for n in ("recovery_worklist", "audit_anomalies", "profiles"):
         assert versions_mid[n] == versions_before[n], n
     # the uncommitted data files are on disk but not part of the table
     on_disk = {str(p) for p in (out / "recovery_worklist").rglob("*.parquet")}
     referenced = set(_delta(out / "recovery_worklist").file_uris())
     assert referenced < on_disk
-    assert _run_rows(out / "audit_runs").to_pylist() == runs_before      # the interrupted run left no row
+    assert _run_rows(out / "audit_runs").to_pylist() == []      # the interrupted rerun is not listed
     assert not (out / "message_bodies").exists()
 
     # attempt 3: same stores, same as-of -> same run id; completes every table

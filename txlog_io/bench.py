@@ -171,6 +171,10 @@ def main(argv=None) -> int:
         from refbroker.repair_bench import main as repair_main
 
         return repair_main(argv[1:])
+    if argv[:1] == ["fuzz"]:
+        from txlog_io.fuzz import main as fuzz_main
+
+        return fuzz_main(argv[1:])
     if argv[:1] == ["audit"]:
         from jobs.bench_audit import main as audit_main
 

@@ -1,0 +1,217 @@
+"""Driver-side guards of a run: command-line paths and names, and the exclusive lock on ``--out``.
+
+Everything here runs before any JVM starts (``jobs.main.parse_args`` and ``main``), so misuse costs one line
+``txaudit: error: ...`` and exit 2, never a traceback from deep inside Spark or the Delta writer:
+
+* ``--store`` must be an existing directory laid out as a broker store root: ``commitlog/`` holding at least
+  one 20-digit CommitLog file, or a DLedger ``dledger-*`` directory when the DLedger codec
+  (``txlog_io.dledger``) is present (without it: a clear refusal, never a silent zero).  The message says
+  what was expected and, when the user pointed at the broker's home, offers the ``store`` directory inside.
+* ``--out`` must be a directory or creatable as one: its nearest existing ancestor must be a writable
+  directory (``--out`` below a regular file used to surface as a ``NotADirectoryError`` traceback at the
+  first write).
+  It must not be a store, lie inside a store, or be the parent of a store whose directory is one of the output
+  table names (the sink would write into the store).  Paths compare after ``realpath`` (symlinks resolved).
+* broker names become partition values and directory names: no path separators, no ``..``, no control or
+  NUL characters, no leading dot (a hidden / relative directory), at most 255 bytes of UTF-8.  Spaces and
+  non-ASCII letters are fine (a store directory ``/data/brokér a/store`` gives the broker ``brokér a``).
+* :func:`out_lock` holds ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<out>/.txaudit.lock`` for the whole run: a
+  second audit on the same ``--out`` fails at once with a clear message instead of racing the first one's
+  Delta commits.  The kernel drops the lock when the holder dies (even on ``kill -9``), so a crash never
+  leaves a stale lock behind; the file itself stays and is harmless.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from typing import Iterable, Iterator, Optional
+
+from txlog_io.errors import UsageError
+
+LOCK_NAME = ".txaudit.lock"
+_MAX_NAME_BYTES = 255
+
+
+class OutLockedError(UsageError):
+    """Another txaudit process holds the lock of this ``--out``."""
+
+
+def _is_offset_name(name: str) -> bool:
+    return len(name) == 20 and name.isascii() and name.isdigit()
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check_store(root: str) -> str:
+    """Absolute path of ``root`` if it is a broker store root with CommitLog data; a UsageError otherwise."""
+    path = os.path.abspath(root)
+    expected = "expected a RocketMQ store root: a directory holding commitlog/ with 20-digit CommitLog files"
+    if not os.path.exists(path):
+        raise UsageError(f"--store: store not found: {path} ({expected})")
+    if not os.path.isdir(path):
+        raise UsageError(f"--store: not a directory: {path} ({expected})")
+    try:
+        entries = os.listdir(path)
+    except OSError as e:
+        raise UsageError(f"--store: cannot list {path}: {e.strerror}") from None
+    inner = os.path.join(path, "store")
+    hint = f"; did you mean {inner}?" if os.path.isdir(os.path.join(inner, "commitlog")) else ""
+    if not entries:
+        raise UsageError(f"--store: empty directory: {path} ({expected})")
+    commitlog = os.path.join(path, "commitlog")
+    dledger = [os.path.join(d, n) for d in (path, commitlog) if os.path.isdir(d)
+               for n in sorted(os.listdir(d)) if n.startswith("dledger-") and os.path.isdir(os.path.join(d, n))]
+    if dledger:
+        # a DLedger (Raft) CommitLog: readable only when this build has its codec (txlog_io.dledger)
+        import importlib.util
+
+        if importlib.util.find_spec("txlog_io.dledger") is None:
+            raise UsageError(f"--store: {path} holds a DLedger CommitLog ({dledger[0]}), which this build "
+                             f"cannot read (expected a RocketMQ store root with 20-digit CommitLog files in "
+                             f"commitlog/)")
+        return path
+    if not os.path.isdir(commitlog):
+        raise UsageError(f"--store: not a RocketMQ store root (no commitlog/ directory inside): {path} "
+                         f"({expected}){hint}")
+    try:
+        names = os.listdir(commitlog)
+    except OSError as e:
+        raise UsageError(f"--store: cannot list {commitlog}: {e.strerror}") from None
+    if not any(_is_offset_name(n) for n in names):
+        raise UsageError(f"--store: {commitlog} holds no CommitLog file (expected files named by 20-digit "
+                         f"offsets such as 00000000000000000000); nothing to audit")
+    return path
+
+
+def check_broker_name(name: str, option: str = "--broker") -> str:
+    """``name`` if it cannot escape ``--out`` as a directory / partition value; a UsageError otherwise."""
+    bad = None
+    if not name or not name.strip():
+        bad = "empty broker name"
+    elif "/" in name or "\\" in name:
+        bad = "contains a path separator"
+    elif ".." in name:
+        bad = "contains '..'"
+    elif name.startswith("."):
+        bad = "starts with '.'"
+    elif any(ord(c) < 0x20 or c == "\x7f" for c in name):
+        bad = "contains a control character"
+    elif name != name.strip():
+        bad = "has leading or trailing blanks"
+    elif len(name.encode("utf-8", "surrogatepass")) > _MAX_NAME_BYTES:
+        bad = f"longer than {_MAX_NAME_BYTES} bytes"
+    else:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            bad = "not valid UTF-8"
+    if bad:
+        raise UsageError(f"{option}: invalid broker name {name!r}: {bad} (broker names name directories "
+                         f"under --out: letters, digits, spaces and -_.:@+ are fine)")
+    return name
+
+
+def check_out(out: str) -> str:
+    """Absolute ``--out`` if it is, or can be created as, a writable directory; a UsageError otherwise."""
+    path = os.path.abspath(out)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise UsageError(f"--out: exists and is not a directory: {path}")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"--out: directory is not writable: {path}")
+        return path
+    parent = os.path.dirname(path)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out: cannot create {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out: cannot create {path}: {parent} is not writable")
+    return path
+
+
+def check_out_vs_stores(out: str, stores: Iterable[str], table_names: Iterable[str]) -> None:
+    """``--out`` must not be, or lie in, a store; a store must not lie where an output table is written."""
+    real_out = os.path.realpath(out)
+    owned = set(table_names) | {LOCK_NAME}
+    for s in stores:
+        real_store = os.path.realpath(s)
+        if _inside(real_out, real_store):
+            what = "is the store" if real_out == real_store else "is inside the store"
+            raise UsageError(f"--out must not be inside a store (stores are read-only): {out} {what} {s}")
+        if _inside(real_store, real_out):
+            first = os.path.relpath(real_store, real_out).split(os.sep)[0]
+            if first in owned:
+                raise UsageError(f"--out {out}: the store {s} lies in the output table directory "
+                                 f"{os.path.join(out, first)} (choose another --out)")
+
+
+def probe_lock(out: str) -> Optional[str]:
+    """Message naming the holder when ``<out>/.txaudit.lock`` is held now (does not create anything)."""
+    path = os.path.join(out, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            return _locked_message(out, path)
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def _locked_message(out: str, path: str) -> str:
+    holder = ""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(path, "rb") as f:
+            holder = f.read(512).decode("utf-8").strip()
+    return (f"--out {out} is in use by another txaudit run ({holder or 'holder unknown'}); "
+            f"wait for it to finish or use another --out")
+
+
+@contextlib.contextmanager
+def out_lock(out: str, run_id: str) -> Iterator[str]:
+    """Hold the exclusive lock of ``out`` (created if needed) for the ``with`` block; OutLockedError if
+    another process holds it."""
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out: cannot create {out}: {e.strerror}") from None
+    path = os.path.join(out, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UsageError(f"--out: cannot create the lock file {path}: {e.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise OutLockedError(_locked_message(out, path)) from None
+            raise UsageError(f"--out: cannot lock {path}: {e.strerror}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, run id {run_id}\n".encode("utf-8"))
+        yield path
+    finally:
+        os.close(fd)       # closing the descriptor releases the flock
+
+
+__all__ = ["check_store", "check_broker_name", "check_out", "check_out_vs_stores", "out_lock", "probe_lock",
+           "kill_point", "OutLockedError", "LOCK_NAME"]
+
+
+def kill_point(name: str) -> None:
+    """Crash-test hook: with ``TXAUDIT_KILL_AT=<name>`` the whole job (its process group: driver, JVM, Python
+    workers) is killed here exactly as ``kill -9`` would (tests/test_crash_safety.py)."""
+    if os.environ.get("TXAUDIT_KILL_AT") == name:
+        import signal
+
+        os.killpg(os.getpgrp(), signal.SIGKILL)
