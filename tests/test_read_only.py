@@ -109,6 +109,13 @@ WRITE_SITES_REVIEWED = {
     ("jobs/delta_sink.py", "retract_run"),
     ("jobs/demo.py", "run_demo"),                   # the demo's --out
     ("jobs/guard.py", "out_lock"),                  # --out/.txaudit.lock
+    ("jobs/check.py", "write_arrow"),               # check_results / metrics tables under --out
+    ("jobs/check_output.py", "_atomic_write"),      # --json / --junit-xml files the user named
+    ("jobs/recovery_requests.py", "_write_jsonl"),  # --out/recovery/<run_id>/
+    ("jobs/recovery_requests.py", "write_requests"),
+    ("jobs/repair.py", "write_repair_log"),         # --out/repair_log (the store copy: refbroker.repair, --into)
+    ("jobs/report.py", "_write"),                   # --out/report/<run_id>.html, index.html
+    ("jobs/report.py", "write_report"),
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",
                  "create_table_with_add_actions", "create_write_transaction", "save"}
