@@ -19,8 +19,7 @@ import argparse
 import datetime as dt
 import os
 import sys
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE:
@@ -29,6 +28,7 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE
 
 from txlog_io.errors import UsageError  # noqa: E402
 
+from jobs.cli_options import AuditOptions, DemoOptions  # noqa: E402,F401  (re-exported)
 from jobs.config import MODES, AuditConfig, load_audit_config  # noqa: E402
 from jobs.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
 
@@ -36,44 +36,6 @@ PROG = "txaudit"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEFAULT_DEMO_OUT = "demo-out"
 _STORE_MARKERS = ("commitlog", "consumequeue", "checkpoint", "config", "transaction")
-
-
-@dataclass(frozen=True)
-class AuditOptions:
-    """One audit run, validated on the driver."""
-
-    stores: Tuple[str, ...]          # absolute store roots, in the order given
-    brokers: Tuple[str, ...]         # one broker name per store
-    out: str                         # absolute output directory (Delta tables under it)
-    as_of: dt.datetime               # timezone-aware UTC; the audit's "now"
-    mode: str                        # indexed | full
-    conf_file: Optional[str]         # user config file (absolute) or None
-    include_bodies: bool
-    run_id: str                      # re-running the same run id replaces that run's rows
-    profile: str                     # broker profile name or "auto"
-    config: AuditConfig              # defaults + conf file, validated
-
-    @property
-    def run_date(self) -> dt.date:
-        return self.as_of.date()
-
-    @property
-    def store_pairs(self) -> Tuple[Tuple[str, str], ...]:
-        """``((broker, store root), ...)``."""
-        return tuple(zip(self.brokers, self.stores))
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    """``demo``: generate a reference store under ``out`` and audit it."""
-
-    out: str
-    as_of: dt.datetime
-    mode: str
-    conf_file: Optional[str]
-    include_bodies: bool
-    run_id: str
-    config: AuditConfig
 
 
 class _Parser(argparse.ArgumentParser):
@@ -242,12 +204,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:              # --help printed the usage
         return int(e.code or 0)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
-    if command == "demo":
-        import importlib.util
-
-        if importlib.util.find_spec("jobs.demo") is None:
-            print(f"{PROG}: error: demo failed: jobs.demo is not available yet", file=sys.stderr)
-            return EXIT_FAILURE
     if validate_only:
         return EXIT_OK
 
