@@ -261,13 +261,14 @@ def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
     return int(min(MAX_AUTO_SHUFFLE_PARTITIONS, max(cores, 4 * gib, 1)))
 
 
-def _reconstruct(inputs: dict, params, override, n_rows: int):
+def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, float]):
     """``jobs.reconstruct.reconstruct``: on the driver when the transaction-relevant rows are few (``n_rows``;
     the other inputs -- transaction queue units, findings -- are of the same order), else per broker on the
     executors with the outputs materialized once."""
     from jobs.reconstruct import LOCAL_MAX_ROWS, reconstruct
 
-    return reconstruct(inputs, params, override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS // 4)
+    return reconstruct(inputs, params, override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS // 4,
+                       timings=phases)
 
 
 def _aggregates_arrow(arrow):
@@ -387,7 +388,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
             if op_bodies is not None:
                 inputs["op_bodies"] = op_bodies
-            result = _reconstruct(inputs, params, override, n_records + n_anomalies)
+            result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
             arrow = result.arrow                          # None: reduced on the executors
             transactions = result.transactions if arrow else persist(result.transactions)
             findings = result.anomalies if arrow else persist(result.anomalies)

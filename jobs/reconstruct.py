@@ -58,7 +58,7 @@ fileReservedTime in ms:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
 from typing import Any, Dict, Mapping, Optional, Union
 
 import pyarrow as pa
@@ -85,16 +85,29 @@ _SOURCES = {"commitlog": "commitlog", "op_bodies": "op_body", "consumequeue": "c
             "anomalies": "anomaly", "commitlog_bounds": "bounds"}
 
 
-@dataclass(frozen=True)
 class AuditResult:
-    transactions: DataFrame
-    check_back: DataFrame
-    recovery: DataFrame
-    anomalies: DataFrame
-    profiles: DataFrame
-    #: the same outputs as Arrow tables when the reduction ran on the driver (None otherwise): the audit job
-    #: writes and counts them without another Spark job
-    arrow: Optional[Dict[str, pa.Table]] = None
+    """The reconstruction's outputs as DataFrames: ``transactions``, ``check_back``, ``recovery``,
+    ``anomalies``, ``profiles``.  ``arrow``: the same outputs as Arrow tables when the reduction ran on the
+    driver (None otherwise); the audit job writes and counts those without a Spark job, and their DataFrames
+    are only created when asked for."""
+
+    def __init__(self, frames: Optional[Dict[str, DataFrame]] = None,
+                 arrow: Optional[Dict[str, pa.Table]] = None, spark=None):
+        self._frames = dict(frames or {})
+        self.arrow = arrow
+        self._spark = spark
+
+    def _get(self, name: str) -> DataFrame:
+        if name not in self._frames:
+            self._frames[name] = self._spark.createDataFrame(
+                self.arrow[name], schema=RECON_OUTPUT_TABLES[name].spark_schema())
+        return self._frames[name]
+
+    transactions = property(lambda self: self._get("transactions"))
+    check_back = property(lambda self: self._get("check_back"))
+    recovery = property(lambda self: self._get("recovery"))
+    anomalies = property(lambda self: self._get("anomalies"))
+    profiles = property(lambda self: self._get("profiles"))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -126,8 +139,8 @@ def op_bodies_from_commitlog(commitlog: DataFrame) -> DataFrame:
     """The op_bodies input from commitlog rows of the op topic that carry a body."""
     c = F.col
     return commitlog.filter((c("topic") == OP_TOPIC) & c("body").isNotNull()).select(
-        "broker", "queue_id", "physical_offset", "queue_offset", "store_timestamp", "total_size", "body_crc_ok",
-        c("body").cast("string").alias("body"))
+        "broker", "queue_id", "physical_offset", "queue_offset", "store_timestamp", "total_size",
+        "body_crc_ok", c("body").cast("string").alias("body"))
 
 
 def commitlog_bounds_from_layout(spark, layout_info) -> Optional[DataFrame]:
@@ -237,6 +250,7 @@ def reconstruct(
     materialize: bool = False,
     local: Optional[bool] = None,
     critical_within_ms: int = 60000,
+    timings: Optional[Dict[str, float]] = None,
 ) -> AuditResult:
     """Frames (a mapping or an object with attributes; see the module doc) -> AuditResult.
 
@@ -245,8 +259,11 @@ def reconstruct(
     {broker: profile}.  ``local``: True = collect the inputs and reduce on the driver (one Spark job); False =
     reduce per broker on the executors (one shuffle); None = local when the inputs have at most
     LOCAL_MAX_ROWS rows (one count job decides).  ``materialize`` (executor path): compute the outputs now as
-    a local checkpoint, so that each output read does not run the reduction again.
+    a local checkpoint, so that each output read does not run the reduction again.  ``timings``: receives
+    the seconds of ``reconstruct.collect`` / ``.reduce`` / ``.frames`` (driver path) or ``.executors``.
     """
+    t = timings if timings is not None else {}
+    t0 = time.monotonic()
     check_override(profile_override)
     wide = input_frame(frames)
     spark = wide.sparkSession
@@ -254,19 +271,16 @@ def reconstruct(
     if local is None:
         local = wide.count() <= LOCAL_MAX_ROWS
     if local:
-        outs = reduce_input(wide.toArrow(), params, profile_override, critical_within_ms, op_bodies_given)
-        dfs = {name: spark.createDataFrame(outs[name], schema=RECON_OUTPUT_TABLES[name].spark_schema())
-               for name in RECON_OUTPUT_TABLES}
-        arrow = outs
-    else:
-        out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
-        if materialize:
-            out = out.localCheckpoint(eager=True)
-        dfs = _split(out)
-        arrow = None
-    return AuditResult(transactions=dfs["transactions"], check_back=dfs["check_back"],
-                       recovery=dfs["recovery"], anomalies=dfs["anomalies"], profiles=dfs["profiles"],
-                       arrow=arrow)
+        table = wide.toArrow()
+        t1 = time.monotonic()
+        outs = reduce_input(table, params, profile_override, critical_within_ms, op_bodies_given)
+        t.update({"reconstruct.collect": t1 - t0, "reconstruct.reduce": time.monotonic() - t1})
+        return AuditResult(arrow=outs, spark=spark)
+    out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
+    if materialize:
+        out = out.localCheckpoint(eager=True)
+    t["reconstruct.executors"] = time.monotonic() - t0
+    return AuditResult(frames=_split(out))
 
 
 def detect_profile(

@@ -39,11 +39,11 @@ class Ev:
     """One evidence row.  Unset attributes are None (class defaults, so a row stores only what it has);
     linking adds target_* / committed / copy_committed / named."""
 
-    FIELDS = ("role", "broker", "tx", "mechanism", "physical_offset", "total_size", "queue_id", "queue_offset",
-              "store_timestamp", "born_timestamp", "msg_id", "body_crc_ok", "uniq_key", "transaction_id", "keys",
-              "pgroup", "real_topic", "real_qid", "check_times", "tran_prepared_qo", "immunity_s", "end_type",
-              "pto", "half_offset", "piece", "st_state", "target_tx", "target_qid", "target_qo", "target_mech",
-              "committed", "copy_committed", "named")
+    FIELDS = ("role", "broker", "tx", "mechanism", "physical_offset", "total_size", "queue_id",
+              "queue_offset", "store_timestamp", "born_timestamp", "msg_id", "body_crc_ok", "uniq_key",
+              "transaction_id", "keys", "pgroup", "real_topic", "real_qid", "check_times", "tran_prepared_qo",
+              "immunity_s", "end_type", "pto", "half_offset", "piece", "st_state", "target_tx", "target_qid",
+              "target_qo", "target_mech", "committed", "copy_committed", "named")
 
     def __init__(self, role: str, broker: str, **kw):
         self.__dict__.update(kw)
@@ -86,7 +86,8 @@ def _common(r: dict) -> dict:
     return dict(physical_offset=r["physical_offset"], total_size=r["total_size"], queue_id=r["queue_id"],
                 queue_offset=r["queue_offset"], store_timestamp=r["store_timestamp"],
                 born_timestamp=r["born_timestamp"], msg_id=r["msg_id"], body_crc_ok=r["body_crc_ok"],
-                uniq_key=r["uniq_key"], transaction_id=r["transaction_id"], keys=r["keys"], pgroup=r["pgroup"],
+                uniq_key=r["uniq_key"], transaction_id=r["transaction_id"], keys=r["keys"],
+                pgroup=r["pgroup"],
                 real_topic=r["real_topic"], real_qid=r["real_qid"])
 
 
@@ -95,13 +96,15 @@ def record_evidence(r: dict) -> Optional[Ev]:
     topic, ttype, b = r["topic"], r["transaction_type"], r["broker"]
     if topic == HALF_TOPIC:
         uk = r["uniq_key"]
-        tx = uniq_tx_id(uk, r["pgroup"], r["real_topic"]) if uk is not None else f"O{SEP}{r['physical_offset']}"
+        tx = (uniq_tx_id(uk, r["pgroup"], r["real_topic"]) if uk is not None
+              else f"O{SEP}{r['physical_offset']}")
         return Ev(COPY, b, tx=tx, mechanism=HALF_QUEUE, check_times=r["transaction_check_times"],
                   tran_prepared_qo=r["tran_prepared_queue_offset"], immunity_s=r["check_immunity_time_s"],
                   **_common(r))
     if topic == DISCARD_TOPIC:
         uk = r["uniq_key"]
-        tx = uniq_tx_id(uk, r["pgroup"], r["real_topic"]) if uk is not None else f"D{SEP}{r['physical_offset']}"
+        tx = (uniq_tx_id(uk, r["pgroup"], r["real_topic"]) if uk is not None
+              else f"D{SEP}{r['physical_offset']}")
         return Ev(DISCARD, b, tx=tx, check_times=r["transaction_check_times"], **_common(r))
     if is_system_topic(topic) or topic is None:
         return None
@@ -150,7 +153,8 @@ def statetable_evidence(u: dict) -> Ev:
 
 def redolog_evidence(u: dict) -> Optional[Ev]:
     if u["kind"] == "PREPARED":
-        return Ev(REDO_P, u["broker"], tx=p_tx_id(u["commitlog_offset"]), physical_offset=u["commitlog_offset"],
+        return Ev(REDO_P, u["broker"], tx=p_tx_id(u["commitlog_offset"]),
+                  physical_offset=u["commitlog_offset"],
                   queue_offset=u["index"])
     if u["kind"] is None:
         return None
@@ -226,5 +230,5 @@ def link_ops(rows: List[Ev]) -> List[Ev]:
 
 
 __all__ = ["Ev", "COPY", "END", "OP", "DISCARD", "ST", "REDO_P", "REDO_E", "ORIGREF", "PROBLEM",
-           "is_system_topic", "uniq_tx_id", "p_tx_id", "spark_long", "record_evidence", "op_evidence", "statetable_evidence", "redolog_evidence", "body_text",
-           "link_ends", "link_ops"]
+           "is_system_topic", "uniq_tx_id", "p_tx_id", "spark_long", "record_evidence", "op_evidence",
+           "statetable_evidence", "redolog_evidence", "body_text", "link_ends", "link_ops"]

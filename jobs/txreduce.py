@@ -201,16 +201,17 @@ def _cq_mismatches(records, units, facts) -> List[dict]:
     for (b, off), (unit, rec, n_units) in by.items():
         if rec is None:
             problem = "NO_RECORD"
-            detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])}: no record of that topic at CommitLog "
-                      f"offset {_fmt(off)}")
+            detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])}: no record of that topic at "
+                      f"CommitLog offset {_fmt(off)}")
         elif unit is None:
             problem = "NO_UNIT"
-            detail = f"record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} at CommitLog offset {_fmt(off)} has no CQ unit"
+            detail = (f"record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} at CommitLog offset {_fmt(off)} "
+                      f"has no CQ unit")
         elif unit != rec or n_units > 1:
             problem = "DIFFERS"
-            detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])} size {_fmt(unit[3])} ({n_units} units) "
-                      f"vs record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} size {_fmt(rec[3])} at CommitLog offset "
-                      f"{_fmt(off)}")
+            detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])} size {_fmt(unit[3])} "
+                      f"({n_units} units) vs record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} size "
+                      f"{_fmt(rec[3])} at CommitLog offset {_fmt(off)}")
         else:
             continue
         fb = facts.get(b, {})
@@ -278,7 +279,8 @@ def _decoder_finding(a: dict) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 
 def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=None,
-                 critical_within_ms: int = 60000, op_bodies_given: Optional[bool] = None) -> Dict[str, pa.Table]:
+                 critical_within_ms: int = 60000,
+                 op_bodies_given: Optional[bool] = None) -> Dict[str, pa.Table]:
     """RECON_INPUT rows (any brokers) -> {output name: Arrow table} (see the module docstring).
 
     ``op_bodies_given``: whether the caller supplied an op_bodies input (then an op record without a row in it
@@ -317,7 +319,8 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     findings: List[dict] = []
     problems: List[tuple] = []
     if _has_src(table, "consumequeue"):
-        units = _rows(table, "consumequeue", ("topic", "queue_id", "queue_offset", "commitlog_offset", "size"))
+        units = _rows(table, "consumequeue",
+                      ("topic", "queue_id", "queue_offset", "commitlog_offset", "size"))
         cqm = _cq_mismatches(records, units, facts)
         findings.extend(_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
                                              m["queue_offset"], m["detail"], m["topic"]) for m in cqm)
@@ -342,7 +345,8 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     tx_rows = []
     for (b, tx), evs in groups.items():
         fb = facts.get(b, {})
-        row = txrules.transaction_row(b, tx, evs, fb, profiles.get(b, {}).get("profile"), broker_params.get(b))
+        row = txrules.transaction_row(b, tx, evs, fb, profiles.get(b, {}).get("profile"),
+                                      broker_params.get(b))
         if row is not None:
             tx_rows.append(row)
 
@@ -381,8 +385,8 @@ def _orphan_op(e: Ev, fb: Mapping) -> dict:
         detail = f"op at op-queue offset {_fmt(e.queue_offset)}: body piece '{e.piece}' is not a number"
     elif e.half_offset < (mhq if mhq is not None else LONG_MAX):
         code = "EVIDENCE_IN_DELETED_RANGE"
-        detail = (f"op at op-queue offset {_fmt(e.queue_offset)} names half offset {e.half_offset}, below the "
-                  f"oldest retained half record")
+        detail = (f"op at op-queue offset {_fmt(e.queue_offset)} names half offset {e.half_offset}, below "
+                  f"the oldest retained half record")
     else:
         code = "OP_WITHOUT_HALF"
         detail = (f"op at op-queue offset {_fmt(e.queue_offset)} names half offset {e.half_offset}: no half "

@@ -1,8 +1,8 @@
-"""Per-transaction rules of the reconstruction (Spark-free): profile detection, state, deadline, flags, and the
-check-back / recovery work-list rows.  The one implementation of the rules documented in jobs/reconstruct.py
-(module docstring), jobs/flags.py (FLAGS, RECOVERY_ACTIONS) and schemas/audit.py; follows the store-format
-reference sections 7, 8, 10 and 11 (TransactionalMessageServiceImpl.check, needSkip / needDiscard;
-AbstractTransactionalMessageCheckListener.sendCheckMessage for the check-back header fields).
+"""Per-transaction rules of the reconstruction (Spark-free): profile detection, state, deadline, flags, and
+the check-back / recovery work-list rows.  The one implementation of the rules documented in
+jobs/reconstruct.py (module docstring), jobs/flags.py (FLAGS, RECOVERY_ACTIONS) and schemas/audit.py; follows
+the store-format reference sections 7, 8, 10 and 11 (TransactionalMessageServiceImpl.check, needSkip /
+needDiscard; AbstractTransactionalMessageCheckListener.sendCheckMessage for the check-back header fields).
 
 ``transaction_row`` reduces the evidence rows (jobs/txevidence.Ev) of ONE transaction; nothing here looks at
 another transaction, so the work is linear in the number of evidence rows.
@@ -48,7 +48,8 @@ def evidence(d: Mapping) -> List[str]:
                       ("n_half", "%d half records"), ("n_op", "%d op records"),
                       ("n_discard", "%d discard records"), ("n_comma", "%d comma-batched op bodies (5.1+)"),
                       ("n_txid", "%d halves with __transactionId__ (5.1+)"),
-                      ("n_v2", "%d magic V2 records (5.1+)"), ("n_prep", "%d PREPARED records in real topics"),
+                      ("n_v2", "%d magic V2 records (5.1+)"),
+                      ("n_prep", "%d PREPARED records in real topics"),
                       ("n_prep_uk", "%d of them with UNIQ_KEY (4.x client)")):
         if d[key] > 0:
             out.append(text % d[key])
@@ -113,7 +114,8 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
     st_units, n_redo_prep = by_role[ST], len(by_role[REDO_P])
     core = all_copies + ends + ops + discards
     copies = (all_copies if len(all_copies) == 1 and all_copies[0].physical_offset is not None else
-              sorted((e for e in all_copies if e.physical_offset is not None), key=lambda e: e.physical_offset))
+              sorted((e for e in all_copies if e.physical_offset is not None),
+                     key=lambda e: e.physical_offset))
     if not core and not st_units and not n_redo_prep:
         return None
     first = _copy_struct(copies[0]) if copies else None
@@ -122,7 +124,8 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
 
     mechanism = _max(e.mechanism for e in all_copies)
     if fc is not None:
-        copy_key = fc.uniq_key if fc.mechanism == HALF_QUEUE and fc.uniq_key is not None else str(fc.physical_offset)
+        copy_key = (fc.uniq_key if fc.mechanism == HALF_QUEUE and fc.uniq_key is not None
+                    else str(fc.physical_offset))
     else:
         copy_key = None
     uniq_key = _max(e.uniq_key for e in core)
@@ -187,7 +190,8 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
     imm = fc.immunity_s if fc is not None else None
     eff_timeout = imm * 1000 if half and imm is not None and imm >= 0 else timeout
     newest_ct = newest["check_times"] if newest is not None and newest["check_times"] is not None else 0
-    first_pass = _greatest(_add(newest["store_timestamp"] if newest else None, interval), _add(born, eff_timeout))
+    first_pass = _greatest(_add(newest["store_timestamp"] if newest else None, interval),
+                           _add(born, eff_timeout))
     rest = _greatest(None if check_max is None else check_max - newest_ct, 0)
     by_checks = _add(first_pass, None if interval is None else rest * interval)
     by_age = _add(born, reserved)
@@ -200,7 +204,8 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
     else:
         deadline = _add(first["store_timestamp"] if first else None, reserved)
     newest_qo = newest["queue_offset"] if newest else None
-    open_candidates = _sorted_set(e.queue_offset for e in all_copies if e.mechanism == HALF_QUEUE and not e.named)
+    open_candidates = _sorted_set(e.queue_offset for e in all_copies
+                                  if e.mechanism == HALF_QUEUE and not e.named)
     orig_covered = {e.queue_offset for e in by_role[ORIGREF] if e.named}
     open_copies = [x for x in open_candidates if x not in orig_covered and newest_qo is not None
                    and x == newest_qo and (hco is None or x >= hco)]
@@ -219,7 +224,8 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
     compatible = redolog_state is not None and st is not None and (
         st == redolog_state or (redolog_state == "ENDED" and st in ("COMMIT", "ROLLBACK")))
     below = oco is not None and hco is not None and any(
-        e.queue_offset is not None and e.half_offset is not None and e.queue_offset >= oco and e.half_offset < hco
+        e.queue_offset is not None and e.half_offset is not None and e.queue_offset >= oco
+        and e.half_offset < hco
         for e in ops)
     mco_pos = mco is not None and mco > 0
     mco_not_pos = mco is not None and not mco > 0
@@ -230,7 +236,8 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
         "PREPARED_NEVER_CHECKED": past_timeout and (
             (half and copies_n == 1 and (check_times or 0) == 0) or (legacy and prof == P_40)),
         "AT_CHECK_MAX": prepared and half and check_max is not None and newest_ct >= check_max,
-        "AGE_PAST_FILE_RESERVED_TIME": prepared and age is not None and reserved is not None and age > reserved,
+        "AGE_PAST_FILE_RESERVED_TIME": prepared and age is not None and reserved is not None
+        and age > reserved,
         "PAST_DEADLINE": prepared and deadline is not None and as_of is not None and deadline <= as_of,
         "PREPARED_PASSED_BY_CHECKER": prepared and half and hco is not None and newest_qo is not None
         and newest_qo < hco,
@@ -247,11 +254,13 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
             or (units_only and p_long is not None and mco is not None and p_long < mco)
             or (earlier_gone and mco_pos)),
         "PREPARED_RECORD_MISSING": (
-            (mco is not None and any(x >= mco for x in missing_targets)) or (orphan_discard_only and mco_not_pos)
+            (mco is not None and any(x >= mco for x in missing_targets))
+            or (orphan_discard_only and mco_not_pos)
             or (units_only and p_long is not None and mco is not None and p_long >= mco)
             or (earlier_gone and mco_not_pos)),
         "CORRUPT_RECORD": any(e.body_crc_ok is False for e in core),
-        "STATETABLE_MISSING_PREPARED": prepared and legacy and has_st and first is not None and st_unit is None,
+        "STATETABLE_MISSING_PREPARED": prepared and legacy and has_st and first is not None
+        and st_unit is None,
         "STATETABLE_INDEX_MISMATCH": legacy and has_st and st_index is not None and first is not None
         and first["queue_offset"] is not None and st_index != first["queue_offset"],
         "STATETABLE_COMMITLOG_DISAGREE": legacy and has_st and first is not None and st is not None
@@ -297,6 +306,10 @@ def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile
         "open_copy_offsets": open_copies, "flags": sorted(flags), "deadline_ms": deadline, "profile": prof,
         "as_of_ms": as_of,
     }
+
+
+def _null(v) -> str:
+    return "null" if v is None else str(v)
 
 
 def _to_long(s: Optional[str]) -> Optional[int]:
@@ -391,12 +404,12 @@ def recovery_rows(transactions: List[dict]) -> List[dict]:
                 f"COMMIT record(s) {joined(t['commit_offsets'])} and rollback evidence (ROLLBACK records "
                 f"[{joined(t['rollback_offsets'])}], ops {joined(t['op_half_offsets'])})"),
             "REVIEW_DUPLICATE_COMMIT": lambda: (
-                f"{len(t['commit_offsets'])} COMMIT records (CommitLog offsets {joined(t['commit_offsets'])})"),
-            "MARK_DONE": lambda: (f"{state}, but half offsets {joined(t['open_copy_offsets'])} have no op and the "
-                                  f"check service will visit them"),
+                f"{len(t['commit_offsets'])} COMMIT records "
+                f"(CommitLog offsets {joined(t['commit_offsets'])})"),
+            "MARK_DONE": lambda: (f"{state}, but half offsets {joined(t['open_copy_offsets'])} have no op "
+                                  f"and the check service will visit them"),
             "RESUME_DISCARDED": lambda: (f"discarded to {DISCARD_TOPIC} (offset "
-                                         f"{'null' if t['discard_commitlog_offset'] is None else t['discard_commitlog_offset']}"
-                                         f") with no commit or op"),
+                                         f"{_null(t['discard_commitlog_offset'])}) with no commit or op"),
             "REDRIVE_EXPIRED": lambda: "PREPARED and " + present(_EXPIRED_CODES),
             "REVIEW_EVIDENCE": lambda: "evidence: " + present(_EV_CODES),
         }
@@ -413,7 +426,8 @@ def recovery_rows(transactions: List[dict]) -> List[dict]:
             "discard_commitlog_offset": t["discard_commitlog_offset"],
             "resume_topic": DISCARD_TOPIC if resume else None,
             "resume_msg_id": t["discard_msg_id"] if resume else None,
-            "statetable_index": t["statetable_index"], "deadline_ms": t["deadline_ms"], "profile": t["profile"],
+            "statetable_index": t["statetable_index"], "deadline_ms": t["deadline_ms"],
+            "profile": t["profile"],
         })
     return out
 

@@ -42,7 +42,8 @@ def synthetic_commitlog(n: int) -> pa.Table:
              "store_timestamp": BASE + off // 300 + 5, "store_host": "10.0.0.2:2", "reconsume_times": 0,
              "prepared_transaction_offset": pto, "body_size": 0, "topic": topic, "properties": [],
              "msg_id": f"0A00000200000000{off:016X}", "uniq_key": uk, "tags": None, "keys": uk,
-             "pgroup": "pg", "real_topic": real_topic, "real_qid": 0 if real_topic else None, "tran_msg": True,
+             "pgroup": "pg", "real_topic": real_topic, "real_qid": 0 if real_topic else None,
+             "tran_msg": True,
              "transaction_check_times": check_times, "tran_prepared_queue_offset": tpqo,
              "check_immunity_time_s": None, "transaction_id": uk, "tags_code": 0, "compression": "NONE",
              "body": body}

@@ -55,7 +55,8 @@ def main(argv=None) -> int:
             after_j, after_s = _counts(sc)
             if i == 0:
                 continue
-            runs.append({"s": round(secs, 2), "jobs": len(after_j - before_j), "stages": len(after_s - before_s),
+            runs.append({"s": round(secs, 2), "jobs": len(after_j - before_j),
+                         "stages": len(after_s - before_s),
                          "phases": {k: round(v, 2) for k, v in summary.phases.items()},
                          "transactions": summary.transactions, "states": summary.states})
         out[mode] = runs

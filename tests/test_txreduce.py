@@ -39,7 +39,8 @@ def _store(broker):
 
 
 def _commitlog(*brokers):
-    return pa.Table.from_pylist([r for b in brokers for r in _store(b)], schema=COMMITLOG_SOURCE.arrow_schema())
+    return pa.Table.from_pylist([r for b in brokers for r in _store(b)],
+                                schema=COMMITLOG_SOURCE.arrow_schema())
 
 
 PARAMS = AuditParams(6000, 15, 60000, 72, as_of_ms=BASE + 60_000)
@@ -52,7 +53,8 @@ def test_reducer_on_arrow_tables():
                         ("profiles", "profiles")):
         assert out[name].schema == AUDIT_TABLES[table].arrow_schema()
     tx = {r["transaction_key"]: r for r in out["transactions"].to_pylist()}
-    assert {k: r["state"] for k, r in tx.items()} == {"u1": "ROLLED_BACK", "u2": "COMMITTED", "u3": "PREPARED"}
+    assert {k: r["state"] for k, r in tx.items()} == {"u1": "ROLLED_BACK", "u2": "COMMITTED",
+                                                      "u3": "PREPARED"}
     assert tx["u2"]["commit_offsets"] == [300] and tx["u2"]["op_half_offsets"] == [1]
     assert tx["u1"]["op_queue_offsets"] == [0] and tx["u1"]["resolved_timestamp"] == BASE + 10
     u3 = tx["u3"]
