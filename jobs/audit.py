@@ -15,8 +15,9 @@ driver around the modules that do the work:
    oldest retained CommitLog offset comes from the store listing (``layout_info``), not from the records. Op
    bodies are fetched by position (``store_frames.fetch_records`` with bodies) for the op records found, so
    the store is never decoded with every body just to read the ops.
-3. **reconstruct** -- ``jobs.reconstruct.reconstruct``; the transactions DataFrame is persisted while the
-   outputs derived from it are written, and unpersisted at the end.
+3. **reconstruct** -- ``jobs.reconstruct.reconstruct``: on the driver when the records read are few (the
+   outputs come back as Arrow tables and are counted and written from the driver, without Spark jobs), else
+   per broker on the executors (the transactions DataFrame is then persisted while the outputs are written).
 4. **aggregate** -- counts per state / flag / broker (small ``groupBy`` results, the only things collected).
 5. **write** -- one Delta table per output through ``jobs.delta_sink.write_table`` (one commit per table, the
    run's previous rows replaced): ``transactions``, ``check_back_worklist``, ``recovery_worklist``,
