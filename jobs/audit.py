@@ -15,8 +15,9 @@ driver around the modules that do the work:
    oldest retained CommitLog offset comes from the store listing (``layout_info``), not from the records. Op
    bodies are fetched by position (``store_frames.fetch_records`` with bodies) for the op records found, so
    the store is never decoded with every body just to read the ops.
-3. **reconstruct** -- ``jobs.reconstruct.reconstruct``; the transactions DataFrame is persisted while the
-   outputs derived from it are written, and unpersisted at the end.
+3. **reconstruct** -- ``jobs.reconstruct.reconstruct``: on the driver when the records read are few (the
+   outputs come back as Arrow tables and are counted and written from the driver, without Spark jobs), else
+   per broker on the executors (the transactions DataFrame is then persisted while the outputs are written).
 4. **aggregate** -- counts per state / flag / broker (small ``groupBy`` results, the only things collected).
 5. **write** -- one Delta table per output through ``jobs.delta_sink.write_table`` (one commit per table, the
    run's previous rows replaced): ``transactions``, ``check_back_worklist``, ``recovery_worklist``,
@@ -52,6 +53,8 @@ import sys
 import time
 from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence, Tuple
+
+import pyarrow as pa
 
 from jobs import delta_sink
 from jobs.guard import kill_point
@@ -268,17 +271,32 @@ def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
     return int(min(MAX_AUTO_SHUFFLE_PARTITIONS, max(cores, 4 * gib, 1)))
 
 
-def _reconstruct(inputs: dict, params, override):
-    """``jobs.reconstruct.reconstruct`` with ``materialize=True`` when it offers it (shared intermediates
-    computed once as local checkpoints: much less plan analysis than one giant lazy plan per output)."""
-    import inspect
+def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, float]):
+    """``jobs.reconstruct.reconstruct``: on the driver when the transaction-relevant rows are few (``n_rows``;
+    the other inputs -- transaction queue units, findings -- are of the same order), else per broker on the
+    executors with the outputs materialized once."""
+    from jobs.reconstruct import LOCAL_MAX_ROWS, reconstruct
 
-    from jobs.reconstruct import reconstruct
+    return reconstruct(inputs, params, override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS // 4,
+                       timings=phases)
 
-    kwargs = {}
-    if "materialize" in inspect.signature(reconstruct).parameters:
-        kwargs["materialize"] = True
-    return reconstruct(inputs, params, override, **kwargs)
+
+def _aggregates_arrow(arrow):
+    """_aggregates from the reconstruction's Arrow outputs (no Spark job)."""
+    states_by_broker: Dict[str, Dict[str, int]] = {}
+    states_total: Dict[str, int] = {}
+    flag_counts: Dict[str, int] = {}
+    tx = arrow["transactions"]
+    for b, s, fl in zip(tx.column("broker").to_pylist(), tx.column("state").to_pylist(),
+                        tx.column("flags").to_pylist()):
+        states_by_broker.setdefault(b, {})[s] = states_by_broker.get(b, {}).get(s, 0) + 1
+        states_total[s] = states_total.get(s, 0) + 1
+        for f in fl or ():
+            flag_counts[f] = flag_counts.get(f, 0) + 1
+    pr = arrow["profiles"]
+    profiles = dict(zip(pr.column("broker").to_pylist(), pr.column("profile").to_pylist()))
+    detected = dict(zip(pr.column("broker").to_pylist(), pr.column("detected_profile").to_pylist()))
+    return states_total, states_by_broker, flag_counts, profiles, detected
 
 
 def _aggregates(result):
@@ -382,29 +400,32 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
             if op_bodies is not None:
                 inputs["op_bodies"] = op_bodies
-            result = _reconstruct(inputs, params, override)
-            transactions = persist(result.transactions)   # check_back / recovery derive from this very frame
-            findings = persist(result.anomalies)
+            result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
+            arrow = result.arrow                          # None: reduced on the executors
+            transactions = result.transactions if arrow else persist(result.transactions)
+            findings = result.anomalies if arrow else persist(result.anomalies)
 
         with _phase(phases, "aggregate", spark):
-            states, states_by_broker, flags, profiles, detected = _aggregates(result)
+            states, states_by_broker, flags, profiles, detected = (_aggregates_arrow(arrow) if arrow
+                                                                   else _aggregates(result))
             n_tx = sum(states.values())
         _log(f"reconstructed {n_tx} transactions ({phases['reconstruct'] + phases['aggregate']:.1f} s)")
 
-        outputs = [("transactions", transactions, TRANSACTIONS),
-                   ("check_back_worklist", result.check_back, CHECK_BACK),
-                   ("recovery_worklist", result.recovery, RECOVERY),
-                   ("audit_anomalies", findings, AUDIT_ANOMALIES)]
+        # outputs reduced on the driver are written from there (delta_sink's Arrow path: no Spark job)
+        outputs = [("transactions", arrow["transactions"] if arrow else transactions, TRANSACTIONS),
+                   ("check_back_worklist", arrow["check_back"] if arrow else result.check_back, CHECK_BACK),
+                   ("recovery_worklist", arrow["recovery"] if arrow else result.recovery, RECOVERY),
+                   ("audit_anomalies", arrow["anomalies"] if arrow else findings, AUDIT_ANOMALIES)]
         if "profiles" in names:
-            outputs.append(("profiles", result.profiles, PROFILES))
-        outputs.append((STORE_FILES.name, spark.createDataFrame(file_prints, STORE_FILES.spark_schema()),
-                        STORE_FILES))
+            outputs.append(("profiles", arrow["profiles"] if arrow else result.profiles, PROFILES))
+        store_files = pa.Table.from_pylist([dict(zip(STORE_FILES.names, r)) for r in file_prints],
+                                           schema=STORE_FILES.arrow_schema())      # driver-side write
+        outputs.append((STORE_FILES.name, store_files, STORE_FILES))
         if options.include_bodies:
             outputs.append((BODIES_TABLE, bodies_frame(transactions, records), MESSAGE_BODIES))
         elif os.path.isdir(os.path.join(options.out, names.get(BODIES_TABLE, BODIES_TABLE), "_delta_log")):
             # clear the body rows an earlier attempt of this run id may have written
-            outputs.append((BODIES_TABLE, spark.createDataFrame([], MESSAGE_BODIES.spark_schema()),
-                            MESSAGE_BODIES))
+            outputs.append((BODIES_TABLE, MESSAGE_BODIES.arrow_schema().empty_table(), MESSAGE_BODIES))
 
         tables: Dict[str, TableOutput] = {}
         with _phase(phases, "write", spark):
@@ -444,7 +465,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             "writer": writer, "spark_version": spark.version, "out": options.out,
         }
         kill_point("before.audit_runs")
-        runs_df = spark.createDataFrame([tuple(row[n] for n in AUDIT_RUNS.names)], AUDIT_RUNS.spark_schema())
+        runs_df = pa.Table.from_pylist([row], schema=AUDIT_RUNS.arrow_schema())   # driver-side write
         wr = delta_sink.write_table(runs_df, options.out, named_table(AUDIT_RUNS, runs_name), options.run_id,
                                     ["run_date"], spark, run_date=run_date, writer=writer)
         tables[RUNS_TABLE] = TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)

@@ -2,6 +2,10 @@
 
 Two writers, chosen automatically by :func:`write_table` (``writer="auto"``):
 
+* **delta-rs, driver** (a ``pyarrow.Table`` instead of a DataFrame: small outputs the driver already holds,
+  e.g. the reconstruction's when it ran on the driver, or ``audit_runs``): the driver writes the Parquet files
+  itself and commits them like the executor path below -- no Spark job at all, so an empty table or a few
+  hundred rows cost milliseconds instead of a Spark job's second or two.
 * **delta-rs** (embedded default, no JVM jars needed): the executors write the Parquet data files straight
   into the table directory (``DataFrame.mapInArrow``: each task writes its rows, one file per partition value
   set, and returns only file metadata: path, size, partition values, row count, stats).  The driver collects
@@ -424,6 +428,32 @@ def _write_data_files(df, root: str, table: Table, run_id: str, partition_by: Se
                       r["stats"], int(r["modification_time"])) for r in rows]
 
 
+def _write_arrow_files(tbl: pa.Table, root: str, table: Table, run_id: str, partition_by: Sequence[str],
+                       run_date: _dt.date,
+                       max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE) -> List[_FileMeta]:
+    """The driver writes ``tbl``'s rows (columns of ``table``; run_id / run_date added) as Parquet files under
+    the table root, like one executor task would; no commit."""
+    schema = arrow_schema_for(table)
+    missing = [c for c in table.names if c not in tbl.column_names and c not in (RUN_ID, RUN_DATE)]
+    if missing:
+        raise SinkError(f"table lacks column(s) {missing} of table {table.name}")
+    n = tbl.num_rows
+    cols = []
+    for f in schema:
+        if f.name == RUN_ID:
+            cols.append(pa.array([run_id] * n, f.type))
+        elif f.name == RUN_DATE and RUN_DATE not in tbl.column_names:
+            cols.append(pa.array([run_date] * n, f.type))
+        else:
+            cols.append(tbl.column(f.name))
+    frame = pa.Table.from_arrays(cols, names=schema.names)
+    os.makedirs(root, exist_ok=True)
+    w = _PartitionFileWriter(root, schema, list(partition_by), f"driver-{os.getpid()}", max_rows_per_file)
+    for batch in frame.to_batches():
+        w.write(_conform_batch(batch, schema))
+    return w.close()
+
+
 # ------------------------------------------------------------------------------------------------------------
 # driver side: the one commit
 # ------------------------------------------------------------------------------------------------------------
@@ -548,19 +578,25 @@ def write_table(df, out_dir, table: Table, run_id: str, partition_by: Optional[S
                 spark=None, *, run_date: Optional[_dt.date] = None, writer: str = "auto",
                 max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE) -> WriteResult:
     """Write ``df`` (columns of ``table``; ``run_id`` / ``run_date`` are added) as run ``run_id`` of the Delta
-    table ``<out_dir>/<table.name>``, replacing whatever that run wrote before.  See the module docstring."""
+    table ``<out_dir>/<table.name>``, replacing whatever that run wrote before.  ``df`` is a Spark DataFrame
+    (the executors write the files) or a ``pyarrow.Table`` (the driver writes them: for small outputs).  See
+    the module docstring."""
     t0 = time.monotonic()
     if not run_id or not isinstance(run_id, str):
         raise SinkError("run_id must be a non-empty string")
-    spark = spark or df.sparkSession
+    local = isinstance(df, pa.Table)
+    spark = spark or (None if local else df.sparkSession)
     run_date = run_date or _dt.datetime.now(_dt.timezone.utc).date()
     parts = resolve_partition_by(table, partition_by)
     root = table_path(out_dir, table)
     chosen = choose_writer(spark, writer)
     if chosen == "spark":
+        if local:
+            df = spark.createDataFrame(df)
         rows, files, version = _write_with_spark(df, root, table, run_id, parts, run_date)
     else:
-        metas = _write_data_files(df, root, table, run_id, parts, run_date, max_rows_per_file)
+        metas = (_write_arrow_files(df, root, table, run_id, parts, run_date, max_rows_per_file) if local
+                 else _write_data_files(df, root, table, run_id, parts, run_date, max_rows_per_file))
         version = _commit_files(root, table, run_id, parts, metas)
         rows, files = sum(m.num_records for m in metas), len(metas)
     return WriteResult(rows=rows, files=files, version=version, seconds=time.monotonic() - t0, writer=chosen,

@@ -118,7 +118,7 @@ def compare_with_ledger(spark, ledger_path, transactions, broker: Optional[str] 
 
 def audit_options_for(options, store_dir: str):
     """The AuditOptions of the demo's audit (the demo's out, as-of, mode, config, run id)."""
-    from jobs.main import AuditOptions
+    from jobs.cli_options import AuditOptions
 
     return AuditOptions(stores=(os.path.abspath(str(store_dir)),), brokers=(DEMO_BROKER,),
                         out=os.path.abspath(options.out), as_of=options.as_of, mode=options.mode,

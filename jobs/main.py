@@ -27,8 +27,7 @@ import contextlib
 import datetime as dt
 import os
 import sys
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE:
@@ -39,52 +38,13 @@ from txlog_io.errors import UsageError  # noqa: E402
 
 from jobs.check_cli import EXIT_ERROR as EXIT_CHECK_ERROR, add_arguments as add_check_arguments  # noqa: E402
 from jobs import guard  # noqa: E402
+from jobs.cli_options import AuditOptions, DemoOptions  # noqa: E402,F401  (re-exported)
 from jobs.config import MODES, AuditConfig, load_audit_config  # noqa: E402
 from jobs.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
 
 PROG = "txaudit"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEFAULT_DEMO_OUT = "demo-out"
-
-
-@dataclass(frozen=True)
-class AuditOptions:
-    """One audit run, validated on the driver."""
-
-    stores: Tuple[str, ...]          # absolute store roots, in the order given
-    brokers: Tuple[str, ...]         # one broker name per store
-    out: str                         # absolute output directory (Delta tables under it)
-    as_of: dt.datetime               # timezone-aware UTC; the audit's "now"
-    mode: str                        # indexed | full
-    conf_file: Optional[str]         # user config file (absolute) or None
-    include_bodies: bool
-    run_id: str                      # re-running the same run id replaces that run's rows
-    profile: str                     # broker profile name or "auto"
-    config: AuditConfig              # defaults + conf file, validated
-    report: bool = True              # write OUT/report/<run_id>.html at the end (--no-report: False)
-
-    @property
-    def run_date(self) -> dt.date:
-        return self.as_of.date()
-
-    @property
-    def store_pairs(self) -> Tuple[Tuple[str, str], ...]:
-        """``((broker, store root), ...)``."""
-        return tuple(zip(self.brokers, self.stores))
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    """``demo``: generate a reference store under ``out`` and audit it."""
-
-    out: str
-    as_of: dt.datetime
-    mode: str
-    conf_file: Optional[str]
-    include_bodies: bool
-    run_id: str
-    config: AuditConfig
-    report: bool = True
 
 
 @dataclass(frozen=True)
@@ -328,12 +288,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if type(opts).__name__ == "RepairOptions":
         return EXIT_OK if validate_only else _run_repair(opts)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
-    if command == "demo":
-        import importlib.util
-
-        if importlib.util.find_spec("jobs.demo") is None:
-            print(f"{PROG}: error: demo failed: jobs.demo is not available yet", file=sys.stderr)
-            return EXIT_FAILURE
     if validate_only:
         held = guard.probe_lock(opts.out)
         return _usage_error(held) if held else EXIT_OK

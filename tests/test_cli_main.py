@@ -189,11 +189,3 @@ def test_main_module_runs_standalone(tmp_path):
     p = subprocess.run([sys.executable, os.path.join(ROOT, "jobs", "main.py"), "--validate-only", "audit",
                         "--store", STORE, "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-
-
-@pytest.mark.skipif(os.path.exists(os.path.join(ROOT, "jobs", "demo.py")), reason="jobs.demo exists now")
-def test_demo_without_jobs_demo_fails_fast(tmp_path):
-    p, secs = _submit("demo", "--out", str(tmp_path / "d"))
-    assert p.returncode == 1
-    assert p.stderr.strip() == "txaudit: error: demo failed: jobs.demo is not available yet"
-    assert secs < 30

@@ -298,3 +298,39 @@ def test_files_roll_over_and_stats_describe_each_file(spark, tmp_path):
         assert stats["nullCount"]["state"] == data.column("state").null_count
         assert RUN_ID not in stats["nullCount"]            # partition columns are not in the data files
         assert "props" not in stats["nullCount"]           # nested: no stats
+
+
+def _arrow(rows) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(TINY.names, r)) for r in rows], schema=TINY.arrow_schema())
+
+
+def test_arrow_table_written_by_the_driver_same_table_as_the_executors(spark, tmp_path):
+    """A pyarrow.Table is written by the driver (no Spark job): same files, partitions, commit and replacement
+    semantics as a DataFrame written by the executors; an empty table commits and clears its run."""
+    from pyspark.testing import assertDataFrameEqual
+
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = len(tracker.getJobIdsForGroup(None))
+    rows = _rows(30, "b1") + _rows(5, "b2")
+    res = write_table(_arrow(rows), tmp_path, TINY, "run-a", spark=spark, run_date=RUN_DAY)
+    assert len(tracker.getJobIdsForGroup(None)) == jobs_before        # no Spark job ran
+    assert (res.rows, res.files, res.version, res.writer) == (35, 2, 0, "delta-rs")   # one file per broker
+    got = _read(res.path)
+    assertDataFrameEqual(_as_spark(spark, got), _expected(spark, rows, "run-a"))
+    dt_ = DeltaTable(res.path)
+    assert dt_.metadata().partition_columns == ["run_date", "broker", "run_id"]
+    assert dt_.schema().fields[1].metadata.get("comment") == "transaction id (UNIQ_KEY)"
+    # another run written by the executors lands in the same table; the Arrow path replaces only its run
+    write_table(_df(spark, _rows(7, "b3")), tmp_path, TINY, "run-b", spark=spark, run_date=RUN_DAY)
+    res = write_table(_arrow(_rows(3, "b1")), tmp_path, TINY, "run-a", spark=spark, run_date=RUN_DAY)
+    got = _read(res.path).to_pydict()
+    assert sorted(zip(got[RUN_ID], got["broker"])).count(("run-a", "b1")) == 3
+    assert sorted(set(zip(got[RUN_ID], got["broker"]))) == [("run-a", "b1"), ("run-b", "b3")]
+    # an empty table: one commit that removes the run's rows
+    res = write_table(TINY.arrow_schema().empty_table(), tmp_path, TINY, "run-a", spark=spark,
+                      run_date=RUN_DAY)
+    assert (res.rows, res.files) == (0, 0)
+    assert set(_read(res.path).column(RUN_ID).to_pylist()) == {"run-b"}
+    with pytest.raises(SinkError, match="NOT NULL"):
+        bad = _arrow(_rows(2)).set_column(1, "tx_id", pa.array([None, "x"], pa.string()))
+        write_table(bad, tmp_path, TINY, "run-c", spark=spark, run_date=RUN_DAY)

@@ -164,15 +164,37 @@ def audit(frames):
     """ONE reconstruct over every broker of ``frames`` (one Spark plan, intermediates materialized, each
     output collected once): fixtures and their decoded stores judged with their README settings and as_of =
     shutdown (LATER: shifted), scenarios with 4.3.1+ defaults and as_of 10 s after the epoch."""
-    from jobs.reconstruct import AuditParams, reconstruct
+    from jobs.reconstruct import reconstruct
+
+    result = reconstruct({k: v for k, v in frames.items() if k != "real_error"}, audit_params(),
+                         materialize=True)
+    return _result_dicts(result)
+
+
+def audit_params():
+    from jobs.reconstruct import AuditParams
 
     base = fixture_params()
     scenario = AuditParams(6000, 15, 60000, 72, as_of_ms=10_000)
     params = {**base, **{b: scenario for b in SCENARIO_BROKERS}}
     params.update({b: base[v] for b, (_, v) in REAL.items()})
     params.update({b: replace(base[v], as_of_ms=base[v].as_of_ms + shift) for b, (v, shift) in LATER.items()})
-    result = reconstruct({k: v for k, v in frames.items() if k != "real_error"}, params, materialize=True)
-    return _result_dicts(result)
+    return params
+
+
+def test_executor_path_equals_driver_path(frames, audit):
+    """The same reducer shuffled per broker (groupBy(broker).applyInArrow, re-ranked across brokers) gives
+    exactly the driver path's rows, urgency ranks included."""
+    from jobs.reconstruct import reconstruct
+
+    result = reconstruct({k: v for k, v in frames.items() if k != "real_error"}, audit_params(),
+                         materialize=True, local=False)
+    assert result.arrow is None
+    got = _result_dicts(result)
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        key = repr
+        assert sorted(map(key, got[name])) == sorted(map(key, audit[name])), name
+    assert len(audit["transactions"]) > 100
 
 
 def _only(out, brokers):
@@ -1006,22 +1028,16 @@ def test_every_flag_used_is_documented(scenarios, truth_audit):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def test_parse_op_bodies_both_forms(spark):
-    from jobs.reconstruct import parse_op_bodies
+def test_parse_op_bodies_both_forms():
+    from jobs.txevidence import op_evidence
 
-    df = spark.createDataFrame(
-        [
-            ("b", 0, 10, 0, 5, "1234"),
-            ("b", 0, 20, 1, 6, "1,4,9,"),
-            ("b", 0, 30, 2, 7, ""),
-            ("b", 0, 40, 3, 8, " 7 ,x,"),
-            ("b", 0, 50, 4, 9, None),
-        ],
-        "broker string, queue_id int, physical_offset long, queue_offset long, store_timestamp long, "
-        "body string",
-    )
+    bodies = [(10, 0, "1234"), (20, 1, "1,4,9,"), (30, 2, ""), (40, 3, " 7 ,x,"), (50, 4, None),
+              (60, 5, b"12,13")]
     got = sorted(
-        ((r.physical_offset, r.queue_offset, r.half_offset, r.piece) for r in parse_op_bodies(df).collect()),
+        ((e.physical_offset, e.queue_offset, e.half_offset, e.piece)
+         for off, qo, body in bodies
+         for e in op_evidence(dict(broker="b", queue_id=0, physical_offset=off, queue_offset=qo,
+                                   store_timestamp=5, total_size=100, body_crc_ok=True, body=body))),
         key=lambda x: (x[0], x[3]),
     )
     assert got == [
@@ -1031,6 +1047,8 @@ def test_parse_op_bodies_both_forms(spark):
         (20, 1, 9, "9"),
         (40, 3, 7, "7"),
         (40, 3, None, "x"),
+        (60, 5, 12, "12"),
+        (60, 5, 13, "13"),
     ]
 
 

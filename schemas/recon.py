@@ -1,0 +1,65 @@
+"""The reconstruction reducer's two intermediate tables (jobs/txreduce.py): every input frame tagged and
+unioned into one table (RECON_INPUT, what is shuffled by broker), and every output table unioned into one
+(RECON_OUTPUT, what a reduce task returns).  Not written anywhere; defined here so column names and types stay
+in ``schemas``.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
+from schemas.core import Column as C, Table
+from schemas.store import ANOMALIES, COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE
+
+_str, _i64 = pa.string(), pa.int64()
+
+#: input column -> source tables that fill it (the others leave it null)
+_INPUT_SOURCES = {
+    COMMITLOG: ("file_position", "physical_offset", "total_size", "magic_version", "body_crc_ok", "queue_id",
+                "queue_offset", "transaction_type", "born_timestamp", "store_timestamp",
+                "prepared_transaction_offset", "topic", "msg_id", "uniq_key", "keys", "pgroup", "real_topic",
+                "real_qid", "transaction_check_times", "tran_prepared_queue_offset", "check_immunity_time_s",
+                "transaction_id", "body"),
+    CONSUMEQUEUE: ("commitlog_offset", "size"),
+    STATETABLE: ("index", "state"),
+    REDOLOG: ("tags_code", "kind"),
+    CONSUMER_OFFSETS: ("group", "offset"),
+    ANOMALIES: ("file", "position", "detail", "expected", "actual", "source"),
+}
+
+
+def _input_columns():
+    cols = [C("src", _str, False, "input: commitlog, op_body, consumequeue, statetable, redolog, "
+                                  "consumer_offsets, anomaly or bounds"),
+            C("broker", _str, False, "broker / store name")]
+    for table, names in _INPUT_SOURCES.items():
+        for n in names:
+            c = table.column(n)
+            cols.append(C(n, c.type, True, c.comment))
+    cols.append(C("min_commitlog_offset", _i64, True, "bounds: start of the oldest retained CommitLog file"))
+    cols.append(C("n_cq", _i64, True, "bounds: number of consume-queue directories"))
+    return cols
+
+
+RECON_INPUT = Table.of("recon_input", _input_columns(),
+                       "Reconstruction inputs, tagged by src, one table (shuffled by broker)")
+
+
+def _output_columns():
+    seen: dict = {}
+    cols = [C("out", _str, False, "output table: transactions, check_back, recovery, anomalies, profiles")]
+    for table in (TRANSACTIONS, CHECK_BACK, RECOVERY, AUDIT_ANOMALIES, PROFILES):
+        for c in table.columns:
+            if c.name in seen:
+                if seen[c.name] != c.type:
+                    raise TypeError(f"output column {c.name} has two types: {seen[c.name]} and {c.type}")
+                continue
+            seen[c.name] = c.type
+            cols.append(C(c.name, c.type, True, c.comment))
+    return cols
+
+
+RECON_OUTPUT = Table.of("recon_output", _output_columns(), "Every reconstruction output, tagged by out")
+#: RECON_OUTPUT.out value -> the table its rows belong to
+RECON_OUTPUT_TABLES = {"transactions": TRANSACTIONS, "check_back": CHECK_BACK, "recovery": RECOVERY,
+                       "anomalies": AUDIT_ANOMALIES, "profiles": PROFILES}
