@@ -49,4 +49,12 @@ class DemoOptions:
     report: bool = True
 
 
-__all__ = ["AuditOptions", "DemoOptions"]
+@dataclass(frozen=True)
+class ReportOptions:
+    """``report``: (re)build the HTML report of a finished run from the Delta tables under ``out``."""
+
+    out: str
+    run_id: Optional[str]            # None: the latest run
+
+
+__all__ = ["AuditOptions", "DemoOptions", "ReportOptions"]

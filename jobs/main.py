@@ -38,21 +38,13 @@ from txlog_io.errors import UsageError  # noqa: E402
 
 from jobs.check_cli import EXIT_ERROR as EXIT_CHECK_ERROR, add_arguments as add_check_arguments  # noqa: E402
 from jobs import guard  # noqa: E402
-from jobs.cli_options import AuditOptions, DemoOptions  # noqa: E402,F401  (re-exported)
+from jobs.cli_options import AuditOptions, DemoOptions, ReportOptions  # noqa: E402,F401  (re-exported)
 from jobs.config import MODES, AuditConfig, load_audit_config  # noqa: E402
 from jobs.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
 
 PROG = "txaudit"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEFAULT_DEMO_OUT = "demo-out"
-
-
-@dataclass(frozen=True)
-class ReportOptions:
-    """``report``: (re)build the HTML report of a finished run from the Delta tables under ``out``."""
-
-    out: str
-    run_id: Optional[str]            # None: the latest run
 
 
 class _Parser(argparse.ArgumentParser):

@@ -138,7 +138,6 @@ def derive_geometry(data: bytes, header: IndexHeader) -> Optional[Tuple[int, int
             _plausible(data, header, DEFAULT_HASH_SLOTS * SLOT_SIZE):
         return DEFAULT_HASH_SLOTS, DEFAULT_INDEX_NUM
     needle = struct.pack(">q", header.begin_phy_offset)
-    last = header.index_count - 1
     start = HEADER_SIZE
     while True:
         p = data.find(needle, start)
