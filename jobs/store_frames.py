@@ -407,7 +407,7 @@ class _ScanCells:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
-        from txlog_io.commitlog import decode_range
+        from txlog_io.dledger import decode_log_range as decode_range   # CommitLog or DLedger data file
 
         inner, target = COMMITLOG.arrow_schema(), SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema()
         system = pa.array(TX_SYSTEM_TOPICS, pa.string())
