@@ -1319,6 +1319,12 @@ def build_transactions(
         )
         hit = hit.select("broker", "tx_id", F.lit("CORRUPT_RECORD").alias("p_code"))
         problems = hit if problems is None else _union(problems, hit)
+        # DLedger: records at/after the first message past the checkpoint's committedIndex (the log is ordered)
+        uncommitted = anomalies.filter(c("kind") == "DLEDGER_UNCOMMITTED").groupBy(
+            c("broker").alias("u_broker")).agg(F.min("physical_offset").alias("u_offset"))
+        past = linked.filter(c("role").isin(COPY, END, OP, DISCARD)).join(
+            F.broadcast(uncommitted), (c("broker") == c("u_broker")) & (c("physical_offset") >= c("u_offset")))
+        problems = _union(problems, past.select("broker", "tx_id", F.lit("EVIDENCE_NOT_COMMITTED").alias("p_code")))
     if problems is not None:
         rows = _union(rows, _evidence(problems, PROBLEM, piece=c("p_code")))
 
@@ -1512,7 +1518,8 @@ def recovery_worklist(transactions: DataFrame) -> DataFrame:
         "STATETABLE_COMMITLOG_DISAGREE",
         "STATETABLE_REDOLOG_DISAGREE",
     ]
-    ev_codes = ["CORRUPT_RECORD", "CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE", "PREPARED_RECORD_MISSING"]
+    ev_codes = ["CORRUPT_RECORD", "CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE", "PREPARED_RECORD_MISSING",
+                "EVIDENCE_NOT_COMMITTED"]
     expired_codes = ["AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", "PAST_DEADLINE"]
 
     def any_of(codes):
