@@ -154,6 +154,15 @@ def _check_store(root: str) -> str:
         hint = f"; did you mean {inner}?" if os.path.isdir(inner) else ""
         raise UsageError(f"--store: not a RocketMQ store root (none of {', '.join(_STORE_MARKERS)} inside): "
                          f"{path}{hint}")
+    from txlog_io.mappedfile import message_log_kind
+
+    try:
+        kind = message_log_kind(path)
+    except UsageError as e:
+        raise UsageError(f"--store: {e}") from None
+    if kind is None:      # no log: auditing it would report a silent "0 transactions"
+        raise UsageError(f"--store: no message log in {path} (neither commitlog/ nor dledger-<id>/data/): its "
+                         f"transactions cannot be read")
     return path
 
 

@@ -315,13 +315,11 @@ def _add_dledger(layout: StoreLayout, dledger_dir: Path) -> None:
 
 def message_log_kind(root: PathLike) -> Optional[str]:
     """``commitlog``, ``dledger`` or ``converted`` (commitlog/ below dledger-*/data/): where a store root keeps
-    its messages; None when it has neither (its records cannot be read, whatever else is there)."""
+    its messages; None when it has neither (its records cannot be read, whatever else is there).  Raises
+    UsageError for a root holding several dledger-*/data/ (see ``find_dledger_dir``)."""
     root_path = Path(root)
     plain = (root_path / "commitlog").is_dir()
-    try:
-        dledger = find_dledger_dir(root_path) is not None
-    except UsageError:
-        dledger = True
+    dledger = find_dledger_dir(root_path) is not None     # several replicas in one root: UsageError
     if plain and dledger:
         return "converted"
     return "dledger" if dledger else "commitlog" if plain else None
