@@ -51,10 +51,9 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from txlog_io import commitlog_layout as L
-from txlog_io.commitlog_decode import DEFAULT_CHUNK_BYTES, ScanSummary, decode_at, file_base_offset
+from txlog_io.commitlog_decode import DEFAULT_CHUNK_BYTES, ScanSummary, decode_records_in, file_base_offset
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
 
 SOURCE = "dledger"
@@ -241,14 +240,33 @@ ENTRY_FIELDS = ("file_position", "magic", "size", "index", "term", "pos", "chann
                 "body_size")
 
 
+#: an entry header plus the first 8 bytes of its record, gathered for every entry of a chunk at once
+ENTRY_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
+                        ("channel", ">i4"), ("chain_crc", ">i4"), ("body_crc", ">i4"), ("body_size", ">i4"),
+                        ("inner_total", ">i4"), ("inner_magic", ">u4")])
+_GATHER = ENTRY_DTYPE.itemsize           # 56
+_PAD = 256                               # zero bytes after a chunk (covers the CommitLog decoder's windows)
+
+
 @dataclass
 class EntryFrame:
-    """Entries framed in one chunk: ``entries`` are tuples of ENTRY_FIELDS; ``messages`` the file positions of
-    the RocketMQ records to decode (entry position + 48; an entry whose message is not a record has none)."""
+    """Entries framed in one chunk.  ``buf`` holds the chunk (read at file position ``file_pos``, zero padded);
+    ``positions`` are the entries' positions relative to ``buf`` and ``headers`` their ENTRY_DTYPE rows;
+    ``messages`` the relative positions of the RocketMQ records to decode (entry + 48; none for an entry whose
+    message is not a record).  Every entry listed lies wholly inside ``buf``."""
 
-    entries: list
-    messages: list
+    buf: np.ndarray
+    file_pos: int
+    positions: np.ndarray
+    headers: np.ndarray
+    messages: np.ndarray
     anomalies: list = field(default_factory=list)
+
+    @property
+    def entries(self) -> list:
+        """Tuples of ENTRY_FIELDS."""
+        h = self.headers
+        return list(zip((self.positions + self.file_pos).tolist(), *(h[n].tolist() for n in ENTRY_FIELDS[1:])))
 
 
 def _anomaly(kind, path, fp, base, detail, expected=None, actual=None, source=SOURCE) -> Anomaly:
@@ -277,16 +295,90 @@ def scan_entries(path, *, base_offset: Optional[int] = None, start: int = 0, end
         yield from _walk(f, base, fp, end, chunk_bytes, summary)
 
 
+def _read_chunk(f: _File, pos: int, length: int) -> np.ndarray:
+    length = max(0, min(length, f.size - pos))
+    buf = np.zeros(length + _PAD, np.uint8)
+    view = memoryview(buf)
+    got = 0
+    while got < length:
+        n = os.preadv(f.fd, [view[got:length]], pos + got)
+        if n <= 0:
+            raise UnreadableFileError(f.path, f"short read at {pos + got}: file shrank while reading")
+        got += n
+    view.release()
+    return buf
+
+
+def _chain_fast(u8: np.ndarray, n: int, base_fp: int, limit: int) -> np.ndarray:
+    """Relative positions of the unbroken run of entries from 0: candidates are magic 1 with a ``pos`` field
+    equal to their own offset (``base_fp`` = offset of ``u8[0]``); accepted while each entry ends where the next
+    begins, starts below ``limit`` and lies wholly in the chunk.  The first irregularity ends the fast prefix
+    and the exact walk takes over."""
+    if n < _GATHER:
+        return np.zeros(0, np.int64)
+    c = np.flatnonzero(u8[3:n - _GATHER + 4] == MAGIC_1)
+    c = c[(u8[c] == 0) & (u8[c + 1] == 0) & (u8[c + 2] == 0)]
+    if not c.size or c[0] != 0:
+        return np.zeros(0, np.int64)
+    win = np.lib.stride_tricks.sliding_window_view(u8, 8)
+    c = c[win[c + 24].copy().view(">i8").ravel() == base_fp + c]
+    if not c.size or c[0] != 0:
+        return np.zeros(0, np.int64)
+    sizes = win[c + 4][:, :4].copy().view(">i4").ravel().astype(np.int64)
+    ends = c + sizes
+    ok = (sizes >= MIN_ENTRY_SIZE) & (ends <= n) & (c < limit)
+    linked = np.zeros(c.size, bool)
+    linked[:-1] = ends[:-1] == c[1:]
+    bad = np.flatnonzero(~(ok & linked))
+    stop = int(bad[0]) if bad.size else c.size
+    if stop < c.size and ok[stop]:
+        stop += 1                      # its size is fine; what follows it is for the exact walk to judge
+    return c[:stop].astype(np.int64)
+
+
+_CHAIN = struct.Struct(">ii16xq")        # magic, size, pos: what the fast chain walk checks per entry
+_NUMPY_CHAIN_BELOW = 512                # average entry size under which the numpy candidate scan is faster
+
+
+def _chain_walk(buf: np.ndarray, n: int, base_fp: int, limit: int) -> np.ndarray:
+    """The same prefix as ``_chain_fast`` by a tight header walk (cheaper than scanning every byte when entries
+    are large: the cost follows the entry count, not the byte count)."""
+    out = []
+    rel, stop, unpack = 0, min(n - _GATHER, limit - 1), _CHAIN.unpack_from
+    while rel <= stop:
+        magic, esize, pos = unpack(buf, rel)
+        if magic != MAGIC_1 or pos != base_fp + rel or esize < MIN_ENTRY_SIZE or rel + esize > n:
+            break
+        out.append(rel)
+        rel += esize
+    return np.asarray(out, np.int64)
+
+
 def _walk(f: _File, base: int, fp: int, end: int, chunk_bytes: int,
           summary: ScanSummary) -> Iterator[EntryFrame]:
     path, size = f.path, f.size
     stop_at = end - ENTRY_HEADER_SIZE      # an entry at or past this owns a message at or past ``end``
     prev_at: Optional[int] = None          # the entry whose size led to ``at`` (its size may be the damage)
+    small_entries = False                  # decided from the entries seen
     while fp is not None and fp < size:
-        buf = f.pread(fp, chunk_bytes)
-        n = len(buf)
-        frame = EntryFrame([], [])
+        first = f.pread(fp, 8)
+        want = chunk_bytes
+        if len(first) == 8:
+            magic0, size0 = END_MARKER.unpack(first)
+            if magic0 == MAGIC_1 and chunk_bytes < size0 and fp + size0 <= size:
+                want = size0               # one entry larger than a chunk: read exactly that entry
+        buf = _read_chunk(f, fp, want)
+        n = buf.size - _PAD
+        anomalies: list = []
+        chain = _chain_fast if small_entries else _chain_walk
+        fast = chain(buf, n, base + fp, stop_at - fp)
+        if fast.size > 1:
+            small_entries = (int(fast[-1]) - int(fast[0])) / (fast.size - 1) < _NUMPY_CHAIN_BELOW
+        slow: list = []
         rel = 0
+        if fast.size:
+            rel = int(fast[-1]) + END_MARKER.unpack_from(buf, int(fast[-1]))[1]
+            prev_at = fp + int(fast[-1])
         nxt: Optional[int] = None          # where the next chunk starts; None = finished
         while True:
             at = fp + rel
@@ -294,83 +386,95 @@ def _walk(f: _File, base: int, fp: int, end: int, chunk_bytes: int,
             search_from = prev_at + ENTRY_HEADER_SIZE if prev_at is not None and prev_at < at else at + 1
             if at + END_MARKER.size > size:
                 if at < size and any(f.pread(at, size - at)):
-                    frame.anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, at, base,
-                                                    "fewer than 8 bytes left for an entry header", "8 bytes",
-                                                    f"{size - at} bytes"))
+                    anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, at, base,
+                                              "fewer than 8 bytes left for an entry header", "8 bytes",
+                                              f"{size - at} bytes"))
                 summary.valid_end, summary.stop_reason = at, "end of file"
                 break
-            if rel + _PROBE > n and fp + n < size:
-                nxt = at                   # header (and the record's first fields) cross the chunk edge
+            if rel + END_MARKER.size > n:
+                nxt = at
                 break
             magic, esize = END_MARKER.unpack_from(buf, rel)
+            if magic == MAGIC_1 and rel + esize > n and fp + n < size and at + esize <= size and rel > 0:
+                nxt = at                   # the entry continues past this chunk: the next chunk starts with it
+                break
             if at >= stop_at and magic == MAGIC_1 and _plausible(f, at, base):
                 summary.valid_end, summary.stop_reason = at, "end of range"
                 break
             if magic == BLANK_MAGIC:
                 if esize != size - at:
-                    frame.anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, at, base,
-                                                    "DLedger end-of-file marker length does not reach "
-                                                    "the file end", size - at, esize))
+                    anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, at, base,
+                                              "DLedger end-of-file marker length does not reach the file end",
+                                              size - at, esize))
                 summary.valid_end, summary.stop_reason = at, "DLedger end-of-file marker"
                 break
             if magic == 0 and esize == 0:
                 summary.valid_end, summary.stop_reason = at, "zero-filled tail (end of data)"
-                nxt = _zero_tail(f, base, at, stop_at, frame.anomalies, summary, search_from)
+                nxt = _zero_tail(f, base, at, stop_at, anomalies, summary, search_from)
                 break
             if magic != MAGIC_1 or at + ENTRY_HEADER_SIZE > size:
-                nxt = _resync(f, base, at, stop_at, frame.anomalies, summary, AnomalyKind.BAD_MAGIC,
+                nxt = _resync(f, base, at, stop_at, anomalies, summary, AnomalyKind.BAD_MAGIC,
                               "no DLedger entry header here", "magic 1 or end marker -1", magic, search_from,
                               prev_at)
                 break
-            head = ENTRY_HEADER.unpack_from(buf, rel)
-            _, _, index, term, pos, channel, chain_crc, body_crc, body_size = head
             if esize < MIN_ENTRY_SIZE or at + esize > size:
+                pos = struct.unpack_from(">q", buf, rel + 24)[0] if rel + 32 <= n else None
                 kind = AnomalyKind.TRUNCATED_RECORD if at + esize > size and pos == base + at else \
                     AnomalyKind.BAD_TOTAL_SIZE
-                nxt = _resync(f, base, at, stop_at, frame.anomalies, summary, kind,
+                nxt = _resync(f, base, at, stop_at, anomalies, summary, kind,
                               f"entry size {esize} impossible here", f"{MIN_ENTRY_SIZE}..{size - at}", esize,
                               at + 1, None)
                 break
-            frame.entries.append((at, *head))
+            slow.append(rel)
             prev_at = at
-            if pos != base + at:
-                frame.anomalies.append(_anomaly(AnomalyKind.DLEDGER_ENTRY_MISMATCH, path, at, base,
-                                                f"entry {index}: pos field differs from the entry's offset",
-                                                base + at, pos))
-            if body_size != esize - ENTRY_HEADER_SIZE:
-                frame.anomalies.append(_anomaly(AnomalyKind.DLEDGER_ENTRY_MISMATCH, path, at, base,
-                                                f"entry {index}: bodySize differs from size - 48",
-                                                esize - ENTRY_HEADER_SIZE, body_size))
-            self_check = _inner(buf, rel, esize, index, path, at, base, frame.anomalies)
-            if self_check:
-                frame.messages.append(at + ENTRY_HEADER_SIZE)
             rel += esize
-            summary.records += 1
-            summary.valid_end = fp + rel
+        positions = np.concatenate([fast, np.asarray(slow, np.int64)]) if slow else fast
+        frame = _frame(buf, fp, positions, base, path, anomalies)
+        summary.records += int(positions.size)
+        if positions.size:
+            last = int(positions[-1])
+            summary.valid_end = max(summary.valid_end, fp + last + int(frame.headers["size"][-1]))
         summary.anomalies += len(frame.anomalies)
-        if frame.entries or frame.anomalies:
+        if positions.size or frame.anomalies:
             yield frame
         fp = nxt
 
 
-def _inner(buf: bytes, rel: int, esize: int, index: int, path, at: int, base: int, anomalies: list) -> bool:
-    """Checks the RocketMQ record inside an entry before it is handed to the CommitLog decoder."""
-    total, magic = _INNER.unpack_from(buf, rel + ENTRY_HEADER_SIZE)
-    room = esize - ENTRY_HEADER_SIZE
-    msg = at + ENTRY_HEADER_SIZE
-    if magic not in (L.MAGIC_V1, L.MAGIC_V2):
-        anomalies.append(_anomaly(AnomalyKind.BAD_MAGIC, path, msg, base,
-                                  f"entry {index} holds no RocketMQ record (message dropped; the entry "
-                                  "framing continues)", "magic 0xDAA320A7/0xDAA320AB",
-                                  f"0x{magic & 0xFFFFFFFF:08X}"))
-        return False
-    if total != room:
-        anomalies.append(_anomaly(AnomalyKind.DLEDGER_ENTRY_MISMATCH, path, msg, base,
-                                  f"entry {index}: the record's TOTALSIZE differs from the entry's body size"
-                                  + ("" if L.MIN_RECORD_SIZE <= total <= room else "; record dropped"),
-                                  room, total))
-        return L.MIN_RECORD_SIZE <= total <= room
-    return True
+def _frame(buf: np.ndarray, fp: int, positions: np.ndarray, base: int, path: str, anomalies: list) -> EntryFrame:
+    """The chunk's entries with their checks: header vs itself, header vs the record inside (vectorised; only
+    the rare bad entries cost Python work)."""
+    if not positions.size:
+        empty = np.zeros(0, np.int64)
+        return EntryFrame(buf, fp, empty, np.zeros(0, ENTRY_DTYPE), empty, anomalies)
+    h = np.lib.stride_tricks.sliding_window_view(buf, _GATHER)[positions].copy().view(ENTRY_DTYPE).ravel()
+    sizes = h["size"].astype(np.int64)
+    room = sizes - ENTRY_HEADER_SIZE
+    total = h["inner_total"].astype(np.int64)
+    good_magic = (h["inner_magic"] == L.MAGIC_V1) | (h["inner_magic"] == L.MAGIC_V2)
+    has_record = good_magic & (total >= L.MIN_RECORD_SIZE) & (total <= room)
+    bad = (h["pos"] != base + fp + positions) | (h["body_size"] != room) | ~good_magic | (total != room)
+    for i in np.flatnonzero(bad).tolist():
+        at, index = fp + int(positions[i]), int(h["index"][i])
+        if h["pos"][i] != base + at:
+            anomalies.append(_anomaly(AnomalyKind.DLEDGER_ENTRY_MISMATCH, path, at, base,
+                                      f"entry {index}: pos field differs from the entry's offset", base + at,
+                                      int(h["pos"][i])))
+        if h["body_size"][i] != room[i]:
+            anomalies.append(_anomaly(AnomalyKind.DLEDGER_ENTRY_MISMATCH, path, at, base,
+                                      f"entry {index}: bodySize differs from size - 48", int(room[i]),
+                                      int(h["body_size"][i])))
+        msg = at + ENTRY_HEADER_SIZE
+        if not good_magic[i]:
+            anomalies.append(_anomaly(AnomalyKind.BAD_MAGIC, path, msg, base,
+                                      f"entry {index} holds no RocketMQ record (message dropped; the entry "
+                                      "framing continues)", "magic 0xDAA320A7/0xDAA320AB",
+                                      f"0x{int(h['inner_magic'][i]):08X}"))
+        elif total[i] != room[i]:
+            anomalies.append(_anomaly(AnomalyKind.DLEDGER_ENTRY_MISMATCH, path, msg, base,
+                                      f"entry {index}: the record's TOTALSIZE differs from the entry's body size"
+                                      + ("" if has_record[i] else "; record dropped"), int(room[i]),
+                                      int(total[i])))
+    return EntryFrame(buf, fp, positions, h, positions[has_record] + ENTRY_HEADER_SIZE, anomalies)
 
 
 def _resync(f: _File, base, at, stop_at, anomalies, summary, kind, detail, expected, actual, search_from: int,
@@ -422,23 +526,24 @@ def decode_range(path, *, base_offset: Optional[int] = None, start: int = 0, end
                  summary: Optional[ScanSummary] = None) -> Iterator[tuple]:
     """``commitlog_decode.decode_range`` for a DLedger data file: ``(RecordBatch, anomalies)`` pairs, schema
     COMMITLOG, rows = the RocketMQ records of the entries whose message starts in ``[start, end)``.  The
-    records are decoded by the CommitLog decoder (``decode_at`` of the message positions); ``file_position``
+    records are decoded by the CommitLog decoder from the chunk the entries were framed in
+    (``commitlog_decode.decode_records_in``); ``file_position``
     and ``physical_offset`` are those of the message (entry position + 48)."""
     base = file_base_offset(str(path), base_offset)
-    topic_set = None if topics is None else pa.array(sorted(set(topics)), pa.string())
     for frame in scan_entries(path, base_offset=base, start=start, end=end, chunk_bytes=chunk_bytes,
                               summary=summary):
-        if not frame.messages:
+        if not frame.messages.size:
             yield _empty_batch(), frame.anomalies
             continue
-        batch, found = decode_at(str(path), frame.messages, base_offset=base, with_body=with_body,
-                                 verify_crc=verify_crc)
-        if topic_set is not None and batch.num_rows:
-            batch = batch.filter(pc.is_in(batch.column("topic"), value_set=topic_set))
-        summary_records_fix = len(frame.messages) - batch.num_rows if topic_set is None else 0
-        if summary is not None and summary_records_fix:
-            summary.records -= summary_records_fix     # records the CommitLog decoder dropped (torn, ...)
-        yield batch, frame.anomalies + found
+        decoded = list(decode_records_in(frame.buf, frame.messages, file_pos=frame.file_pos, path=str(path),
+                                         base_offset=base, with_body=with_body, topics=topics,
+                                         verify_crc=verify_crc))
+        if summary is not None and topics is None:   # the summary counts decoded records, not entries
+            summary.records -= int(frame.positions.size) - sum(b.num_rows for b, _ in decoded)
+        for k, (batch, found) in enumerate(decoded):
+            yield batch, (frame.anomalies if k == 0 else []) + found
+        if not decoded:
+            yield _empty_batch(), frame.anomalies
 
 
 def decode_file(path, **kwargs) -> Iterator[tuple]:
