@@ -343,3 +343,12 @@ def test_dump_verify_reports_the_torn_entry_and_uncommitted_tail(tmp_path, capsy
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert sorted(x["kind"] for x in lines) == [AnomalyKind.BAD_TOTAL_SIZE, AnomalyKind.DLEDGER_UNCOMMITTED]
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_decode_bench_relays_the_same_records(tmp_path):
+    from txlog_io import dledger_bench
+
+    result = dledger_bench.run(2, 700, tmp_path, repeat=1)
+    assert result["commitlog"]["rows"] == result["dledger"]["rows"] == result["records"] == \
+        result["dledger_entries"] > 0
+    assert result["dledger_vs_commitlog_time"] > 0
