@@ -158,6 +158,12 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     if commitlog_dirs:
         base["commitlog_dirs"] = ",".join(str(d) for d in commitlog_dirs)
     opts = parse_options(COMMITLOG_FORMAT, dict(base, include_bodies=str(bool(include_bodies)).lower()))
+    from txlog_io.dledger_store import collapse_replicas
+
+    kept, replica_findings = collapse_replicas(opts.stores)   # replicas of one DLedger group = one broker
+    if len(kept) < len(opts.stores):
+        base["paths"], base["brokers"] = json.dumps([r for _, r in kept]), ",".join(b for b, _ in kept)
+        opts = parse_options(COMMITLOG_FORMAT, dict(base, include_bodies=str(bool(include_bodies)).lower()))
     register(spark)
 
     def read(fmt: str, **extra):
@@ -196,6 +202,11 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
             scan_findings = scan_cells(spark, gaps, scanned_stores, opts, emit="anomalies")
             anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
+    if replica_findings:
+        rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
+        schema = SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema()
+        anomalies = anomalies.unionByName(spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows],
+                                                                schema))
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
                        transaction_queues=tx_queues)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from txlog_io import dledger as D
+from txlog_io import dledger_store as S
 from txlog_io import mappedfile as mf
 from txlog_io.commitlog import Message, encode_record
 from txlog_io.errors import AnomalyKind, UsageError
@@ -129,25 +130,25 @@ def test_index_units_checkpoint_and_currterm(store):
     assert layout.dledger_divided_offset == 0 and layout.commitlog_dirs == [root / "dledger-n0" / "data"]
     assert [f.path for f in layout.commitlog] == _data_files(store)
     assert [a for a in layout.anomalies if a.source in ("dledger", "dledger_index")] == []
-    units, found = D.decode_index(layout.dledger_index)
+    units, found = S.decode_index(layout.dledger_index)
     assert found == []
     truth_units = _jsonl(DLEDGER / "truth" / store / "dledger_index.jsonl")
     assert [(Path(u["file"]).name, u["file_position"], u["unit"], u["magic"], u["pos"], u["size"], u["index"],
              u["term"]) for u in units] == \
         [(t["file"], t["filePos"], t["unitIndex"], t["magic"], t["pos"], t["size"], t["index"], t["term"])
          for t in truth_units]
-    checkpoint, found = D.read_checkpoint(layout.dledger_dir)
+    checkpoint, found = S.read_checkpoint(layout.dledger_dir)
     assert found == []
     assert D.encode_checkpoint(checkpoint["committedIndex"], checkpoint["endIndex"]).decode() == \
         state["dledgerCheckpointFile"]
     assert checkpoint["committedIndex"] == state["recovered_committedIndex"]
-    term, found = D.read_currterm(layout.dledger_dir)
+    term, found = S.read_currterm(layout.dledger_dir)
     assert found == [] and D.encode_currterm(term["voteLeader"], term["currTerm"]).decode() == \
         state["dledgerCurrtermFile"]
     for u in units:     # the encoder twin writes every real unit byte for byte
         raw = Path(u["file"]).read_bytes()[u["file_position"]:u["file_position"] + 32]
         assert D.encode_index_unit(pos=u["pos"], size=u["size"], index=u["index"], term=u["term"]) == raw
-    checks = D.verify_dledger(layout)
+    checks = S.verify_dledger(layout)
     if store == "clean":
         assert checks == []
     else:
@@ -190,7 +191,7 @@ def test_writer_round_trip_rolls_files_like_mmapfilelist(tmp_path):
     assert [r["queue_offset"] for r in rows] == list(range(30))
     assert (tmp_path / "dledger-n1" / "currterm").read_text() == "voteLeader=n1\ncurrTerm=2\n"
     layout = mf.discover_store(tmp_path)
-    assert D.verify_dledger(layout) == []
+    assert S.verify_dledger(layout) == []
     assert mf.message_log_kind(tmp_path) == "dledger"
 
 
@@ -280,13 +281,13 @@ def test_index_and_checkpoint_findings(tmp_path):
     raw[3 * 32 + 4:3 * 32 + 12] = (999).to_bytes(8, "big")         # unit 3: wrong pos
     idx.write_bytes(bytes(raw))
     (d / "checkpoint").write_text("committedIndex=6\nendIndex=9\n")
-    found = D.verify_dledger(mf.discover_store(tmp_path))
+    found = S.verify_dledger(mf.discover_store(tmp_path))
     assert sorted(a.kind for a in found) == [AnomalyKind.DLEDGER_INDEX_MISMATCH, AnomalyKind.DLEDGER_UNCOMMITTED]
     unc = next(a for a in found if a.kind == AnomalyKind.DLEDGER_UNCOMMITTED)
     assert "entries 7..9" in unc.detail
     (d / "checkpoint").unlink()
     (d / "checkpoint.bak").write_text("committedIndex=x\n")
-    found = D.verify_dledger(mf.discover_store(tmp_path))
+    found = S.verify_dledger(mf.discover_store(tmp_path))
     assert {a.kind for a in found} >= {AnomalyKind.MISSING_FILE, AnomalyKind.BAD_CHECKPOINT}
 
 
@@ -352,3 +353,50 @@ def test_decode_bench_relays_the_same_records(tmp_path):
     assert result["commitlog"]["rows"] == result["dledger"]["rows"] == result["records"] == \
         result["dledger_entries"] > 0
     assert result["dledger_vs_commitlog_time"] > 0
+
+
+# ------------------------------------------------------------------------------------------ replicas
+def make_replicas(tmp_path) -> list:
+    """Three replicas of store-clean's group: r0 intact; r1 behind (its log ends after entry 1400, checkpoint
+    committedIndex 1000); r2 with one byte of entry 700's record changed."""
+    clean = DLEDGER / "store-clean"
+    roots = []
+    for name in ("r0", "r1", "r2"):
+        root = tmp_path / name / "store"
+        shutil.copytree(clean, root)
+        for p in root.rglob("*"):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        roots.append(root)
+    entries = {}
+    for f in sorted((roots[1] / "dledger-n0" / "data").iterdir()):
+        for e in D.entries_of(f)[0]:
+            entries[e["index"]] = (f, e)
+    f, e = entries[1401]
+    data = bytearray(f.read_bytes())
+    data[e["file_position"]:] = bytes(len(data) - e["file_position"])
+    f.write_bytes(bytes(data))
+    for later in sorted((roots[1] / "dledger-n0" / "data").iterdir()):
+        if later.name > f.name:
+            later.write_bytes(bytes(later.stat().st_size))
+    (roots[1] / "dledger-n0" / "checkpoint").write_text("committedIndex=1000\nendIndex=1400\n")
+    f2, e2 = entries[700]
+    f2 = roots[2] / "dledger-n0" / "data" / f2.name
+    data = bytearray(f2.read_bytes())
+    data[e2["file_position"] + 200] ^= 0xFF
+    f2.write_bytes(bytes(data))
+    return roots, entries
+
+
+def test_replicas_of_one_group_collapse_to_the_most_committed(tmp_path):
+    from txlog_io.dledger_store import collapse_replicas
+
+    roots, entries = make_replicas(tmp_path)
+    other = FIXTURES / "rocketmq-4.9.8-dledger" / "store-crashed"       # another group: kept as it is
+    stores = [("b1", str(roots[1])), ("b0", str(roots[0])), ("x", str(other)), ("b2", str(roots[2]))]
+    kept, findings = collapse_replicas(stores)
+    assert kept == [("b0", str(roots[0])), ("x", str(other))]
+    assert [(b, a.kind) for b, a in findings] == [("b0", AnomalyKind.DLEDGER_REPLICA_DIFFERS)] * 2
+    behind, diverged = (a for _, a in findings)
+    assert "lacks entries 1401..1528" in behind.detail and str(roots[1]) in behind.file
+    assert "entry 700 differs" in diverged.detail and diverged.position == entries[700][1]["file_position"]
+    assert collapse_replicas(stores[:1] + stores[2:3]) == (stores[:1] + stores[2:3], [])

@@ -149,3 +149,18 @@ def test_modes_agree(audits):
     def key(t):
         return (t["broker"], t["transaction_key"], t["state"], tuple(sorted(t["flags"])))
     assert sorted(map(key, audits["indexed"]["transactions"])) == sorted(map(key, audits["full"]["transactions"]))
+
+
+def test_replicas_given_together_are_one_broker(spark, tmp_path):
+    from test_dledger import make_replicas
+
+    from jobs.store_frames import load_store_frames
+
+    roots, _ = make_replicas(tmp_path)
+    sf = load_store_frames(spark, [str(r) for r in roots], brokers=["n0", "n1", "n2"], mode="indexed")
+    assert [s.broker for s in sf.layout_info] == ["n0"]
+    found = [r.asDict() for r in sf.anomalies.where("kind = 'DLEDGER_REPLICA_DIFFERS'").collect()]
+    assert sorted(a["file"].split("/store/")[0][-2:] for a in found) == ["r1", "r2"]
+    assert {a["broker"] for a in found} == {"n0"}
+    assert sf.commitlog.where("topic = 'RMQ_SYS_TRANS_HALF_TOPIC'").count() == sum(
+        1 for r in _truth("clean") if r["topic"] == "RMQ_SYS_TRANS_HALF_TOPIC")

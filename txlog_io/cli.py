@@ -17,7 +17,8 @@ from typing import Iterator, Optional
 
 from txlog_io.commitlog_decode import ScanSummary
 from txlog_io.compression import decompress
-from txlog_io.dledger import decode_log_range, verify_dledger
+from txlog_io.dledger import decode_log_range
+from txlog_io.dledger_store import verify_dledger
 from txlog_io.errors import Anomaly, TxlogError, UsageError
 from txlog_io.mappedfile import MappedFile, discover_store, is_offset_name, list_mapped_files
 

@@ -47,7 +47,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -565,98 +565,6 @@ def entries_of(path, *, base_offset: Optional[int] = None) -> tuple:
     return out, found
 
 
-# ------------------------------------------------------------------------------------------------ index files
-def decode_index(files: Sequence, *, unit_file_size: Optional[int] = None) -> tuple:
-    """(units, anomalies) of the index file list (``MappedFile`` values in offset order).
-
-    A unit is a dict (file, file_position, unit, magic, pos, size, index, term); all-zero units (the unused
-    tail) are left out.  ``unit_file_size`` is only used to name gaps; callers infer it from the files."""
-    units, anomalies = [], []
-    for mf in files:
-        data = np.fromfile(str(mf.path), np.uint8) if mf.size else np.zeros(0, np.uint8)
-        whole = data.size - data.size % INDEX_UNIT_SIZE
-        if whole != data.size:
-            anomalies.append(_anomaly(AnomalyKind.FILE_SIZE_MISMATCH, mf.path, whole, mf.base_offset,
-                                      "index file length is not a multiple of the 32-byte unit",
-                                      "multiple of 32", data.size, "dledger_index"))
-        rows = data[:whole].reshape(-1, INDEX_UNIT_SIZE)
-        used = np.flatnonzero(rows.any(axis=1))
-        for i in used.tolist():
-            magic, pos, size, index, term = INDEX_UNIT.unpack_from(rows[i].tobytes())
-            unit = (mf.base_offset + i * INDEX_UNIT_SIZE) // INDEX_UNIT_SIZE
-            units.append({"file": str(mf.path), "file_position": i * INDEX_UNIT_SIZE, "unit": unit,
-                          "magic": magic, "pos": pos, "size": size, "index": index, "term": term})
-    return units, anomalies
-
-
-# ------------------------------------------------------------------------------------------------ text files
-def read_properties_file(path) -> tuple:
-    """(dict, anomalies, used path) of a DLedger ``key=value`` text file; falls back to ``.bak`` when the file
-    is missing or unreadable (as the broker's IOUtils does), and says so."""
-    p = Path(path)
-    anomalies = []
-    for candidate in (p, Path(str(p) + ".bak")):
-        if not candidate.is_file():
-            continue
-        try:
-            text = candidate.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            anomalies.append(_anomaly(AnomalyKind.BAD_CHECKPOINT, candidate, 0, 0, f"unreadable: {exc}",
-                                      "UTF-8 key=value text", "unreadable"))
-            continue
-        values, bad = {}, []
-        for lineno, line in enumerate(text.splitlines()):
-            line = line.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                bad.append(lineno)
-                continue
-            values[key.strip()] = value.strip()
-        for lineno in bad:
-            anomalies.append(_anomaly(AnomalyKind.BAD_CHECKPOINT, candidate, lineno, 0,
-                                      f"line {lineno + 1} is not key=value", "key=value", "other text"))
-        if candidate != p:
-            anomalies.append(_anomaly(AnomalyKind.MISSING_FILE, p, 0, 0, f"{p.name} missing or unreadable; "
-                                      f"read {candidate.name}", "the file", "missing"))
-        return values, anomalies, candidate
-    return None, anomalies, None
-
-
-def read_checkpoint(dledger_dir) -> tuple:
-    """({'committedIndex': int|None, 'endIndex': int|None}, anomalies) of ``dledger-<id>/checkpoint``."""
-    path = Path(dledger_dir) / CHECKPOINT_FILE
-    values, anomalies, used = read_properties_file(path)
-    out = {COMMITTED_INDEX_KEY: None, END_INDEX_KEY: None}
-    if values is None:
-        anomalies.append(_anomaly(AnomalyKind.MISSING_FILE, path, 0, 0, "no DLedger checkpoint (nor .bak): "
-                                  "the committed index is unknown", "committedIndex=N", "missing"))
-        return out, anomalies
-    for key in out:
-        text = values.get(key)
-        try:
-            out[key] = int(text) if text is not None else None
-        except ValueError:
-            anomalies.append(_anomaly(AnomalyKind.BAD_CHECKPOINT, used, 0, 0, f"{key} is not a number",
-                                      "a decimal long", text))
-    return out, anomalies
-
-
-def read_currterm(dledger_dir) -> tuple:
-    """({'voteLeader': str|None, 'currTerm': int|None}, anomalies) of ``dledger-<id>/currterm``."""
-    values, anomalies, used = read_properties_file(Path(dledger_dir) / CURRTERM_FILE)
-    values = values or {}
-    term = values.get("currTerm")
-    try:
-        term = int(term) if term is not None else None
-    except ValueError:
-        anomalies.append(_anomaly(AnomalyKind.BAD_CHECKPOINT, used, 0, 0, "currTerm is not a number",
-                                  "a decimal long", term))
-        term = None
-    return {"voteLeader": values.get("voteLeader"), "currTerm": term}, anomalies
-
-
 def decode_log_range(path, **kwargs) -> Iterator[tuple]:
     """``decode_range`` of whichever log file ``path`` is: a DLedger data file is framed here, anything else
     is a CommitLog file (the per-file dispatch the data sources use; same arguments and results)."""
@@ -665,67 +573,3 @@ def decode_log_range(path, **kwargs) -> Iterator[tuple]:
     from txlog_io.commitlog_decode import decode_range as decode_commitlog_range
 
     return decode_commitlog_range(path, **kwargs)
-
-
-# -------------------------------------------------------------------------------------------- store checks
-def verify_dledger(layout) -> list:
-    """Findings only the DLedger layout allows, for a ``StoreLayout`` with a ``dledger_dir`` (else []):
-    entry indexes contiguous across files, every index unit equal to its entry (and every entry indexed), the
-    checkpoint/currterm readable, and the entries past the checkpoint's committedIndex (one
-    DLEDGER_UNCOMMITTED finding whose physical_offset is the first such message: everything from there on is
-    not known to be committed, and a new leader of a multi-replica group may truncate it).  Framing damage is
-    not repeated here (the range decoders report it)."""
-    if getattr(layout, "dledger_dir", None) is None:
-        return []
-    found: list = []
-    entries = []
-    for mf in layout.commitlog:
-        if is_dledger_data_file(mf.path):
-            for frame in scan_entries(mf.path, base_offset=mf.base_offset):
-                entries.extend((str(mf.path), mf.base_offset, e) for e in frame.entries)
-    prev = None
-    for path, base, e in entries:
-        at, index = e[0], e[3]
-        if prev is not None and index != prev + 1:
-            found.append(_anomaly(AnomalyKind.DLEDGER_INDEX_MISMATCH, path, at, base,
-                                  "entry indexes are not contiguous", prev + 1, index))
-        prev = index
-    units, unit_found = decode_index(layout.dledger_index)
-    found.extend(unit_found)
-    by_index = {u["unit"]: u for u in units}
-    for path, base, e in entries:
-        at, _, esize, index, term, pos = e[:6]
-        u = by_index.pop(index, None)
-        if u is None:
-            found.append(_anomaly(AnomalyKind.DLEDGER_INDEX_MISMATCH, path, at, base,
-                                  f"entry {index} has no index unit (DLedger's recovery stops before it)",
-                                  "an index unit", "none"))
-            continue
-        want = (MAGIC_1, pos, esize, index, term)
-        got = (u["magic"], u["pos"], u["size"], u["index"], u["term"])
-        if want != got:
-            found.append(Anomaly(AnomalyKind.DLEDGER_INDEX_MISMATCH, u["file"], u["file_position"],
-                                 f"index unit {index} differs from its entry at {path}@{at} "
-                                 "(magic, pos, size, index, term)", str(want), str(got), SOURCE,
-                                 base + at + ENTRY_HEADER_SIZE))
-    for u in sorted(by_index.values(), key=lambda u: u["unit"]):
-        found.append(Anomaly(AnomalyKind.DLEDGER_INDEX_MISMATCH, u["file"], u["file_position"],
-                             f"index unit {u['unit']} has no entry in the data files (pos {u['pos']})",
-                             "an entry", "none", SOURCE, None))
-    checkpoint, cp_found = read_checkpoint(layout.dledger_dir)
-    found.extend(cp_found)
-    found.extend(read_currterm(layout.dledger_dir)[1])
-    committed = checkpoint[COMMITTED_INDEX_KEY]
-    if committed is not None:
-        past = [(path, base, e) for path, base, e in entries if e[3] > committed]
-        if past:
-            path, base, e = past[0]
-            last = past[-1][2]
-            found.append(_anomaly(
-                AnomalyKind.DLEDGER_UNCOMMITTED, path, e[0] + ENTRY_HEADER_SIZE, base,
-                f"entries {e[3]}..{last[3]} ({len(past)}, messages from physical offset "
-                f"{e[5] + ENTRY_HEADER_SIZE} on) are past the checkpoint's committedIndex {committed}: not "
-                "known to be committed by the group (a new leader may truncate them; a single node re-reads "
-                "them)",
-                f"index <= {committed}", last[3]))
-    return found

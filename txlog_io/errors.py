@@ -93,6 +93,7 @@ class AnomalyKind:
     DLEDGER_ENTRY_MISMATCH = "DLEDGER_ENTRY_MISMATCH"  # DLedger entry header vs itself / its RocketMQ record
     DLEDGER_INDEX_MISMATCH = "DLEDGER_INDEX_MISMATCH"  # DLedger index unit vs entry, or entry indexes not contiguous
     DLEDGER_UNCOMMITTED = "DLEDGER_UNCOMMITTED"    # entries past the DLedger checkpoint's committedIndex
+    DLEDGER_REPLICA_DIFFERS = "DLEDGER_REPLICA_DIFFERS"  # a replica of the audited DLedger group differs from it
 
 
 @dataclass(frozen=True)
