@@ -223,7 +223,13 @@ def parse_args(argv: Sequence[str]):
         else:
             brokers = [default_broker_name(s) for s in stores]
         if len(set(brokers)) != len(brokers):
-            raise UsageError(f"broker names must be unique, got {brokers} (name each store with --broker)")
+            from txlog_io.mappedfile import message_log_kind
+
+            # one name for several stores = replicas of one DLedger group (one broker): DLedger stores only
+            shared = {b for b in brokers if brokers.count(b) > 1}
+            if any(message_log_kind(s) != "dledger" for s, b in zip(stores, brokers) if b in shared):
+                raise UsageError(f"broker names must be unique, got {brokers} (name each store with --broker; "
+                                 f"only the replicas of one DLedger group may share a name)")
         for s in stores:
             if out == s or out.startswith(s.rstrip(os.sep) + os.sep):
                 raise UsageError(f"--out must not be inside a store (stores are read-only): {out}")

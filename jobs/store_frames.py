@@ -152,18 +152,21 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     if mode not in MODES:
         raise OptionError(_API, "mode", f"expected one of {', '.join(MODES)}, got {mode!r}")
     roots = [stores] if isinstance(stores, str) else list(stores)
+    replica_findings: list = []
+    if brokers is not None:
+        names = brokers.split(",") if isinstance(brokers, str) else list(brokers)
+        if len(names) == len(roots) and len(set(names)) < len(names):
+            # one name for several DLedger stores: replicas of one group, audited once (the most committed)
+            from txlog_io.dledger_store import collapse_replicas
+
+            kept, replica_findings = collapse_replicas(list(zip(names, [str(r) for r in roots])))
+            roots, brokers = [r for _, r in kept], [b for b, _ in kept]
     base = {"paths": json.dumps([str(r) for r in roots]), "split_bytes": str(int(split_bytes))}
     if brokers is not None:
         base["brokers"] = brokers if isinstance(brokers, str) else ",".join(brokers)
     if commitlog_dirs:
         base["commitlog_dirs"] = ",".join(str(d) for d in commitlog_dirs)
     opts = parse_options(COMMITLOG_FORMAT, dict(base, include_bodies=str(bool(include_bodies)).lower()))
-    from txlog_io.dledger_store import collapse_replicas
-
-    kept, replica_findings = collapse_replicas(opts.stores)   # replicas of one DLedger group = one broker
-    if len(kept) < len(opts.stores):
-        base["paths"], base["brokers"] = json.dumps([r for _, r in kept]), ",".join(b for b, _ in kept)
-        opts = parse_options(COMMITLOG_FORMAT, dict(base, include_bodies=str(bool(include_bodies)).lower()))
     register(spark)
 
     def read(fmt: str, **extra):

@@ -391,12 +391,18 @@ def test_replicas_of_one_group_collapse_to_the_most_committed(tmp_path):
     from txlog_io.dledger_store import collapse_replicas
 
     roots, entries = make_replicas(tmp_path)
-    other = FIXTURES / "rocketmq-4.9.8-dledger" / "store-crashed"       # another group: kept as it is
-    stores = [("b1", str(roots[1])), ("b0", str(roots[0])), ("x", str(other)), ("b2", str(roots[2]))]
+    other = FIXTURES / "rocketmq-4.9.8-dledger" / "store-crashed"       # another broker: kept as it is
+    stores = [("b", str(roots[1])), ("b", str(roots[0])), ("x", str(other)), ("b", str(roots[2]))]
     kept, findings = collapse_replicas(stores)
-    assert kept == [("b0", str(roots[0])), ("x", str(other))]
-    assert [(b, a.kind) for b, a in findings] == [("b0", AnomalyKind.DLEDGER_REPLICA_DIFFERS)] * 2
+    assert kept == [("b", str(roots[0])), ("x", str(other))]
+    assert [(b, a.kind) for b, a in findings] == [("b", AnomalyKind.DLEDGER_REPLICA_DIFFERS)] * 2
     behind, diverged = (a for _, a in findings)
     assert "lacks entries 1401..1528" in behind.detail and str(roots[1]) in behind.file
     assert "entry 700 differs" in diverged.detail and diverged.position == entries[700][1]["file_position"]
-    assert collapse_replicas(stores[:1] + stores[2:3]) == (stores[:1] + stores[2:3], [])
+    # distinct names: distinct brokers, even with identical logs
+    assert collapse_replicas([("a", str(roots[0])), ("c", str(roots[0]))]) == \
+        ([("a", str(roots[0])), ("c", str(roots[0]))], [])
+    with pytest.raises(UsageError, match="not replicas of one group"):
+        collapse_replicas([("b", str(roots[0])), ("b", str(other))])
+    with pytest.raises(UsageError, match="not a DLedger store"):
+        collapse_replicas([("b", str(roots[0])), ("b", str(FIXTURES / "rocketmq-4.9.8" / "store"))])

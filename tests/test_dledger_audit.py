@@ -157,8 +157,8 @@ def test_replicas_given_together_are_one_broker(spark, tmp_path):
     from jobs.store_frames import load_store_frames
 
     roots, _ = make_replicas(tmp_path)
-    sf = load_store_frames(spark, [str(r) for r in roots], brokers=["n0", "n1", "n2"], mode="indexed")
-    assert [s.broker for s in sf.layout_info] == ["n0"]
+    sf = load_store_frames(spark, [str(r) for r in roots], brokers=["n0", "n0", "n0"], mode="indexed")
+    assert [(s.broker, s.root) for s in sf.layout_info] == [("n0", str(roots[0]))]
     found = [r.asDict() for r in sf.anomalies.where("kind = 'DLEDGER_REPLICA_DIFFERS'").collect()]
     assert sorted(a["file"].split("/store/")[0][-2:] for a in found) == ["r1", "r2"]
     assert {a["broker"] for a in found} == {"n0"}

@@ -208,34 +208,40 @@ def _replica(broker: str, root: str) -> Optional[_Replica]:
 
 
 def collapse_replicas(stores: Sequence) -> tuple:
-    """``stores`` = ((broker, root), ...).  DLedger stores whose logs begin with the same entry (byte for byte)
-    are replicas of one Raft group, i.e. one broker: only the replica with the most committed entries (then the
-    longest log, then the first given) is kept.  Returns (kept (broker, root) pairs in the given order,
-    [(kept broker, Anomaly)] saying where each dropped replica differs from the kept one).  Reads the entries
-    of every DLedger store given (only when two or more are)."""
+    """``stores`` = ((broker, root), ...).  Several DLedger stores given under one broker name are the replicas
+    of one Raft group, i.e. one broker: only the replica with the most committed entries (then the longest log,
+    then the first given) is kept.  Returns (kept (broker, root) pairs in the given order, [(broker, Anomaly)]
+    saying where each other replica differs from the kept one).  Raises UsageError when stores sharing a name
+    are not DLedger stores or do not begin with the same entry (not one group).  Reads every entry of the
+    replicas (on the caller's machine)."""
+    from txlog_io.errors import UsageError
+
     stores = [(str(b), str(r)) for b, r in stores]
-    replicas = {}
-    if sum(1 for _, r in stores if _has_dledger(r)) >= 2:
-        for b, r in stores:
-            rep = _replica(b, r) if _has_dledger(r) else None
-            if rep is not None and rep.entries:
-                replicas[b] = rep
-    groups: dict = {}
-    for b, _ in stores:
-        rep = replicas.get(b)
-        if rep is not None:
-            first = rep.entries[0]
-            groups.setdefault((first[0], first[2], first[4]), []).append(rep)
+    by_name: dict = {}
+    for b, r in stores:
+        by_name.setdefault(b, []).append(r)
     dropped, findings = set(), []
-    for members in groups.values():
-        if len(members) < 2:
+    for name, roots in by_name.items():
+        if len(roots) < 2:
             continue
+        members = []
+        for r in roots:
+            rep = _replica(name, r) if _has_dledger(r) else None
+            if rep is None or not rep.entries:
+                raise UsageError(f"broker {name!r} names several stores, but {r} is not a DLedger store with "
+                                 f"entries: only the replicas of one DLedger group may share a name")
+            members.append(rep)
+        first = members[0].entries[0]
+        for m in members[1:]:
+            if m.entries[0][:5] != first[:5]:
+                raise UsageError(f"broker {name!r}: {m.root} and {members[0].root} do not begin with the same "
+                                 f"DLedger entry: not replicas of one group")
         keep = max(members, key=lambda m: (m.committed, m.entries[-1][0], -members.index(m)))
         for m in members:
             if m is not keep:
-                dropped.add(m.broker)
-                findings.extend((keep.broker, a) for a in _differences(keep, m))
-    return [(b, r) for b, r in stores if b not in dropped], findings
+                dropped.add((name, m.root))
+                findings.extend((name, a) for a in _differences(keep, m))
+    return [(b, r) for b, r in stores if (b, r) not in dropped], findings
 
 
 def _has_dledger(root: str) -> bool:
