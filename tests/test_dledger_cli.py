@@ -59,3 +59,17 @@ def test_spark_submit_audit_of_a_dledger_store_reports_its_transactions(tmp_path
     assert "profile 4.3-5.0" in both
     tx = deltalake.DeltaTable(str(out / "transactions")).to_pandas()
     assert len(tx) == 204 and set(tx["keys"]) == set(truth)
+
+
+def test_one_broker_name_for_several_stores_only_for_dledger_replicas(tmp_path):
+    from jobs import main as txmain
+    from txlog_io.errors import UsageError
+
+    crashed = FIXTURES / "rocketmq-4.9.8-dledger" / "store-crashed"
+    plain = FIXTURES / "rocketmq-4.9.8" / "store"
+    _, o = txmain.parse_args(["audit", "--store", str(CLEAN), "--store", str(crashed), "--broker", "broker-a",
+                              "--broker", "broker-a", "--out", str(tmp_path / "o")])
+    assert o.brokers == ("broker-a", "broker-a")
+    with pytest.raises(UsageError, match="only the replicas of one DLedger group may share a name"):
+        txmain.parse_args(["audit", "--store", str(CLEAN), "--store", str(plain), "--broker", "b", "--broker",
+                           "b", "--out", str(tmp_path / "o")])
