@@ -176,8 +176,8 @@ RECOVERY_ACTIONS: dict = {
     ),
     "REVIEW_EVIDENCE": (
         "The state rests on damaged, missing or uncommitted evidence (CORRUPT_RECORD, CQ_MISMATCH, "
-        "EVIDENCE_IN_DELETED_RANGE, PREPARED_RECORD_MISSING, EVIDENCE_NOT_COMMITTED): verify before acting on "
-        "it."
+        "EVIDENCE_IN_DELETED_RANGE, PREPARED_RECORD_MISSING, EVIDENCE_NOT_COMMITTED): verify before acting "
+        "on it."
     ),
 }
 

@@ -161,8 +161,8 @@ def _check_store(root: str) -> str:
     except UsageError as e:
         raise UsageError(f"--store: {e}") from None
     if kind is None:      # no log: auditing it would report a silent "0 transactions"
-        raise UsageError(f"--store: no message log in {path} (neither commitlog/ nor dledger-<id>/data/): its "
-                         f"transactions cannot be read")
+        raise UsageError(f"--store: no message log in {path} (neither commitlog/ nor dledger-<id>/data/): "
+                         f"its transactions cannot be read")
     return path
 
 
@@ -228,8 +228,8 @@ def parse_args(argv: Sequence[str]):
             # one name for several stores = replicas of one DLedger group (one broker): DLedger stores only
             shared = {b for b in brokers if brokers.count(b) > 1}
             if any(message_log_kind(s) != "dledger" for s, b in zip(stores, brokers) if b in shared):
-                raise UsageError(f"broker names must be unique, got {brokers} (name each store with --broker; "
-                                 f"only the replicas of one DLedger group may share a name)")
+                raise UsageError(f"broker names must be unique, got {brokers} (name each store with "
+                                 f"--broker; only the replicas of one DLedger group may share a name)")
         for s in stores:
             if out == s or out.startswith(s.rstrip(os.sep) + os.sep):
                 raise UsageError(f"--out must not be inside a store (stores are read-only): {out}")

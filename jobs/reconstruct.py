@@ -1319,12 +1319,15 @@ def build_transactions(
         )
         hit = hit.select("broker", "tx_id", F.lit("CORRUPT_RECORD").alias("p_code"))
         problems = hit if problems is None else _union(problems, hit)
-        # DLedger: records at/after the first message past the checkpoint's committedIndex (the log is ordered)
+        # DLedger: records at/after the first message past the checkpoint's committedIndex (the log is
+        # ordered, so one offset per broker says it)
         uncommitted = anomalies.filter(c("kind") == "DLEDGER_UNCOMMITTED").groupBy(
             c("broker").alias("u_broker")).agg(F.min("physical_offset").alias("u_offset"))
         past = linked.filter(c("role").isin(COPY, END, OP, DISCARD)).join(
-            F.broadcast(uncommitted), (c("broker") == c("u_broker")) & (c("physical_offset") >= c("u_offset")))
-        problems = _union(problems, past.select("broker", "tx_id", F.lit("EVIDENCE_NOT_COMMITTED").alias("p_code")))
+            F.broadcast(uncommitted),
+            (c("broker") == c("u_broker")) & (c("physical_offset") >= c("u_offset")))
+        past = past.select("broker", "tx_id", F.lit("EVIDENCE_NOT_COMMITTED").alias("p_code"))
+        problems = _union(problems, past)
     if problems is not None:
         rows = _union(rows, _evidence(problems, PROBLEM, piece=c("p_code")))
 

@@ -208,8 +208,8 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     if replica_findings:
         rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
         schema = SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema()
-        anomalies = anomalies.unionByName(spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows],
-                                                                schema))
+        extra = spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows], schema)
+        anomalies = anomalies.unionByName(extra)
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
                        transaction_queues=tx_queues)

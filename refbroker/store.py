@@ -232,9 +232,9 @@ class CommitLogWriter:
 class DLedgerLogWriter:
     """DLedgerCommitLog + DLedgerMmapFileStore (dledger 0.3.1.2) in place of the CommitLog: each record is one
     DLedger entry (``txlog_io.dledger.encode_entry``) whose PHYSICALOFFSET is ``pos + 48``; a file is closed
-    with the end marker ``[-1][bytes left]`` when ``entry + 8`` does not fit (MmapFileList.append); every entry
-    gets its index unit; flush/close persist ``checkpoint`` and ``currterm`` (+ .bak) as DLedger does.  Same
-    interface as :class:`CommitLogWriter` (offsets and sizes are the message's, as RocketMQ reports them)."""
+    with the end marker ``[-1][bytes left]`` when ``entry + 8`` does not fit (MmapFileList.append); every
+    entry gets its index unit; flush/close persist ``checkpoint`` and ``currterm`` (+ .bak) as DLedger does.
+    Same interface as :class:`CommitLogWriter` (offsets and sizes are the message's, as RocketMQ reports them)."""
 
     def __init__(self, dledger_dir: Path, file_size: int, index_file_size: int, self_id: str):
         self.dir = Path(dledger_dir)
@@ -267,7 +267,8 @@ class DLedgerLogWriter:
         data = CL.encode_record(msg, pos + D.ENTRY_HEADER_SIZE)
         entry_size = D.ENTRY_HEADER_SIZE + len(data)
         if entry_size + D.END_MARKER.size > q.file_size:
-            raise UsageError(f"a {entry_size}-byte entry cannot fit in a {q.file_size}-byte DLedger data file")
+            raise UsageError(f"a {entry_size}-byte entry cannot fit in a {q.file_size}-byte DLedger data "
+                             f"file")
         if entry_size + D.END_MARKER.size > q.bytes_left:
             q.write(D.encode_end_marker(q.bytes_left))
             self.blank_count += 1

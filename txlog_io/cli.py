@@ -66,7 +66,8 @@ def _require(path: str) -> Path:
 
 def _looks_like_store(p: Path) -> bool:
     return p.is_dir() and (any((p / d).is_dir() for d in ("commitlog", "consumequeue", "transaction"))
-                           or any(c.name.startswith("dledger-") and (c / "data").is_dir() for c in p.iterdir()))
+                           or any(c.name.startswith("dledger-") and (c / "data").is_dir()
+                                  for c in p.iterdir()))
 
 
 def _commitlog_files(p: Path, out: _Out) -> list:
@@ -74,7 +75,8 @@ def _commitlog_files(p: Path, out: _Out) -> list:
         return [MappedFile(p, int(p.name) if is_offset_name(p.name) else 0, p.stat().st_size)]
     if _looks_like_store(p):
         layout = discover_store(p)
-        out.findings_out([a for a in layout.anomalies if a.source in ("commitlog", "dledger", "dledger_index")])
+        out.findings_out([a for a in layout.anomalies
+                          if a.source in ("commitlog", "dledger", "dledger_index")])
         out.findings_out(verify_dledger(layout))
         return list(layout.commitlog)
     files, anomalies = list_mapped_files(p, source="commitlog")

@@ -90,10 +90,10 @@ class AnomalyKind:
     BAD_CQ_EXT_UNIT = "BAD_CQ_EXT_UNIT"            # consume-queue-ext unit whose size fields do not add up
     BAD_CONFIG_ENTRY = "BAD_CONFIG_ENTRY"          # parsable config JSON with an entry RocketMQ could not have written
     INDEX_INCOMPLETE = "INDEX_INCOMPLETE"          # an index may miss retained records: indexed mode scanned
-    DLEDGER_ENTRY_MISMATCH = "DLEDGER_ENTRY_MISMATCH"  # DLedger entry header vs itself / its RocketMQ record
-    DLEDGER_INDEX_MISMATCH = "DLEDGER_INDEX_MISMATCH"  # DLedger index unit vs entry, or entry indexes not contiguous
+    DLEDGER_ENTRY_MISMATCH = "DLEDGER_ENTRY_MISMATCH"  # DLedger entry header vs itself / its record
+    DLEDGER_INDEX_MISMATCH = "DLEDGER_INDEX_MISMATCH"  # index unit vs entry; entry indexes not contiguous
     DLEDGER_UNCOMMITTED = "DLEDGER_UNCOMMITTED"    # entries past the DLedger checkpoint's committedIndex
-    DLEDGER_REPLICA_DIFFERS = "DLEDGER_REPLICA_DIFFERS"  # a replica of the audited DLedger group differs from it
+    DLEDGER_REPLICA_DIFFERS = "DLEDGER_REPLICA_DIFFERS"  # a replica of the audited group differs from it
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,11 @@ In 5.x RocksDB mode (storeType=defaultRocksDB) consumequeue/ holds a RocksDB dat
 directories; discovery flags that and lists no queues.
 
 DLedger mode (enableDLegerCommitLog, 4.5+; RocketMQ store/dledger/DLedgerCommitLog.java): the messages live in
-dledger-<selfId>/data/ (entries wrapping one record each, see txlog_io/dledger.py) with dledger-<selfId>/index/,
-checkpoint and currterm beside them, and usually no commitlog/ at all.  A store converted from file mode keeps
-its old commitlog/ below the dividing offset (= the first DLedger file's name): both read as one log, listed in
-``StoreLayout.commitlog`` in offset order (``is_dledger_data_file`` tells the two kinds of file apart).
+dledger-<selfId>/data/ (entries wrapping one record each, see txlog_io/dledger.py) with
+dledger-<selfId>/index/, checkpoint and currterm beside them, and usually no commitlog/ at all.  A store
+converted from file mode keeps its old commitlog/ below the dividing offset (= the first DLedger file's name):
+both read as one log, listed in ``StoreLayout.commitlog`` in offset order (``is_dledger_data_file`` tells the
+two kinds of file apart).
 """
 from __future__ import annotations
 
@@ -271,10 +272,11 @@ def find_dledger_dir(root: Path) -> Optional[Path]:
     """The store's ``dledger-<selfId>/`` holding a ``data/`` directory; several of them in one root are an
     error (replicas of a group are separate stores: give each its own root)."""
     found = sorted(Path(e.path) for e in os.scandir(root)
-                   if e.is_dir() and e.name.startswith(DLEDGER_PREFIX) and os.path.isdir(os.path.join(e.path, "data")))
+                   if e.is_dir() and e.name.startswith(DLEDGER_PREFIX)
+                   and os.path.isdir(os.path.join(e.path, "data")))
     if len(found) > 1:
-        raise UsageError(f"{root} holds several DLedger stores ({', '.join(p.name for p in found)}); give each "
-                         f"replica as its own store root")
+        raise UsageError(f"{root} holds several DLedger stores ({', '.join(p.name for p in found)}); give "
+                         f"each replica as its own store root")
     return found[0] if found else None
 
 
@@ -291,14 +293,16 @@ def _add_dledger(layout: StoreLayout, dledger_dir: Path) -> None:
         for mf in legacy:
             if mf.end_offset > divided:
                 anomalies.append(Anomaly(AnomalyKind.FILE_OVERLAP, str(mf.path), 0,
-                                         f"legacy CommitLog file reaches past the DLedger dividing offset {divided} "
-                                         "(DLedger's log wins there; the file is not read)", f"end <= {divided}",
+                                         f"legacy CommitLog file reaches past the DLedger dividing offset "
+                                         f"{divided} (DLedger's log wins there; the file is not read)",
+                                         f"end <= {divided}",
                                          str(mf.end_offset), "commitlog", mf.base_offset))
         legacy = [mf for mf in legacy if mf.end_offset <= divided]
         if legacy and legacy[-1].end_offset != divided:
+            gap = f"[{legacy[-1].end_offset}, {divided})"
             anomalies.append(Anomaly(AnomalyKind.FILE_GAP, str(data[0].path), 0,
-                                     f"bytes [{legacy[-1].end_offset}, {divided}) between the legacy CommitLog and "
-                                     "the DLedger log are missing", str(legacy[-1].end_offset), str(divided),
+                                     f"bytes {gap} between the legacy CommitLog and the DLedger log are missing",
+                                     str(legacy[-1].end_offset), str(divided),
                                      "dledger", legacy[-1].end_offset))
         layout.commitlog_file_size = infer_file_size(data)
     layout.commitlog = legacy + data
@@ -309,13 +313,14 @@ def _add_dledger(layout: StoreLayout, dledger_dir: Path) -> None:
         layout.dledger_index_file_size = infer_file_size(layout.dledger_index)
         anomalies.extend(found)
     elif data:
-        anomalies.append(Anomaly(AnomalyKind.MISSING_FILE, str(index_dir), 0, "DLedger store without its index "
-                                 "directory (DLedger cannot load it)", "a directory", "missing", "dledger"))
+        anomalies.append(Anomaly(AnomalyKind.MISSING_FILE, str(index_dir), 0, "DLedger store without its "
+                                 "index directory (DLedger cannot load it)", "a directory", "missing",
+                                 "dledger"))
 
 
 def message_log_kind(root: PathLike) -> Optional[str]:
-    """``commitlog``, ``dledger`` or ``converted`` (commitlog/ below dledger-*/data/): where a store root keeps
-    its messages; None when it has neither (its records cannot be read, whatever else is there).  Raises
+    """``commitlog``, ``dledger`` or ``converted`` (commitlog/ below dledger-*/data/): where a store root
+    keeps its messages; None when it has neither (its records cannot be read, whatever else is there).  Raises
     UsageError for a root holding several dledger-*/data/ (see ``find_dledger_dir``)."""
     root_path = Path(root)
     plain = (root_path / "commitlog").is_dir()
@@ -347,8 +352,8 @@ def discover_store(root: PathLike, commitlog_dirs=None) -> StoreLayout:
         dirs = [default_commitlog] if default_commitlog.is_dir() else []
     dledger_dir = find_dledger_dir(root_path)
     if not dirs and not consumequeue_dir.is_dir() and dledger_dir is None:
-        raise UsageError(f"{root_path} does not look like a RocketMQ store (no commitlog/, no dledger-*/data/ "
-                         f"and no consumequeue/)")
+        raise UsageError(f"{root_path} does not look like a RocketMQ store (no commitlog/, no "
+                         f"dledger-*/data/ and no consumequeue/)")
 
     layout.commitlog_dirs = dirs
     if dirs:
