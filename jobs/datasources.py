@@ -326,6 +326,9 @@ def _store_anomalies(p: StoreFiles, sources: frozenset) -> list:
 
         layout = discover_store(p.root, commitlog_dirs=list(p.commitlog_dirs) if p.commitlog_dirs else None)
         found.extend(layout.anomalies)
+        from txlog_io.dledger_store import verify_dledger
+
+        found.extend(verify_dledger(layout))
         if layout.checkpoint_path is not None:
             try:
                 found.extend(decode_checkpoint(layout.checkpoint_path)["anomalies"])
@@ -375,7 +378,7 @@ class StoreReader(DataSourceReader):
 
     # -- rows -----------------------------------------------------------------------------------------------
     def _read_commitlog(self, p: CommitLogRange) -> Iterator[pa.RecordBatch]:
-        from txlog_io.commitlog import decode_range
+        from txlog_io.dledger import decode_log_range as decode_range   # CommitLog or DLedger data file
 
         if self.topics is not None and not self.topics:
             return
@@ -409,7 +412,7 @@ class StoreReader(DataSourceReader):
     # -- anomalies ------------------------------------------------------------------------------------------
     def _read_anomalies(self, p: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(p, CommitLogRange):
-            from txlog_io.commitlog import decode_range
+            from txlog_io.dledger import decode_log_range as decode_range
 
             pairs = decode_range(p.path, base_offset=p.base_offset, start=p.start, end=p.end, with_body=False)
             found = (a for _, anomalies in pairs for a in anomalies)

@@ -104,6 +104,11 @@ FLAGS: dict = {
         "file -- size, gap, missing file -- do not count), or one of them fails its body CRC (the record "
         "still counts as evidence: BODYCRC covers only the body)."
     ),
+    "EVIDENCE_NOT_COMMITTED": (
+        "DLedger (Raft) store: one of the transaction's records lies past the DLedger checkpoint's "
+        "committedIndex (finding DLEDGER_UNCOMMITTED): the group may not have committed it, and a new leader "
+        "of a multi-replica group may truncate it -- the state may roll back to what the committed log says."
+    ),
     "OP_BODY_UNPARSABLE": (
         "An op body piece is not a decimal number (4.x/5.0 readers treat the whole body as one number; 5.1+ "
         "split on ','). The broker reads it as -1 and ignores it."
@@ -170,8 +175,9 @@ RECOVERY_ACTIONS: dict = {
         "ask the producer's owner for the outcome and re-send the message (or resume it once discarded)."
     ),
     "REVIEW_EVIDENCE": (
-        "The state rests on damaged or missing evidence (CORRUPT_RECORD, CQ_MISMATCH, "
-        "EVIDENCE_IN_DELETED_RANGE, PREPARED_RECORD_MISSING): verify before acting on it."
+        "The state rests on damaged, missing or uncommitted evidence (CORRUPT_RECORD, CQ_MISMATCH, "
+        "EVIDENCE_IN_DELETED_RANGE, PREPARED_RECORD_MISSING, EVIDENCE_NOT_COMMITTED): verify before acting "
+        "on it."
     ),
 }
 

@@ -163,7 +163,17 @@ def default_run_id(as_of: dt.datetime) -> str:
 
 
 def _check_store(root: str) -> str:
-    return guard.check_store(root)
+    path = guard.check_store(root)
+    from txlog_io.mappedfile import message_log_kind
+
+    try:
+        kind = message_log_kind(path)
+    except UsageError as e:
+        raise UsageError(f"--store: {e}") from None
+    if kind is None:      # no log: auditing it would report a silent "0 transactions"
+        raise UsageError(f"--store: no message log in {path} (neither commitlog/ nor dledger-<id>/data/): "
+                         f"its transactions cannot be read")
+    return path
 
 
 def _check_out(out: str) -> str:
@@ -224,7 +234,13 @@ def parse_args(argv: Sequence[str]):
             brokers = [guard.check_broker_name(default_broker_name(s), "--store (the broker name taken from "
                                                "its directory; name it with --broker)") for s in stores]
         if len(set(brokers)) != len(brokers):
-            raise UsageError(f"broker names must be unique, got {brokers} (name each store with --broker)")
+            from txlog_io.mappedfile import message_log_kind
+
+            # one name for several stores = replicas of one DLedger group (one broker): DLedger stores only
+            shared = {b for b in brokers if brokers.count(b) > 1}
+            if any(message_log_kind(s) != "dledger" for s, b in zip(stores, brokers) if b in shared):
+                raise UsageError(f"broker names must be unique, got {brokers} (name each store with "
+                                 f"--broker; only the replicas of one DLedger group may share a name)")
         guard.check_out_vs_stores(out, stores, [*cfg.table_names.values(), "audit_runs", "message_bodies"])
         opts = AuditOptions(stores=tuple(stores), brokers=tuple(brokers), out=out, as_of=as_of, mode=cfg.mode,
                             conf_file=conf_file, include_bodies=cfg.include_bodies, run_id=run_id,

@@ -192,6 +192,15 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     if mode not in MODES:
         raise OptionError(_API, "mode", f"expected one of {', '.join(MODES)}, got {mode!r}")
     roots = [stores] if isinstance(stores, str) else list(stores)
+    replica_findings: list = []
+    if brokers is not None:
+        names = brokers.split(",") if isinstance(brokers, str) else list(brokers)
+        if len(names) == len(roots) and len(set(names)) < len(names):
+            # one name for several DLedger stores: replicas of one group, audited once (the most committed)
+            from txlog_io.dledger_store import collapse_replicas
+
+            kept, replica_findings = collapse_replicas(list(zip(names, [str(r) for r in roots])))
+            roots, brokers = [r for _, r in kept], [b for b, _ in kept]
     base = {"paths": json.dumps([str(r) for r in roots]), "split_bytes": str(int(split_bytes))}
     if brokers is not None:
         base["brokers"] = brokers if isinstance(brokers, str) else ",".join(brokers)
@@ -237,6 +246,11 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
             scan_findings = scan_cells(spark, gaps, scanned_stores, opts, emit="anomalies")
             anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
+    if replica_findings:
+        rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
+        schema = SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema()
+        extra = spark.createDataFrame([tuple(r[f.name] for f in schema) for r in rows], schema)
+        anomalies = anomalies.unionByName(extra)
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
                        transaction_queues=tx_queues)
@@ -560,7 +574,7 @@ class _ScanCells:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
-        from txlog_io.commitlog import decode_range
+        from txlog_io.dledger import decode_log_range as decode_range   # CommitLog or DLedger data file
 
         inner, target = COMMITLOG.arrow_schema(), SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema()
         system = pa.array(TX_SYSTEM_TOPICS, pa.string())

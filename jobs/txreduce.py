@@ -259,6 +259,20 @@ def _corrupt_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
     return hits
 
 
+def _uncommitted_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
+    """DLedger: (broker, tx) of evidence records at or after the first message past the checkpoint's
+    committedIndex (one DLEDGER_UNCOMMITTED finding per broker names it; the log is ordered)."""
+    first: Dict[str, int] = {}
+    for a in anomalies:
+        if a["kind"] == "DLEDGER_UNCOMMITTED" and a["physical_offset"] is not None:
+            first[a["broker"]] = min(first.get(a["broker"], a["physical_offset"]), a["physical_offset"])
+    if not first:
+        return []
+    return [(e.broker, e.tx) for e in rows
+            if e.tx is not None and e.role in (COPY, END, OP, DISCARD) and e.physical_offset is not None
+            and e.broker in first and e.physical_offset >= first[e.broker]]
+
+
 def _reconstruct_finding(broker, code, physical_offset, queue_id, queue_offset, detail, topic=OP_TOPIC):
     return {"broker": broker, "code": code, "source": "reconstruct", "physical_offset": physical_offset,
             "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "transaction_key": None,
@@ -335,6 +349,7 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     anomalies = _rows(table, "anomaly", ("kind", "source", "physical_offset", "file", "position", "detail",
                                          "expected", "actual"))
     problems.extend((b, tx, "CORRUPT_RECORD") for b, tx in _corrupt_hits(rows, anomalies))
+    problems.extend((b, tx, "EVIDENCE_NOT_COMMITTED") for b, tx in _uncommitted_hits(rows, anomalies))
     for b, tx, code in problems:
         rows.append(Ev(PROBLEM, b, tx=tx, piece=code))
 

@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--msg-bytes", type=int, default=None, help="typical message body size (default 1024)")
     gen.add_argument("--tx-interval-ms", type=int, default=None,
                      help="simulated time between transactional sends (default 10)")
+    gen.add_argument("--dledger", metavar="SELF_ID", default=None,
+                     help="write a DLedger (Raft) CommitLog store, dledger-SELF_ID/ (4.5+ profiles)")
     gen.add_argument("--seed", type=int, required=True)
     gen.add_argument("--out", required=True, help="output directory (store/, ledger.jsonl, summary.json)")
     gen.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -67,8 +69,13 @@ def main(argv=None) -> int:
     from refbroker.generate import generate
 
     try:
+        profile = args.profile
+        if args.dledger:
+            from refbroker.profiles import get_profile
+
+            profile = get_profile(profile).with_(dledger_self_id=args.dledger)
         result = generate(
-            args.profile,
+            profile,
             args.scenario,
             args.transactions,
             args.seed,

@@ -172,7 +172,7 @@ class Run:
         broker, store = self.broker, self.broker.store
         elapsed = time.perf_counter() - self.started
         data_bytes = store.bytes_written
-        commitlog_dir = self.store_dir / "commitlog"
+        commitlog_dir = store.commitlog.queue.directory          # commitlog/ or dledger-<id>/data/
         info = {
             "profile": broker.profile.name,
             "seed": self.seed,

@@ -98,6 +98,9 @@ class Profile:
     consumer_offset_data_version: bool = False     # 5.x consumerOffset.json has dataVersion + groupTopicMap
     persists_op_topic_config: bool = False  # 5.x pre-creates RMQ_SYS_TRANS_OP_HALF_TOPIC in topics.json
     writes_lock_file: bool = True
+    # --- DLedger (Raft) CommitLog, enableDLegerCommitLog (4.5+): None = file mode --------------------------
+    dledger_self_id: Optional[str] = None          # dLegerSelfId: the log goes to dledger-<id>/data
+    dledger_index_file_size: int = 160 << 20       # DLedger's index file size (not a RocketMQ setting)
 
     # --------------------------------------------------------------------------------------------------------
     def with_(self, **changes) -> "Profile":

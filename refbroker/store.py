@@ -39,6 +39,7 @@ from typing import Callable, Optional
 
 from txlog_io import commitlog as CL
 from txlog_io import consumequeue as CQ
+from txlog_io import dledger as D
 from txlog_io.errors import UsageError
 from txlog_io.mappedfile import REDOLOG_TOPIC, offset_to_file_name
 from txlog_io.properties import java_string_hash, tags_code as tags_hash_code
@@ -227,6 +228,84 @@ class CommitLogWriter:
 
     def close(self) -> None:
         self.queue.close()
+
+
+class DLedgerLogWriter:
+    """DLedgerCommitLog + DLedgerMmapFileStore (dledger 0.3.1.2) in place of the CommitLog: each record is one
+    DLedger entry (``txlog_io.dledger.encode_entry``) whose PHYSICALOFFSET is ``pos + 48``; a file is closed
+    with the end marker ``[-1][bytes left]`` when ``entry + 8`` does not fit (MmapFileList.append); every
+    entry gets its index unit; flush/close persist ``checkpoint`` and ``currterm`` (+ .bak) as DLedger does.
+    Same interface as :class:`CommitLogWriter` (offsets and sizes are the message's, as RocketMQ reports them)."""
+
+    def __init__(self, dledger_dir: Path, file_size: int, index_file_size: int, self_id: str):
+        self.dir = Path(dledger_dir)
+        self.queue = MappedQueueWriter(self.dir / "data", file_size, min(COMMITLOG_BUFFER, file_size))
+        self.index = MappedQueueWriter(self.dir / "index", index_file_size, QUEUE_BUFFER)
+        self.self_id = self_id
+        self.term = 0                    # a single node re-elects itself in the term it persisted
+        self.next_index = 0
+        self.blank_count = 0
+
+    @property
+    def file_size(self) -> int:
+        return self.queue.file_size
+
+    def start(self, offset: int = 0) -> None:
+        self.queue.open_at(offset)
+        if not self.index.is_open:
+            self.index.open_at(self.next_index * D.INDEX_UNIT_SIZE)
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.position
+
+    def append(self, msg: CL.Message, torn_keep: Optional[int] = None) -> tuple:
+        """Write ``msg`` as the next entry; returns (physical offset of the message, record size, file name,
+        file position of the message).  ``torn_keep``: only the entry header and the first bytes of the record
+        reach the file (a torn tail); the next append overwrites it."""
+        q = self.queue
+        pos = q.position
+        data = CL.encode_record(msg, pos + D.ENTRY_HEADER_SIZE)
+        entry_size = D.ENTRY_HEADER_SIZE + len(data)
+        if entry_size + D.END_MARKER.size > q.file_size:
+            raise UsageError(f"a {entry_size}-byte entry cannot fit in a {q.file_size}-byte DLedger data "
+                             f"file")
+        if entry_size + D.END_MARKER.size > q.bytes_left:
+            q.write(D.encode_end_marker(q.bytes_left))
+            self.blank_count += 1
+            q.next_file()
+            pos = q.position
+            data = CL.encode_record(msg, pos + D.ENTRY_HEADER_SIZE)
+        entry = D.encode_entry(data, index=self.next_index, term=self.term, pos=pos)
+        file_name, file_pos = q.current_name, q.pos_in_file + D.ENTRY_HEADER_SIZE
+        unit = D.encode_index_unit(pos=pos, size=entry_size, index=self.next_index, term=self.term)
+        self.index.write_at(self.next_index * D.INDEX_UNIT_SIZE, unit)
+        if torn_keep is not None:
+            q.write(entry[:D.ENTRY_HEADER_SIZE + torn_keep])
+            q.flush()
+            q.open_at(pos)
+            return pos + D.ENTRY_HEADER_SIZE, len(data), file_name, file_pos
+        q.write(entry)
+        self.next_index += 1
+        return pos + D.ENTRY_HEADER_SIZE, len(data), file_name, file_pos
+
+    def _persist_state(self) -> None:
+        end = self.next_index - 1
+        for name, text in (("checkpoint", D.encode_checkpoint(end, end)),
+                           ("currterm", D.encode_currterm(self.self_id, self.term))):
+            (self.dir / name).write_bytes(text)
+            (self.dir / (name + ".bak")).write_bytes(text)
+
+    def flush(self) -> None:
+        self.queue.flush()
+        self.index.flush()
+        if self.dir.is_dir():
+            self._persist_state()
+
+    def close(self) -> None:
+        self.flush()
+        self.queue.close()
+        self.index.close()
 
 
 class UnitQueueWriter:
@@ -464,9 +543,14 @@ class MessageStore:
         self.cq_file_size = consumequeue_file_size or profile.mappedFileSizeConsumeQueue
         self.statetable_file_size = statetable_file_size or profile.tranStateTableMapedFileSize
         self.redolog_file_size = redolog_file_size or profile.tranRedoLogMapedFileSize
-        self.commitlog = CommitLogWriter(
-            self.root / "commitlog", self.commitlog_file_size, profile.blank_fill
-        )
+        if profile.dledger_self_id:
+            self.commitlog = DLedgerLogWriter(self.root / f"dledger-{profile.dledger_self_id}",
+                                              self.commitlog_file_size, profile.dledger_index_file_size,
+                                              profile.dledger_self_id)
+        else:
+            self.commitlog = CommitLogWriter(
+                self.root / "commitlog", self.commitlog_file_size, profile.blank_fill
+            )
         self.queues: "OrderedDict[tuple, ConsumeQueueWriter]" = OrderedDict()
         self.queue_next: dict = {}            # CommitLog.topicQueueTable: (topic, qid) -> next offset
         self.tran_state_table_offset = 0      # 3.x TransactionStateService.tranStateTableOffset
@@ -706,6 +790,7 @@ __all__ = [
     "PutResult",
     "DispatchRequest",
     "CommitLogWriter",
+    "DLedgerLogWriter",
     "UnitQueueWriter",
     "ConsumeQueueWriter",
     "StateTableWriter",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from txlog_io.commitlog_decode import decode_file
+from txlog_io.dledger import decode_log_range
 from txlog_io.config import decode_checkpoint, read_consumer_offsets
 from txlog_io.consumequeue import decode_consumequeue, decode_redolog, decode_statetable
 from txlog_io.mappedfile import REDOLOG_TOPIC, discover_store
@@ -99,8 +99,8 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
     # ---- CommitLog -----------------------------------------------------------------------------------------
     records: dict = {}
     body_damaged = [r for f in faults for r in (f.get("effects") or {}).get("body_damaged", [])]
-    for path in sorted((root / "commitlog").glob("*")) if (root / "commitlog").is_dir() else []:
-        for batch, anomalies in decode_file(str(path), with_body=True):
+    for path in [mf.path for mf in layout.commitlog]:          # commitlog/ or dledger-<id>/data/
+        for batch, anomalies in decode_log_range(str(path), with_body=True):
             for a in anomalies:
                 report.anomalies.append({"kind": a.kind, "file": _rel(root, a.file), "position": a.position,
                                          "detail": a.detail})

@@ -641,6 +641,9 @@ def resolve_profiles(scenario: Scenario, profile: Profile) -> tuple:
     start = get_profile(scenario.start_profile) if scenario.start_profile else final
     if scenario.profile_overrides and scenario.start_profile:
         start = start.with_(**scenario.profile_overrides)
+    if start is not final:          # the store's log layout (file mode or DLedger) does not change on upgrade
+        start = start.with_(dledger_self_id=final.dledger_self_id,
+                            dledger_index_file_size=final.dledger_index_file_size)
     return start, final
 
 

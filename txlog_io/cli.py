@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
-from txlog_io.commitlog_decode import ScanSummary, decode_range
+from txlog_io.commitlog_decode import ScanSummary
 from txlog_io.compression import decompress
+from txlog_io.dledger import decode_log_range
+from txlog_io.dledger_store import verify_dledger
 from txlog_io.errors import Anomaly, TxlogError, UsageError
 from txlog_io.mappedfile import MappedFile, discover_store, is_offset_name, list_mapped_files
 from txlog_io.progress import Progress
@@ -64,7 +66,9 @@ def _require(path: str) -> Path:
 
 
 def _looks_like_store(p: Path) -> bool:
-    return p.is_dir() and any((p / d).is_dir() for d in ("commitlog", "consumequeue", "transaction"))
+    return p.is_dir() and (any((p / d).is_dir() for d in ("commitlog", "consumequeue", "transaction"))
+                           or any(c.name.startswith("dledger-") and (c / "data").is_dir()
+                                  for c in p.iterdir()))
 
 
 def _commitlog_files(p: Path, out: _Out) -> list:
@@ -72,7 +76,9 @@ def _commitlog_files(p: Path, out: _Out) -> list:
         return [MappedFile(p, int(p.name) if is_offset_name(p.name) else 0, p.stat().st_size)]
     if _looks_like_store(p):
         layout = discover_store(p)
-        out.findings_out([a for a in layout.anomalies if a.source == "commitlog"])
+        out.findings_out([a for a in layout.anomalies
+                          if a.source in ("commitlog", "dledger", "dledger_index")])
+        out.findings_out(verify_dledger(layout))
         return list(layout.commitlog)
     files, anomalies = list_mapped_files(p, source="commitlog")
     out.findings_out(anomalies)
@@ -124,7 +130,7 @@ def _int_or(text: str, default: int = 0) -> int:
 def commitlog_records(path: str, *, with_body: bool = False, summary: Optional[ScanSummary] = None,
                       anomalies: Optional[list] = None) -> Iterator[dict]:
     """Every record of one CommitLog file as a dump dict (the public JSON contract)."""
-    for batch, found in decode_range(path, with_body=with_body, summary=summary):
+    for batch, found in decode_log_range(path, with_body=with_body, summary=summary):
         if anomalies is not None:
             anomalies.extend(found)
         for row in batch.to_pylist():
@@ -240,6 +246,7 @@ def dump_store(paths, out: _Out, with_body: bool) -> None:
             raise UsageError(f"not a RocketMQ store root (no commitlog/, consumequeue/ or transaction/): {p}")
         layout = discover_store(root)
         out.findings_out(layout.anomalies)
+        out.findings_out(verify_dledger(layout))
         for tag, fn in (("commitlog", lambda: _dump_files_commitlog(layout, out, with_body)),
                         ("consumequeue", lambda: dump_consumequeue([str(root / "consumequeue")], out)
                          if (root / "consumequeue").is_dir() else None),

@@ -1147,3 +1147,17 @@ def _tags_codes(tags: pa.Array) -> np.ndarray:
         for i in np.unique(rec[data >= 0x80]).tolist():
             codes[i] = P.java_string_hash(filled[i].as_py())
     return codes
+
+
+# ------------------------------------------------------------------------------------------- hook: dledger
+def decode_records_in(buf, positions: np.ndarray, *, file_pos: int, path: str, base_offset: int,
+                      with_body: bool = False, topics: Optional[Iterable[str]] = None,
+                      verify_crc: bool = True) -> Iterator[tuple]:
+    """Decode the records that start at ``positions`` (sorted, relative to ``buf``) of a chunk read from
+    ``path`` at file position ``file_pos``, each lying wholly inside the chunk, followed by at least 128 zero
+    bytes.  For framings that wrap records (txlog_io.dledger): the chunk it framed is decoded without a second
+    read.  Same results as ``decode_range`` (schema COMMITLOG, physical offset = base_offset + file
+    position)."""
+    topic_set = None if topics is None else pa.array(sorted(set(topics)), pa.string())
+    frame = Frame(buf, int(file_pos), np.asarray(positions, np.int64))
+    return _decode_frame(frame, str(path), int(base_offset), with_body, topic_set, verify_crc)

@@ -92,6 +92,10 @@ class AnomalyKind:
     BAD_FILE_HEADER = "BAD_FILE_HEADER"            # a file header that cannot be what the broker wrote
     BAD_INDEX_ENTRY = "BAD_INDEX_ENTRY"            # IndexFile entry or hash slot with an impossible value
     INDEX_INCOMPLETE = "INDEX_INCOMPLETE"          # an index may miss retained records: indexed mode scanned
+    DLEDGER_ENTRY_MISMATCH = "DLEDGER_ENTRY_MISMATCH"  # DLedger entry header vs itself / its record
+    DLEDGER_INDEX_MISMATCH = "DLEDGER_INDEX_MISMATCH"  # index unit vs entry; entry indexes not contiguous
+    DLEDGER_UNCOMMITTED = "DLEDGER_UNCOMMITTED"    # entries past the DLedger checkpoint's committedIndex
+    DLEDGER_REPLICA_DIFFERS = "DLEDGER_REPLICA_DIFFERS"  # a replica of the audited group differs from it
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,13 @@ Store layout (storePathRootDir):
   index/   config/{consumerOffset,topics,delayOffset}.json   checkpoint   abort   lock
 In 5.x RocksDB mode (storeType=defaultRocksDB) consumequeue/ holds a RocksDB database instead of queue
 directories; discovery flags that and lists no queues.
+
+DLedger mode (enableDLegerCommitLog, 4.5+; RocketMQ store/dledger/DLedgerCommitLog.java): the messages live in
+dledger-<selfId>/data/ (entries wrapping one record each, see txlog_io/dledger.py) with
+dledger-<selfId>/index/, checkpoint and currterm beside them, and usually no commitlog/ at all.  A store
+converted from file mode keeps its old commitlog/ below the dividing offset (= the first DLedger file's name):
+both read as one log, listed in ``StoreLayout.commitlog`` in offset order (``is_dledger_data_file`` tells the
+two kinds of file apart).
 """
 from __future__ import annotations
 
@@ -37,7 +44,8 @@ FILE_NAME_DIGITS = 20
 REDOLOG_TOPIC = "TRANSACTION_REDOLOG_TOPIC_XXXX"  # 3.1.4 TransactionStateService: redolog is this topic's queue 0
 
 # Fixed unit size per mapped-file source: names must be multiples of it (and so must file sizes).
-UNIT_SIZE_BY_SOURCE = {"consumequeue": 20, "redolog": 20, "statetable": 24}
+UNIT_SIZE_BY_SOURCE = {"consumequeue": 20, "redolog": 20, "statetable": 24, "dledger_index": 32}
+DLEDGER_PREFIX = "dledger-"
 
 PathLike = Union[str, os.PathLike]
 
@@ -182,6 +190,10 @@ class StoreLayout:
     checkpoint_path: Optional[Path] = None
     abort_present: bool = False                                   # last shutdown was not clean
     lock_path: Optional[Path] = None
+    dledger_dir: Optional[Path] = None                            # dledger-<selfId>/ (DLedger mode)
+    dledger_index: list = field(default_factory=list)             # [MappedFile] of dledger-<selfId>/index/
+    dledger_index_file_size: Optional[int] = None                 # inferred: DLedger stores it nowhere
+    dledger_divided_offset: Optional[int] = None                  # first DLedger offset; commitlog/ below it
     anomalies: list = field(default_factory=list)
 
     def all_mapped_files(self) -> list:
@@ -256,6 +268,68 @@ def _existing_config(config_dir: Path, name: str) -> Optional[Path]:
     return None
 
 
+def find_dledger_dir(root: Path) -> Optional[Path]:
+    """The store's ``dledger-<selfId>/`` holding a ``data/`` directory; several of them in one root are an
+    error (replicas of a group are separate stores: give each its own root)."""
+    found = sorted(Path(e.path) for e in os.scandir(root)
+                   if e.is_dir() and e.name.startswith(DLEDGER_PREFIX)
+                   and os.path.isdir(os.path.join(e.path, "data")))
+    if len(found) > 1:
+        raise UsageError(f"{root} holds several DLedger stores ({', '.join(p.name for p in found)}); give "
+                         f"each replica as its own store root")
+    return found[0] if found else None
+
+
+def _add_dledger(layout: StoreLayout, dledger_dir: Path) -> None:
+    """DLedger data files join ``layout.commitlog`` above the dividing offset (DLedgerCommitLog.recover)."""
+    anomalies = layout.anomalies
+    layout.dledger_dir = dledger_dir
+    data, found = list_mapped_files(dledger_dir / "data", source="dledger")
+    anomalies.extend(found)
+    legacy = layout.commitlog
+    if data:
+        divided = data[0].base_offset
+        layout.dledger_divided_offset = divided
+        for mf in legacy:
+            if mf.end_offset > divided:
+                anomalies.append(Anomaly(AnomalyKind.FILE_OVERLAP, str(mf.path), 0,
+                                         f"legacy CommitLog file reaches past the DLedger dividing offset "
+                                         f"{divided} (DLedger's log wins there; the file is not read)",
+                                         f"end <= {divided}",
+                                         str(mf.end_offset), "commitlog", mf.base_offset))
+        legacy = [mf for mf in legacy if mf.end_offset <= divided]
+        if legacy and legacy[-1].end_offset != divided:
+            gap = f"[{legacy[-1].end_offset}, {divided})"
+            anomalies.append(Anomaly(AnomalyKind.FILE_GAP, str(data[0].path), 0,
+                                     f"bytes {gap} between the legacy CommitLog and the DLedger log are missing",
+                                     str(legacy[-1].end_offset), str(divided),
+                                     "dledger", legacy[-1].end_offset))
+        layout.commitlog_file_size = infer_file_size(data)
+    layout.commitlog = legacy + data
+    layout.commitlog_dirs = list(layout.commitlog_dirs) + [dledger_dir / "data"]
+    index_dir = dledger_dir / "index"
+    if index_dir.is_dir():
+        layout.dledger_index, found = list_mapped_files(index_dir, source="dledger_index")
+        layout.dledger_index_file_size = infer_file_size(layout.dledger_index)
+        anomalies.extend(found)
+    elif data:
+        anomalies.append(Anomaly(AnomalyKind.MISSING_FILE, str(index_dir), 0, "DLedger store without its "
+                                 "index directory (DLedger cannot load it)", "a directory", "missing",
+                                 "dledger"))
+
+
+def message_log_kind(root: PathLike) -> Optional[str]:
+    """``commitlog``, ``dledger`` or ``converted`` (commitlog/ below dledger-*/data/): where a store root
+    keeps its messages; None when it has neither (its records cannot be read, whatever else is there).  Raises
+    UsageError for a root holding several dledger-*/data/ (see ``find_dledger_dir``)."""
+    root_path = Path(root)
+    plain = (root_path / "commitlog").is_dir()
+    dledger = find_dledger_dir(root_path) is not None     # several replicas in one root: UsageError
+    if plain and dledger:
+        return "converted"
+    return "dledger" if dledger else "commitlog" if plain else None
+
+
 def discover_store(root: PathLike, commitlog_dirs=None) -> StoreLayout:
     """Find every file of a broker store below `root` (storePathRootDir).
 
@@ -276,15 +350,19 @@ def discover_store(root: PathLike, commitlog_dirs=None) -> StoreLayout:
     consumequeue_dir = root_path / "consumequeue"
     if dirs is None:
         dirs = [default_commitlog] if default_commitlog.is_dir() else []
-    if not dirs and not consumequeue_dir.is_dir():
-        raise UsageError(f"{root_path} does not look like a RocketMQ store (no commitlog/ and no consumequeue/)")
+    dledger_dir = find_dledger_dir(root_path)
+    if not dirs and not consumequeue_dir.is_dir() and dledger_dir is None:
+        raise UsageError(f"{root_path} does not look like a RocketMQ store (no commitlog/, no "
+                         f"dledger-*/data/ and no consumequeue/)")
 
     layout.commitlog_dirs = dirs
     if dirs:
         layout.commitlog, found = list_mapped_files(dirs, source="commitlog")
         layout.commitlog_file_size = infer_file_size(layout.commitlog)
         anomalies.extend(found)
-    else:
+    if dledger_dir is not None:
+        _add_dledger(layout, dledger_dir)
+    elif not dirs:
         anomalies.append(Anomaly(AnomalyKind.MISSING_FILE, str(default_commitlog), 0,
                                  "store has consume queues but no commitlog directory", "a directory", "missing",
                                  "store"))
