@@ -418,9 +418,9 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                    ("audit_anomalies", arrow["anomalies"] if arrow else findings, AUDIT_ANOMALIES)]
         if "profiles" in names:
             outputs.append(("profiles", arrow["profiles"] if arrow else result.profiles, PROFILES))
-        store_files = pa.Table.from_pylist([dict(zip(STORE_FILES.names, r)) for r in file_prints],
-                                           schema=STORE_FILES.arrow_schema())      # driver-side write
-        outputs.append((STORE_FILES.name, store_files, STORE_FILES))
+        prints = pa.Table.from_pylist([dict(zip(STORE_FILES.names, r)) for r in file_prints],
+                                      schema=STORE_FILES.arrow_schema())      # driver-side write
+        outputs.append((STORE_FILES.name, prints, STORE_FILES))
         if options.include_bodies:
             outputs.append((BODIES_TABLE, bodies_frame(transactions, records), MESSAGE_BODIES))
         elif os.path.isdir(os.path.join(options.out, names.get(BODIES_TABLE, BODIES_TABLE), "_delta_log")):
