@@ -150,7 +150,7 @@ def _first_nonzero(reader: _Reader, pos: int, limit: int) -> Optional[int]:
             return None
         arr = np.frombuffer(block, np.uint8)
         if arr.any():
-            return pos + int(arr.argmax())
+            return pos + int((arr != 0).argmax())     # the FIRST non-zero byte, not the largest
         pos += len(block)
     return None
 
