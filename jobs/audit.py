@@ -386,6 +386,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             # (millions of rows on a busy broker) cost more than the whole indexed read
             side["consumequeue"] = persist(frames.transaction_queues if frames.transaction_queues is not None
                                            else frames.consumequeue)
+            persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
             records = persist(relevant_records(frames))
             with _phase(phases, "read.records"):
                 n_records = records.count()

@@ -2,7 +2,7 @@
 
     txlog-bench audit [--size-gb N] [--tx-share P] [--dir DIR] [--keep] [--sizes 1,2,4]
                       [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024]
-                      [--no-warmup]
+                      [--no-warmup] [--cold]
 
 Per size:
 
@@ -23,10 +23,13 @@ Per size:
 
 All three run in one SparkSession, after untimed warm-up audits (both modes) of a small store with the same
 mix, so JVM start-up, JIT compilation and the Python workers' imports are charged to neither mode
-(``--no-warmup`` skips it); the OS page cache is warm from the generation (the store is read from memory, like
-a re-run of the job would be).  Each audit's phase timings (plan, read -- split into read.records and
-read.anomalies, the second CommitLog pass of the decoder findings in full mode --, reconstruct, aggregate,
-write) are printed under the table.
+(``--no-warmup`` skips it).  That small store is then audited once more per mode, timed, in the same warm
+session: ``small_audit_s`` (the fixed cost of an audit: what a small store costs end to end).  The OS page
+cache is warm from the generation (the store is read from memory, like a re-run of the job would be) unless
+``--cold``: then ``sync; echo 3 > /proc/sys/vm/drop_caches`` runs before each timed scan and audit (root only;
+the JSON says ``"cold": false`` when it could not).  Each audit's phase timings (plan, read -- split into
+read.records and read.anomalies --, reconstruct, aggregate, write) are printed under the table and are in
+the JSON (``full_phases`` / ``indexed_phases``, seconds).
 
 Peak Python worker RSS: a sampler thread reads ``/proc`` every 0.2 s and takes, over every ``pyspark.daemon``
 / ``pyspark.worker`` process descended from this process (the local executor's Python workers: data-source
@@ -36,11 +39,12 @@ resident set, so short peaks between samples are not missed).  Linux only; 0 els
 Output: a table, then as the LAST line one JSON object::
 
     {"size_gb": ..., "tx_share": ..., "scan_s": ..., "full_s": ..., "indexed_s": ..., "full_over_scan": ...,
-     "full_over_indexed": ..., "peak_worker_rss_mb": ...}
+     "full_over_indexed": ..., "peak_worker_rss_mb": ..., "full_phases": {...}, "indexed_phases": {...},
+     "small_audit_s": {"full": ..., "indexed": ...} or null, "cold": true|false}
 
 With several ``--sizes`` every size is measured in turn (one session) and the last line is
 ``{"sizes_gb": [...], "runs": [<one object as above per size>], "full_s_per_gb": [...], "indexed_s_per_gb":
-[...]}`` (linearity: per-GiB times should stay flat).
+[...], "small_audit_s": ..., "cold": ...}`` (linearity: per-GiB times should stay flat).
 """
 from __future__ import annotations
 
@@ -86,13 +90,17 @@ class BenchRun:
     full_phases: dict
     indexed_phases: dict
     states: dict
+    small_audit_s: Optional[dict] = None    # the warm-up store's audit per mode, timed (None: --no-warmup)
+    cold: bool = False                      # the page cache was dropped before each timed run
 
     def line(self) -> dict:
         return {"size_gb": self.size_gb, "tx_share": self.tx_share, "scan_s": round(self.scan_s, 2),
                 "full_s": round(self.full_s, 2), "indexed_s": round(self.indexed_s, 2),
                 "full_over_scan": round(self.full_over_scan, 2),
                 "full_over_indexed": round(self.full_over_indexed, 2),
-                "peak_worker_rss_mb": round(self.peak_worker_rss_mb, 1)}
+                "peak_worker_rss_mb": round(self.peak_worker_rss_mb, 1),
+                "full_phases": self.full_phases, "indexed_phases": self.indexed_phases,
+                "small_audit_s": self.small_audit_s, "cold": self.cold}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -217,18 +225,44 @@ def calibrate(tx_share: float, msg_bytes: int, workdir: Path) -> float:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def warm_up(spark, tx_share: float, msg_bytes: int, workdir: Path, log=print) -> float:
+def warm_up(spark, tx_share: float, msg_bytes: int, workdir: Path, log=print, cold: bool = False) -> dict:
     """Audit a small store in both modes (not timed into the results): the JVM compiles the plans' code paths
-    and the Python workers import their modules once, so neither measured mode pays that warm-up."""
+    and the Python workers import their modules once, so neither measured mode pays that warm-up.  Then audit
+    it once more per mode, timed: -> {"full": s, "indexed": s, "full_phases": {...}, "indexed_phases": {...}}
+    (the small-store cost of a warm session)."""
     t0 = time.monotonic()
+    small: dict = {}
     try:
         store, _ = calibration_store(tx_share, msg_bytes, workdir / "store")
         for mode in ("full", "indexed"):
             timed_audit(spark, store, workdir / f"out-{mode}", mode)
+        for mode in ("full", "indexed"):
+            drop_page_cache(cold)
+            seconds, summary = timed_audit(spark, store, workdir / f"out-{mode}", mode)
+            small[mode] = round(seconds, 2)
+            small[f"{mode}_phases"] = _phases(summary)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    log(f"warm-up audits of a {CALIBRATION_MESSAGES}-message store: {time.monotonic() - t0:.1f} s")
-    return time.monotonic() - t0
+    log(f"warm-up audits of a {CALIBRATION_MESSAGES}-message store: {time.monotonic() - t0:.1f} s; timed: "
+        f"full {small.get('full')} s, indexed {small.get('indexed')} s")
+    return small
+
+
+def drop_page_cache(wanted: bool) -> bool:
+    """``sync; echo 3 > /proc/sys/vm/drop_caches`` when ``wanted``; whether the cache was dropped."""
+    if not wanted:
+        return False
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as fh:
+            fh.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def _phases(summary) -> dict:
+    return {k: round(v, 2) for k, v in summary.phases.items() if not k.startswith("write.")}
 
 
 def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int, base: Path, keep: bool):
@@ -273,7 +307,7 @@ def timed_audit(spark, store: Path, out: Path, mode: str):
 
 
 def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool, msg_bytes: int,
-               file_mb: int, log=print) -> BenchRun:
+               file_mb: int, log=print, cold: bool = False) -> BenchRun:
     base = workdir / f"store-{size_gb:g}gb-p{tx_share:g}"
     log(f"[{size_gb:g} GiB] generating the store under {base} ...")
     store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep)
@@ -283,11 +317,15 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         f"({gen['transactions']} transactions) in {gen_s:.0f} s; scanning ...")
     for d in ("out-full", "out-indexed"):
         shutil.rmtree(base / d, ignore_errors=True)
+    dropped = []
     with RssSampler() as rss:
+        dropped.append(drop_page_cache(cold))
         scan_bytes, scan_s = jvm_scan(spark, str(commitlog))
         log(f"[{size_gb:g} GiB] scan {scan_bytes / GIB:.2f} GiB in {scan_s:.1f} s; audit full ...")
+        dropped.append(drop_page_cache(cold))
         full_s, full = timed_audit(spark, store, base / "out-full", "full")
         log(f"[{size_gb:g} GiB] full {full_s:.1f} s; audit indexed ...")
+        dropped.append(drop_page_cache(cold))
         indexed_s, indexed = timed_audit(spark, store, base / "out-indexed", "indexed")
         log(f"[{size_gb:g} GiB] indexed {indexed_s:.1f} s")
     if full.states != indexed.states:
@@ -302,9 +340,8 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         full_over_scan=full_s / scan_s if scan_s > 0 else math.inf,
         full_over_indexed=full_s / indexed_s if indexed_s > 0 else math.inf,
         peak_worker_rss_mb=rss.peak_mb,
-        full_phases={k: round(v, 2) for k, v in full.phases.items() if not k.startswith("write.")},
-        indexed_phases={k: round(v, 2) for k, v in indexed.phases.items() if not k.startswith("write.")},
-        states=dict(full.states))
+        full_phases=_phases(full), indexed_phases=_phases(indexed),
+        states=dict(full.states), cold=all(dropped))
 
 
 def format_table(runs: Sequence[BenchRun]) -> str:
@@ -320,6 +357,11 @@ def format_table(runs: Sequence[BenchRun]) -> str:
                      f"{r.peak_worker_rss_mb:>12.0f} MB")
     for r in runs:
         lines.append(f"  {r.size_gb:g} GiB phases: full {r.full_phases}; indexed {r.indexed_phases}")
+    if runs and runs[0].small_audit_s:
+        s = runs[0].small_audit_s
+        lines.append(f"  small store ({CALIBRATION_MESSAGES} messages), warm session: full {s['full']} s "
+                     f"{s['full_phases']}; indexed {s['indexed']} s {s['indexed_phases']}")
+    lines.append(f"  page cache: {'dropped before each timed run' if runs and all(r.cold for r in runs) else 'warm'}")
     return "\n".join(lines)
 
 
@@ -328,7 +370,9 @@ def result_line(runs: Sequence[BenchRun]) -> dict:
         return runs[0].line()
     return {"sizes_gb": [r.size_gb for r in runs], "runs": [r.line() for r in runs],
             "full_s_per_gb": [round(r.full_s / r.commitlog_gib, 2) for r in runs],
-            "indexed_s_per_gb": [round(r.indexed_s / r.commitlog_gib, 2) for r in runs]}
+            "indexed_s_per_gb": [round(r.indexed_s / r.commitlog_gib, 2) for r in runs],
+            "small_audit_s": runs[0].small_audit_s if runs else None,
+            "cold": all(r.cold for r in runs) if runs else False}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -353,7 +397,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--file-mb", type=int, default=1024, help="CommitLog file size in MiB (default 1024)")
     p.add_argument("--no-warmup", action="store_true",
                    help="skip the untimed warm-up audits of a small store (then the first mode measured pays "
-                        "the JVM's and the workers' warm-up)")
+                        "the JVM's and the workers' warm-up; no small_audit_s)")
+    p.add_argument("--cold", action="store_true",
+                   help="drop the OS page cache before each timed run (sync; echo 3 > /proc/sys/vm/drop_caches, "
+                        "needs root; the JSON says whether it could)")
     return p
 
 
@@ -390,12 +437,14 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
         print(msg, file=sys.stderr, flush=True)
 
     runs: List[BenchRun] = []
+    small = None
     try:
         if not args.no_warmup:
-            warm_up(spark, args.tx_share, args.msg_bytes, workdir / ".warmup", log=log)
+            small = warm_up(spark, args.tx_share, args.msg_bytes, workdir / ".warmup", log=log, cold=args.cold)
         for size in sizes:
             runs.append(bench_size(spark, size, args.tx_share, workdir, args.keep, args.msg_bytes,
-                                   args.file_mb, log=log))
+                                   args.file_mb, log=log, cold=args.cold))
+            runs[-1].small_audit_s = small
             if not args.keep:
                 shutil.rmtree(workdir / f"store-{size:g}gb-p{args.tx_share:g}", ignore_errors=True)
     finally:

@@ -11,7 +11,10 @@ column first (schemas: :mod:`schemas.sources`, i.e. ``broker`` + the :mod:`schem
   :class:`UnitFiles` partitions;
 * ``rocketmq_consumer_offsets``: ``txlog_io.config.read_consumer_offsets``; one :class:`StoreFiles` per store;
 * ``rocketmq_anomalies``: the anomalies of all of the above plus store discovery (``mappedfile``), over the
-  union of the same partitions.
+  union of the same partitions;
+* ``rocketmq_txscan`` (internal, what ``full`` audit mode reads): ONE pass over the same CommitLog ranges
+  yielding the transaction-relevant records *and* the CommitLog findings as rows of
+  ``schemas.sources.TX_SCAN_SOURCE``; ordinary records are framed and checked but never become rows.
 
 Options are parsed once, on the driver, into :class:`jobs.options.SourceOptions`: ``DataSource.schema()`` runs
 first and keeps the result on the data source instance, which Spark pickles into the plan; ``reader()`` reuses
@@ -88,6 +91,7 @@ CONSUMER_OFFSETS_FORMAT = "rocketmq_consumer_offsets"
 ANOMALIES_FORMAT = "rocketmq_anomalies"
 FORMATS = (COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT, STATETABLE_FORMAT, REDOLOG_FORMAT, CONSUMER_OFFSETS_FORMAT,
            ANOMALIES_FORMAT)
+TX_SCAN_FORMAT = "rocketmq_txscan"
 
 #: columns whose EqualTo/In filters each format handles itself
 PUSHABLE_COLUMNS = {
@@ -97,6 +101,7 @@ PUSHABLE_COLUMNS = {
     REDOLOG_FORMAT: ("broker",),
     CONSUMER_OFFSETS_FORMAT: ("broker",),
     ANOMALIES_FORMAT: ("broker",),
+    TX_SCAN_FORMAT: ("broker",),
 }
 
 ANOMALY_FLUSH_ROWS = 8192
@@ -236,7 +241,8 @@ def plan_partitions(fmt: str, opts: SourceOptions, brokers: Optional[frozenset] 
     reuse a listing the caller already made.
     """
     want = {
-        "commitlog": fmt == COMMITLOG_FORMAT or (fmt == ANOMALIES_FORMAT and "commitlog" in opts.sources),
+        "commitlog": fmt in (COMMITLOG_FORMAT, TX_SCAN_FORMAT)
+        or (fmt == ANOMALIES_FORMAT and "commitlog" in opts.sources),
         "consumequeue": fmt == CONSUMEQUEUE_FORMAT
         or (fmt == ANOMALIES_FORMAT and "consumequeue" in opts.sources),
         "statetable": fmt == STATETABLE_FORMAT or (fmt == ANOMALIES_FORMAT and "statetable" in opts.sources),
@@ -368,6 +374,10 @@ class StoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.fmt == ANOMALIES_FORMAT:
             return self._read_anomalies(partition)
+        if self.fmt == TX_SCAN_FORMAT:
+            return tx_scan_batches(partition.broker, partition.path, partition.base_offset, partition.start,
+                                   partition.end, self.opts.include_bodies) \
+                if isinstance(partition, CommitLogRange) else iter(())
         if isinstance(partition, CommitLogRange):
             return self._read_commitlog(partition)
         if isinstance(partition, UnitFiles):
@@ -426,6 +436,50 @@ class StoreReader(DataSourceReader):
         elif isinstance(p, StoreFiles):
             found = iter(_store_anomalies(p, self.opts.sources))
             yield from _anomaly_batches(p.broker, found, "store", p.root)
+
+
+_TX_SCAN_TARGET = SOURCE_TABLES[TX_SCAN_FORMAT].arrow_schema()
+_RECORD_NAMES = COMMITLOG.arrow_schema().names
+_ANOMALY_NAMES = [f.name for f in _ANOMALY_TARGET][1:]
+
+
+def tx_scan_rows(broker: str, records: Optional[pa.RecordBatch] = None,
+                 anomalies: Optional[pa.RecordBatch] = None) -> pa.RecordBatch:
+    """COMMITLOG rows or ``broker`` + ANOMALIES rows as ``TX_SCAN_SOURCE`` rows (the other half null)."""
+    from schemas.sources import TX_SCAN_ANOMALY, TX_SCAN_RECORD
+
+    n = records.num_rows if records is not None else anomalies.num_rows
+    kind = TX_SCAN_RECORD if records is not None else TX_SCAN_ANOMALY
+    cols = [pa.repeat(pa.scalar(broker, pa.string()), n), pa.repeat(pa.scalar(kind, pa.string()), n)]
+    for f in _TX_SCAN_TARGET:
+        if f.name in ("broker", "row_kind"):
+            continue
+        if f.name.startswith("anomaly_") and f.name[8:] in _ANOMALY_NAMES:
+            cols.append(anomalies.column(f.name[8:]) if anomalies is not None else pa.nulls(n, f.type))
+        else:
+            cols.append(records.column(f.name) if records is not None else pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=_TX_SCAN_TARGET)
+
+
+def tx_scan_batches(broker: str, path: str, base_offset: int, start: int, end: int, with_body: bool,
+                    keep=None) -> Iterator[pa.RecordBatch]:
+    """One pass over ``[start, end)`` of a CommitLog file: its transaction-relevant records and its findings
+    as ``TX_SCAN_SOURCE`` rows.  ``keep(batch) -> mask``: a further row filter (indexed mode's gap scan)."""
+    from txlog_io.dledger import decode_log_range as decode_range   # CommitLog or DLedger data file
+
+    pending: list = []
+    for batch, anomalies in decode_range(path, base_offset=base_offset, start=start, end=end,
+                                         with_body=with_body, tx_relevant=True):
+        if keep is not None and batch.num_rows:
+            batch = batch.filter(keep(batch))
+        if batch.num_rows:
+            yield tx_scan_rows(broker, records=batch)
+        pending.extend(anomalies)
+        if len(pending) >= ANOMALY_FLUSH_ROWS:
+            yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, pending, "commitlog", path))
+            pending = []
+    if pending:
+        yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, pending, "commitlog", path))
 
 
 def _anomaly_batches(broker: str, anomalies: Iterator[Anomaly], default_source: str,
@@ -535,8 +589,12 @@ class AnomaliesSource(_RocketMQSource):
     FORMAT = ANOMALIES_FORMAT
 
 
+class TxScanSource(_RocketMQSource):
+    FORMAT = TX_SCAN_FORMAT
+
+
 SOURCES = (CommitLogSource, ConsumeQueueSource, StateTableSource, RedoLogSource, ConsumerOffsetsSource,
-           AnomaliesSource)
+           AnomaliesSource, TxScanSource)
 
 
 _REGISTERED: "weakref.WeakSet" = weakref.WeakSet()
@@ -554,4 +612,5 @@ def register(spark) -> None:
 __all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "UnitSlice", "UnitFiles", "StoreFiles",
            "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch",
            "prepend_broker", "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT",
-           "STATETABLE_FORMAT", "REDOLOG_FORMAT", "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT"]
+           "STATETABLE_FORMAT", "REDOLOG_FORMAT", "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT", "TX_SCAN_FORMAT",
+           "tx_scan_batches", "tx_scan_rows"]

@@ -58,6 +58,7 @@ FORMAT_KEYS = {
     "rocketmq_redolog": frozenset(),
     "rocketmq_consumer_offsets": frozenset(),
     "rocketmq_anomalies": frozenset({"sources"}),
+    "rocketmq_txscan": frozenset({"include_bodies"}),
 }
 
 _TRUE = {"true", "1", "yes", "on"}

@@ -10,9 +10,15 @@ caller that uses a frame several times may ``.cache()`` it.
 Modes
 -----
 ``full``
-    ``commitlog`` is the whole CommitLog of every store (``rocketmq_commitlog``, byte ranges of
-    ``split_bytes``); ``anomalies`` is ``rocketmq_anomalies`` with every decoder (CommitLog ranges, consume
-    queues, statetable, redolog, consumerOffset.json, store discovery).
+    Every CommitLog byte is read, framed and checked ONCE: ``scan`` is ``rocketmq_txscan`` over byte ranges
+    of ``split_bytes`` of every CommitLog file, and yields both the transaction-relevant records (transaction
+    type not NOT, magic V2, or a half / op / discard topic: what the reconstruction reads, see
+    ``txlog_io.commitlog_kernels.relevant``) and the CommitLog findings; ordinary records are counted and
+    checked but never become rows.  ``commitlog`` is the record half of ``scan``; ``anomalies`` is its
+    finding half plus ``rocketmq_anomalies`` of the other decoders (consume queues, statetable, redolog,
+    consumerOffset.json, store discovery).  A caller that uses both should persist ``scan`` (the audit
+    does), else each of them re-reads the CommitLog.  ``spark.read.format("rocketmq_commitlog")`` still
+    gives every record.
 
 ``indexed`` (default)
     ``commitlog`` holds only the transaction-relevant records, fetched by position with
@@ -45,7 +51,8 @@ Modes
        ordinary tail is an ``INDEX_INCOMPLETE`` anomaly naming the reason and the range, so the difference
        from ``full`` is reported, not silent.
 
-    A record reachable several ways is read once.  Not reachable in this mode: COMMIT-typed consumer-retry
+    The gap ranges are scanned by the same one-pass reader as ``full`` mode (``scan``: records and findings
+    of one pass).  A record reachable several ways is read once.  Not reachable in this mode: COMMIT-typed consumer-retry
     copies in ``SCHEDULE_TOPIC_XXXX`` / ``%RETRY%*`` (not transaction records; the broker keeps the sys_flag
     on retry), a record whose consume-queue unit was damaged to point elsewhere (its unit is a
     ``CQ_ENTRY_MISMATCH``), and orphans in the middle of a healthy-looking index (``full`` finds those).
@@ -76,10 +83,12 @@ import pyarrow as pa
 
 from jobs.datasources import (
     ANOMALIES_FORMAT, COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT,
-    STATETABLE_FORMAT, anomalies_batch, prepend_broker, register,
+    STATETABLE_FORMAT, TX_SCAN_FORMAT, anomalies_batch, prepend_broker, register, tx_scan_batches,
 )
 from jobs.options import DEFAULT_SPLIT_BYTES, OptionError, SourceOptions, parse_options
-from schemas.sources import SOURCE_TABLES
+from schemas.sources import (
+    ANOMALIES_SOURCE, ANOMALY_PREFIX, COMMITLOG_SOURCE, SOURCE_TABLES, TX_SCAN_ANOMALY, TX_SCAN_RECORD,
+)
 from schemas.store import COMMITLOG
 from txlog_io.errors import Anomaly, AnomalyKind
 
@@ -131,6 +140,9 @@ class StoreFrames:
     #: the consumequeue rows of the half / op / discard topics only (read with file pruning by topic): all the
     #: reconstruction needs of the consume queues (with layout_info for "the store has consume queues")
     transaction_queues: object = None
+    #: the one-pass CommitLog scan (``rocketmq_txscan`` rows) ``commitlog`` and ``anomalies`` partly derive
+    #: from (full mode; indexed mode: its gap scan); None when there is none.  Persist it to read once.
+    scan: object = None
 
 
 def has_transaction_index(store: StoreInfo) -> bool:
@@ -219,9 +231,12 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     consumer_offsets = read(CONSUMER_OFFSETS_FORMAT)
     # the transaction queues alone (file pruning by topic): small, and read by several branches below
     tx_queues = read(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS))
+    scan = None
     if mode == "full":
-        commitlog = read(COMMITLOG_FORMAT, include_bodies=str(bool(include_bodies)).lower())
-        anomalies = read(ANOMALIES_FORMAT)
+        scan = read(TX_SCAN_FORMAT, include_bodies=str(bool(include_bodies)).lower())
+        commitlog, scan_findings = split_tx_scan(scan)
+        anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
+            .unionByName(scan_findings)
     else:
         commitlog, positions = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts,
                                                  tx_queues=tx_queues)
@@ -242,9 +257,9 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             # a record both fetched and scanned (gaps overlap the indexed ranges) is the same decoded row, and
             # its findings the same rows: de-duplicated after the union (a join against the fetched positions
             # instead would recompute the whole fetch plan)
-            scanned = scan_cells(spark, gaps, scanned_stores, opts, emit="records")
+            scan = scan_cells(spark, gaps, scanned_stores, opts)
+            scanned, scan_findings = split_tx_scan(scan)
             commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
-            scan_findings = scan_cells(spark, gaps, scanned_stores, opts, emit="anomalies")
             anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
     if replica_findings:
         rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
@@ -253,7 +268,37 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         anomalies = anomalies.unionByName(extra)
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
-                       transaction_queues=tx_queues)
+                       transaction_queues=tx_queues, scan=scan)
+
+
+#: non-null stand-ins per Spark type name, only ever evaluated for a row of the other kind (filtered out)
+_ZERO = {"string": "''", "bigint": "0L", "int": "0", "tinyint": "0Y", "smallint": "0S", "boolean": "false",
+         "binary": "X''", "map<string,string>": "map()"}
+
+
+def _exact(df, table, prefix: str = ""):
+    """``df``'s columns (named ``prefix`` + name, ``broker`` as is) as ``table``'s exact Spark schema: the
+    union table's columns are all nullable, so a required column is coalesced with a typed zero (a plan-only
+    change: it restores nullability and column comments, no row is changed)."""
+    from pyspark.sql import functions as F
+
+    cols = []
+    for f in table.spark_schema().fields:
+        col = F.col(f.name if f.name == "broker" else prefix + f.name)
+        if not f.nullable:
+            zero = F.expr(_ZERO[f.dataType.simpleString()])
+            col = F.coalesce(col, zero.cast(f.dataType) if f.dataType.simpleString().startswith("map") else zero)
+        cols.append(col.alias(f.name, metadata=f.metadata))
+    return df.select(*cols)
+
+
+def split_tx_scan(scan):
+    """(records [broker + COMMITLOG], findings [broker + ANOMALIES]) of a ``rocketmq_txscan`` frame."""
+    from pyspark.sql import functions as F
+
+    kind = F.col("row_kind")
+    return (_exact(scan.where(kind == TX_SCAN_RECORD), COMMITLOG_SOURCE),
+            _exact(scan.where(kind == TX_SCAN_ANOMALY), ANOMALIES_SOURCE, ANOMALY_PREFIX))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -535,12 +580,12 @@ def gap_findings(gaps):
         c("start").alias("physical_offset"))
 
 
-def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions, emit: str):
+def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions):
     """Scan the CommitLog ranges of ``gaps``, cut at file and ``split_bytes`` boundaries into pieces (a range
     owns the records that start in it, so the pieces of one range read each record once; records of
-    overlapping gaps are de-duplicated by the caller).  ``emit="records"``: the transaction-relevant records
-    (transaction type not NOT, or a transaction system topic; broker + COMMITLOG); ``"anomalies"``: the
-    decoder's findings in those pieces (broker + ANOMALIES)."""
+    overlapping gaps are de-duplicated by the caller).  One pass per piece yields ``rocketmq_txscan`` rows
+    (:func:`split_tx_scan`): the transaction-relevant records (transaction type not NOT, or a transaction
+    system topic) and the decoder's findings in those pieces."""
     from pyspark.sql import functions as F
 
     c = F.col
@@ -561,39 +606,28 @@ def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions, emit
              .distinct())
     n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // split))
     cells = cells.repartition(min(n_parts, 4 * spark.sparkContext.defaultParallelism), "path", "start")
-    table = COMMITLOG_FORMAT if emit == "records" else ANOMALIES_FORMAT
-    return cells.mapInArrow(_ScanCells(opts.include_bodies, emit), SOURCE_TABLES[table].spark_schema())
+    return cells.mapInArrow(_ScanCells(opts.include_bodies), SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
 
 
 class _ScanCells:
-    """mapInArrow body of ``scan_cells``: ``decode_range`` per (path, base_offset, start, end) row."""
+    """mapInArrow body of ``scan_cells``: one ``tx_scan_batches`` pass per (path, base_offset, start, end)."""
 
-    def __init__(self, with_body: bool, emit: str):
-        self.with_body = with_body if emit == "records" else False
-        self.emit = emit
+    def __init__(self, with_body: bool):
+        self.with_body = with_body
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
-        from txlog_io.dledger import decode_log_range as decode_range   # CommitLog or DLedger data file
 
-        inner, target = COMMITLOG.arrow_schema(), SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema()
         system = pa.array(TX_SYSTEM_TOPICS, pa.string())
+
+        def keep(batch):        # what indexed mode promises: no magic-V2-only ordinary records
+            return pc.or_(pc.not_equal(batch.column("transaction_type"), "NOT"),
+                          pc.is_in(batch.column("topic"), system))
+
         for cells in batches:
             for cell in cells.to_pylist():
-                found: list = []
-                for batch, anomalies in decode_range(cell["path"], base_offset=cell["base_offset"],
-                                                     start=cell["start"], end=cell["end"],
-                                                     with_body=self.with_body):
-                    if self.emit != "records":
-                        found.extend(anomalies)
-                        continue
-                    keep = pc.or_(pc.not_equal(batch.column("transaction_type"), "NOT"),
-                                  pc.is_in(batch.column("topic"), system))
-                    batch = batch.filter(keep)
-                    if batch.num_rows:
-                        yield prepend_broker(batch, cell["broker"], inner, target)
-                if found:
-                    yield anomalies_batch(cell["broker"], found, "commitlog", cell["path"])
+                yield from tx_scan_batches(cell["broker"], cell["path"], cell["base_offset"], cell["start"],
+                                           cell["end"], self.with_body, keep)
 
 
 def commitlog_files_frame(spark, info: Sequence[StoreInfo]):
@@ -713,4 +747,4 @@ class _FetchAt:
 
 __all__ = ["load_store_frames", "StoreFrames", "StoreInfo", "indexed_commitlog", "fetch_records",
            "fetch_anomalies", "has_transaction_index", "index_gaps", "scan_cells", "gap_findings",
-           "commitlog_files_frame", "TX_SYSTEM_TOPICS", "MODES"]
+           "commitlog_files_frame", "split_tx_scan", "TX_SYSTEM_TOPICS", "MODES"]

@@ -28,6 +28,19 @@ REDOLOG_SOURCE = with_broker(REDOLOG)
 CONSUMER_OFFSETS_SOURCE = with_broker(CONSUMER_OFFSETS)
 ANOMALIES_SOURCE = with_broker(ANOMALIES)
 
+#: ``rocketmq_txscan``: ONE pass over CommitLog ranges yields both the transaction-relevant records and the
+#: decoder's findings, as rows of this union table (``row_kind`` says which half is set; every other column
+#: nullable).  ``jobs.store_frames`` splits it back into COMMITLOG_SOURCE and ANOMALIES_SOURCE rows.
+TX_SCAN_RECORD, TX_SCAN_ANOMALY = "record", "anomaly"
+ANOMALY_PREFIX = "anomaly_"
+TX_SCAN_SOURCE = Table.of("txscan", [
+    BROKER,
+    Column("row_kind", pa.string(), False, f"'{TX_SCAN_RECORD}' (COMMITLOG columns set) or '{TX_SCAN_ANOMALY}' "
+                                           f"(the {ANOMALY_PREFIX}* columns set)"),
+    *(Column(c.name, c.type, True, c.comment) for c in COMMITLOG.columns),
+    *(Column(ANOMALY_PREFIX + c.name, c.type, True, c.comment) for c in ANOMALIES.columns),
+], "Transaction-relevant CommitLog records and decoder findings of one pass")
+
 #: Spark format name -> row schema of that data source
 SOURCE_TABLES = {
     "rocketmq_commitlog": COMMITLOG_SOURCE,
@@ -36,7 +49,9 @@ SOURCE_TABLES = {
     "rocketmq_redolog": REDOLOG_SOURCE,
     "rocketmq_consumer_offsets": CONSUMER_OFFSETS_SOURCE,
     "rocketmq_anomalies": ANOMALIES_SOURCE,
+    "rocketmq_txscan": TX_SCAN_SOURCE,
 }
 
 __all__ = ["BROKER", "with_broker", "SOURCE_TABLES", "COMMITLOG_SOURCE", "CONSUMEQUEUE_SOURCE",
-           "STATETABLE_SOURCE", "REDOLOG_SOURCE", "CONSUMER_OFFSETS_SOURCE", "ANOMALIES_SOURCE"]
+           "STATETABLE_SOURCE", "REDOLOG_SOURCE", "CONSUMER_OFFSETS_SOURCE", "ANOMALIES_SOURCE",
+           "TX_SCAN_SOURCE", "TX_SCAN_RECORD", "TX_SCAN_ANOMALY", "ANOMALY_PREFIX"]

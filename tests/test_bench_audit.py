@@ -52,10 +52,13 @@ def _run(size=1.0):
 def test_result_line_single_and_sizes():
     one = B.result_line([_run()])
     assert list(one) == ["size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
-                         "full_over_indexed", "peak_worker_rss_mb"]
+                         "full_over_indexed", "peak_worker_rss_mb", "full_phases", "indexed_phases",
+                         "small_audit_s", "cold"]
+    assert one["full_phases"] == {"read": 1.0} and one["cold"] is False
     many = B.result_line([_run(1.0), _run(2.0)])
     assert many["sizes_gb"] == [1.0, 2.0] and len(many["runs"]) == 2
     assert many["full_s_per_gb"] == [8.0, 8.0]
+    assert many["small_audit_s"] is None and many["cold"] is False
     assert "full/scan" in B.format_table([_run()])
 
 
@@ -68,10 +71,65 @@ def test_tiny_bench_run(spark, tmp_path, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     last = json.loads(out[-1])
     assert set(last) == {"size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
-                         "full_over_indexed", "peak_worker_rss_mb"}
+                         "full_over_indexed", "peak_worker_rss_mb", "full_phases", "indexed_phases",
+                         "small_audit_s", "cold"}
+    assert last["small_audit_s"] is None and last["cold"] is False     # --no-warmup, no --cold
+    assert {"plan", "read", "reconstruct", "write"} <= set(last["full_phases"])
     assert last["size_gb"] == 0.004 and last["tx_share"] == 0.02
     assert last["scan_s"] > 0 and last["full_s"] > 0 and last["indexed_s"] > 0
     assert last["peak_worker_rss_mb"] > 0
     r = runs[0]
     assert r.commitlog_gib > 0 and r.transactions > 0 and sum(r.states.values()) == r.transactions
     assert not any(tmp_path.iterdir())                    # not --keep: the store and outputs are gone
+
+
+def test_warm_up_times_the_small_store_in_both_modes(spark, tmp_path, monkeypatch):
+    """small_audit_s: the warm-up store audited again, timed, per mode (a tiny store here)."""
+    monkeypatch.setattr(B, "CALIBRATION_MESSAGES", 60)
+    small = B.warm_up(spark, 0.1, 256, tmp_path / "w", log=lambda m: None)
+    assert small["full"] > 0 and small["indexed"] > 0
+    assert {"plan", "read", "reconstruct", "write"} <= set(small["full_phases"]) and small["indexed_phases"]
+    assert not (tmp_path / "w").exists()
+
+
+def test_drop_page_cache_says_whether_it_could(monkeypatch):
+    """Without dropping anything for real (the machine is shared): what was written where, and the failure."""
+    import builtins
+    import io
+
+    written = {}
+
+    class Sink(io.StringIO):
+        def close(self):
+            written["value"] = self.getvalue()
+
+    def fake_open(path, mode="r", *a, **k):
+        if path != "/proc/sys/vm/drop_caches":
+            raise AssertionError(path)
+        written["path"] = path
+        return Sink()
+
+    assert B.drop_page_cache(False) is False
+    monkeypatch.setattr(B.os, "sync", lambda: None)
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert B.drop_page_cache(True) is True and written == {"path": "/proc/sys/vm/drop_caches", "value": "3\n"}
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(builtins, "open", denied)
+    assert B.drop_page_cache(True) is False
+
+
+def test_bench_cli_dispatch(capsys):
+    from jobs import bench_cli
+
+    assert bench_cli.main(["nonsense"]) == 2
+    assert "unknown command 'nonsense'" in capsys.readouterr().err
+    try:
+        import txlog_io.fuzz  # noqa: F401
+    except ModuleNotFoundError:
+        assert bench_cli.main(["fuzz"]) == 2
+        assert "'fuzz' is not available" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        bench_cli.main(["audit", "--sizes", "x"])
+    assert "--sizes" in str(e.value)

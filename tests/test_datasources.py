@@ -407,9 +407,35 @@ def test_indexed_equals_full_for_transaction_records(rs, commitlog_tables):
         ("rocketmq-3.1.4", False, 1), ("rocketmq-4.9.8", True, 0), ("rocketmq-5.3.3", True, 0)]
 
 
+def transaction_relevant_full(full: pa.Table) -> int:
+    """How many rows full mode keeps (independently of the kernel): system topics, non-NOT types, magic V2."""
+    keep = pc.or_(pc.or_(pc.is_in(full.column("topic"), pa.array(list(TX_SYSTEM_TOPICS))),
+                         pc.not_equal(full.column("transaction_type"), "NOT")),
+                  pc.equal(full.column("magic_version"), 2))
+    return full.filter(keep).num_rows
+
+
+def test_full_mode_is_one_pass_of_transaction_relevant_rows(rs, commitlog_tables):
+    frames = load_store_frames(rs, [store_of(v) for v in VERSIONS], mode="full")
+    assert frames.commitlog.schema == SOURCE_TABLES["rocketmq_commitlog"].spark_schema()
+    assert frames.anomalies.schema == SOURCE_TABLES["rocketmq_anomalies"].spark_schema()
+    got = split_by_broker(frames.commitlog.toArrow())
+    for version in VERSIONS:
+        full = commitlog_tables[version]
+        keep = pc.or_(pc.or_(pc.is_in(full.column("topic"), pa.array(list(TX_SYSTEM_TOPICS))),
+                             pc.not_equal(full.column("transaction_type"), "NOT")),
+                      pc.equal(full.column("magic_version"), 2))
+        expected = full.filter(keep)
+        assert 0 < expected.num_rows < full.num_rows, version
+        assert by_offset(got[version]).equals(by_offset(expected)), version
+    # both frames come out of the one scan: its plan is the only CommitLog read of either
+    plans = [df._jdf.queryExecution().analyzed().toString() for df in (frames.commitlog, frames.anomalies)]
+    assert all("rocketmq_txscan" in p and "rocketmq_commitlog" not in p for p in plans)
+
+
 def test_full_mode_frames(rs, commitlog_tables):
     frames = load_store_frames(rs, [store_of("rocketmq-3.1.4")], mode="full", brokers=["old"])
-    assert frames.commitlog.count() == 191
+    assert frames.commitlog.count() == transaction_relevant_full(commitlog_tables["rocketmq-3.1.4"])
     assert frames.redolog.where("broker = 'old'").count() == 77
     with pytest.raises(OptionError, match="option 'mode'"):
         load_store_frames(rs, store_of("rocketmq-3.1.4"), mode="fast")

@@ -77,7 +77,7 @@ def test_corrupt_config_falls_back_to_bak_and_says_so(tmp_path):
 
 
 def test_fuzz_command_prints_its_tables(capsys):
-    from txlog_io.bench import main as bench_main
+    from jobs.bench_cli import main as bench_main
 
     assert bench_main(["fuzz", "--cases", "150", "--seed", "3", "--no-refbroker"]) == 0
     out = capsys.readouterr().out.splitlines()

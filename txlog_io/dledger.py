@@ -522,8 +522,8 @@ def _zero_tail(f: _File, base, at, stop_at, anomalies, summary, search_from: int
 # ------------------------------------------------------------------------------------------------ decoding
 def decode_range(path, *, base_offset: Optional[int] = None, start: int = 0, end: Optional[int] = None,
                  with_body: bool = False, topics: Optional[Iterable[str]] = None, verify_crc: bool = True,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 summary: Optional[ScanSummary] = None) -> Iterator[tuple]:
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, summary: Optional[ScanSummary] = None,
+                 tx_relevant: bool = False) -> Iterator[tuple]:
     """``commitlog_decode.decode_range`` for a DLedger data file: ``(RecordBatch, anomalies)`` pairs, schema
     COMMITLOG, rows = the RocketMQ records of the entries whose message starts in ``[start, end)``.  The
     records are decoded by the CommitLog decoder from the chunk the entries were framed in
@@ -537,8 +537,8 @@ def decode_range(path, *, base_offset: Optional[int] = None, start: int = 0, end
             continue
         decoded = list(decode_records_in(frame.buf, frame.messages, file_pos=frame.file_pos, path=str(path),
                                          base_offset=base, with_body=with_body, topics=topics,
-                                         verify_crc=verify_crc))
-        if summary is not None and topics is None:   # the summary counts decoded records, not entries
+                                         verify_crc=verify_crc, tx_relevant=tx_relevant))
+        if summary is not None and topics is None and not tx_relevant:   # the summary counts decoded records, not entries
             summary.records -= int(frame.positions.size) - sum(b.num_rows for b, _ in decoded)
         for k, (batch, found) in enumerate(decoded):
             yield batch, (frame.anomalies if k == 0 else []) + found

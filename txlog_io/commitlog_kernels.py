@@ -1,0 +1,655 @@
+"""Compiled (numba) loops of the CommitLog decoder: framing, header fields, properties, hashes, CRCs, ids.
+
+Record layout: see the comment atop ``txlog_io.commitlog``; the rules each kernel follows are those of
+store/.../CommitLog.java (checkMessageAndReturnSize, calMsgLength), common/.../message/MessageDecoder.java
+(string2messageProperties, createMessageId) and java.lang.String.hashCode (5.3.3).
+
+Every kernel works on one chunk of file bytes (a ``uint8`` array padded with zeros, see
+``commitlog_decode._Reader.read_chunk``) and record positions relative to it, and fills flat numpy arrays
+(per-record values, or Arrow-style ``int32`` offsets + ``uint8`` data) that ``commitlog_decode`` wraps into Arrow
+arrays without copying them.  No kernel allocates per record or calls back into Python.
+
+Body CRC: ``java.util.zip.CRC32`` is zlib's CRC-32; the kernels call zlib's own ``crc32`` (the library Python's
+``zlib`` module uses, loaded into the JIT's symbol table), measured at the speed of ``zlib.crc32`` and about 2.5x
+a slicing-by-8 loop compiled by numba (see ``crc_speed`` in README's benchmark section).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+
+from txlog_io.jit import njit  # sets NUMBA_CACHE_DIR before numba is imported
+
+import llvmlite.binding as _llvm  # noqa: E402
+from numba import types as _nt  # noqa: E402
+
+# --- zlib's crc32, callable from nopython code -----------------------------------------------------------
+_ZLIB = ctypes.util.find_library("z") or "libz.so.1"
+_llvm.load_library_permanently(_ZLIB)
+_crc32 = _nt.ExternalFunction("crc32", _nt.uint64(_nt.uint64, _nt.voidptr, _nt.uint32))
+
+MAGIC_V1 = 0xDAA320A7
+MAGIC_V2 = 0xDAA320AB
+BLANK_MAGIC = 0xCBD43194
+MIN_RECORD_SIZE = 91
+PHYSICAL_OFFSET_AT = 28
+
+# rows of the per-record field matrix ``fields`` returns (one contiguous row per field)
+F_TOTAL, F_V2, F_BODY_CRC, F_QUEUE_ID, F_FLAG, F_QUEUE_OFFSET, F_STORED_PHYS, F_SYS_FLAG, F_BORN_TS, \
+    F_STORE_TS, F_RECONSUME, F_PREPARED, F_BODY_SIZE, F_BODY_AT, F_TOPIC_AT, F_TOPIC_LEN, F_PROPS_AT, \
+    F_PROPS_LEN, F_OK, F_BORN_AT, F_STORE_AT = range(21)
+N_FIELDS = 21
+
+
+@njit(inline="always")
+def _u32(b, i):
+    return (np.int64(b[i]) << 24) | (np.int64(b[i + 1]) << 16) | (np.int64(b[i + 2]) << 8) | np.int64(b[i + 3])
+
+
+@njit(inline="always")
+def _i32(b, i):
+    v = _u32(b, i)
+    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+
+
+@njit(inline="always")
+def _i16(b, i):
+    v = (np.int64(b[i]) << 8) | np.int64(b[i + 1])
+    return v - 65536 if v >= 32768 else v
+
+
+@njit(inline="always")
+def _i64(b, i):
+    return (_u32(b, i) << 32) | _u32(b, i + 4)      # wraps like Java's long
+
+
+@njit
+def chain(u8, rel, n, verify_from, to_file_end, out, count):
+    """Follow the TOTALSIZE chain from ``rel`` while the records are plain V1/V2 records that fit the chunk and
+    the file and start before ``verify_from``; append their positions to ``out[count:]``.  Returns the new
+    count and the position it stopped at (anything else there is for the caller's exact rules)."""
+    while rel + 8 <= n and rel < verify_from:
+        magic = _u32(u8, rel + 4)
+        if magic != MAGIC_V1 and magic != MAGIC_V2:
+            break
+        total = _i32(u8, rel)
+        if total < MIN_RECORD_SIZE or rel + total > to_file_end or rel + total > n:
+            break
+        out[count] = rel
+        count += 1
+        rel += total
+    return count, rel
+
+
+@njit
+def shape_ok_at(u8, p, total):
+    """Do the length fields of the record at ``p`` (all of it in ``u8``) add up to ``total`` (calMsgLength)?"""
+    sys_flag = _i32(u8, p + 36)
+    b = 20 if sys_flag & 0x10 else 8
+    s = 20 if sys_flag & 0x20 else 8
+    fixed = 72 + b + s
+    v2 = _u32(u8, p + 4) == MAGIC_V2
+    tw = 2 if v2 else 1
+    body = _i32(u8, p + fixed - 4)
+    if body < 0 or fixed + body + tw + 2 > total:
+        return False
+    t = p + fixed + body
+    tl = _i16(u8, t) if v2 else (np.int64(u8[t]) - 256 if u8[t] >= 128 else np.int64(u8[t]))
+    if tl <= 0 or fixed + body + tw + tl + 2 > total:
+        return False
+    pl = _i16(u8, t + tw + tl)
+    return pl >= 0 and fixed + body + tw + tl + 2 + pl == total
+
+
+@njit
+def find_boundary(u8, lo, hi, n, file_pos, base, file_size):
+    """First position in ``[lo, hi)`` of the chunk ``u8[:n]`` (which starts at ``file_pos``) holding a
+    self-verifying record or BLANK header (see commitlog_decode).  Returns (position, 0) when found, (candidate,
+    1) for a candidate whose record runs past the chunk (the caller verifies it with a read), (-1, 0)."""
+    i = max(lo, 0)
+    while i < hi and i + 8 <= n:
+        if u8[i + 4] == 0xDA and u8[i + 5] == 0xA3 and u8[i + 6] == 0x20 or \
+                u8[i + 4] == 0xCB and u8[i + 5] == 0xD4 and u8[i + 6] == 0x31:
+            magic = _u32(u8, i + 4)
+            total = _i32(u8, i)
+            fp = file_pos + i
+            if magic == BLANK_MAGIC:
+                if fp + total == file_size:
+                    return i, 0
+            elif magic == MAGIC_V1 or magic == MAGIC_V2:
+                if total >= MIN_RECORD_SIZE and fp + total <= file_size:
+                    if i + total > n:
+                        return i, 1
+                    if _i64(u8, i + PHYSICAL_OFFSET_AT) == base + fp and shape_ok_at(u8, i, total):
+                        return i, 0
+        i += 1
+    return -1, 0
+
+
+@njit
+def fields(u8, pos):
+    """Fixed fields and the shape check of every record; a (N_FIELDS, n) int64 matrix (rows: F_*)."""
+    n = pos.size
+    f = np.zeros((N_FIELDS, n), np.int64)
+    for k in range(n):
+        p = pos[k]
+        total = _i32(u8, p)
+        v2 = _u32(u8, p + 4) == MAGIC_V2
+        sys_flag = _i32(u8, p + 36)
+        b = 20 if sys_flag & 0x10 else 8
+        s = 20 if sys_flag & 0x20 else 8
+        fixed = 72 + b + s
+        body = _i32(u8, p + fixed - 4)
+        tw = 2 if v2 else 1
+        f[F_TOTAL, k] = total
+        f[F_V2, k] = 1 if v2 else 0
+        f[F_BODY_CRC, k] = _i32(u8, p + 8)
+        f[F_QUEUE_ID, k] = _i32(u8, p + 12)
+        f[F_FLAG, k] = _i32(u8, p + 16)
+        f[F_QUEUE_OFFSET, k] = _i64(u8, p + 20)
+        f[F_STORED_PHYS, k] = _i64(u8, p + 28)
+        f[F_SYS_FLAG, k] = sys_flag
+        f[F_BORN_TS, k] = _i64(u8, p + 40)
+        f[F_STORE_TS, k] = _i64(u8, p + 48 + b)
+        f[F_RECONSUME, k] = _i32(u8, p + 56 + b + s)
+        f[F_PREPARED, k] = _i64(u8, p + 60 + b + s)
+        f[F_BODY_SIZE, k] = body
+        f[F_BODY_AT, k] = p + fixed
+        f[F_BORN_AT, k] = p + 48
+        f[F_STORE_AT, k] = p + 56 + b
+        ok = body >= 0 and fixed + body + tw + 2 <= total
+        t = p + fixed + body if ok else p
+        if v2:
+            tl = _i16(u8, t)
+        else:
+            tl = np.int64(u8[t]) - 256 if u8[t] >= 128 else np.int64(u8[t])
+        ok = ok and tl > 0 and fixed + body + tw + tl + 2 <= total
+        pa = t + tw + tl if ok else p
+        pl = _i16(u8, pa)
+        ok = ok and pl >= 0 and fixed + body + tw + tl + 2 + pl == total
+        f[F_TOPIC_AT, k] = t + tw
+        f[F_TOPIC_LEN, k] = tl if ok else 0
+        f[F_PROPS_AT, k] = pa + 2
+        f[F_PROPS_LEN, k] = pl if ok else 0
+        f[F_OK, k] = 1 if ok else 0
+    return f
+
+
+@njit
+def crc32_zlib(u8, start, length):
+    if length <= 0:
+        return np.int64(0)
+    return np.int64(_crc32(0, u8[start:].ctypes.data, np.uint32(length)) & 0x7FFFFFFF)
+
+
+@njit
+def body_crcs(u8, starts, lengths):
+    """UtilAll.crc32 of every body (masked to 31 bits, 0 for an empty body)."""
+    out = np.zeros(starts.size, np.int64)
+    for k in range(starts.size):
+        out[k] = crc32_zlib(u8, starts[k], lengths[k])
+    return out
+
+
+_CRC_MARKER = np.frombuffer(b"__CRC32#\x01", np.uint8).copy()
+PROP_CRC_RESERVED = 20
+
+
+@njit
+def prop_crcs(u8, pos, totals, ok, props_at, marker):
+    """5.2+ ``__CRC32#`` trailing property (CommitLog.doAppend): per record 0 = none, 1 = matches, 2 = does not
+    match; plus the CRC computed over the record bytes before the 20 reserved ones."""
+    n = pos.size
+    status = np.zeros(n, np.int8)
+    actual = np.zeros(n, np.int64)
+    m = marker.size
+    for k in range(n):
+        if not ok[k] or totals[k] < PROP_CRC_RESERVED:
+            continue
+        t = pos[k] + totals[k] - PROP_CRC_RESERVED
+        if t < props_at[k] or u8[t + PROP_CRC_RESERVED - 1] != 2:
+            continue
+        same = True
+        for j in range(m):
+            if u8[t + j] != marker[j]:
+                same = False
+                break
+        # the entry must be a segment of its own: at the start of the properties or right after a 0x02
+        if not same or (t > props_at[k] and u8[t - 1] != 2):
+            continue
+        expected = np.int64(0)
+        digits = True
+        for j in range(9, -1, -1):               # least-significant digit first
+            d = np.int64(u8[t + m + j]) - 48
+            if d < 0 or d > 9:
+                digits = False
+            expected = expected * 10 + d
+        actual[k] = crc32_zlib(u8, pos[k], totals[k] - PROP_CRC_RESERVED)
+        status[k] = 1 if digits and expected == actual[k] else 2
+    return status, actual
+
+
+@njit
+def _same(u8, a, la, b, lb):
+    if la != lb:
+        return False
+    for j in range(la):
+        if u8[a + j] != u8[b + j]:
+            return False
+    return True
+
+
+@njit
+def split_properties(u8, starts, lengths, wanted, wanted_off, wanted_at):
+    """string2messageProperties of every record: split on 0x02, key before the first 0x01, both non-empty,
+    a later duplicate key wins (the earlier entry is dropped).  Returns per entry (key start, 0x01 position,
+    value end), the map offsets per record, and for each wanted key (``wanted`` bytes, ``wanted_off``
+    offsets; ``wanted_at[len * 256 + first byte]`` = its index, see ``wanted_keys``) the entry index per record,
+    -1 when absent."""
+    n = starts.size
+    upper = 0
+    for k in range(n):                             # bound: segments of >= 3 bytes plus a shorter last one
+        upper += lengths[k] // 3 + 1
+    ks = np.empty(upper, np.int64)
+    kv = np.empty(upper, np.int64)
+    ve = np.empty(upper, np.int64)
+    map_off = np.zeros(n + 1, np.int64)
+    nw = wanted_off.size - 1
+    hit = np.full((nw, n), -1, np.int64)
+    m = 0
+    for k in range(n):
+        first = m
+        index = starts[k]
+        stop = starts[k] + lengths[k]
+        sep = -1                                   # first 0x01 of the current segment
+        i = index
+        while True:                                # one pass: a segment ends at a 0x02 or at the end
+            if i < stop and u8[i] != 2:
+                if u8[i] == 1 and sep < 0:
+                    sep = i
+                i += 1
+                continue
+            if i - index >= 3 and index < sep < i - 1:
+                ks[m] = index
+                kv[m] = sep
+                ve[m] = i
+                m += 1
+            if i >= stop:
+                break
+            i += 1
+            index = i
+            sep = -1
+        w = first
+        for j in range(first, m):
+            dup = False
+            lj = kv[j] - ks[j]
+            for q in range(j + 1, m):
+                if kv[q] - ks[q] == lj and u8[ks[q]] == u8[ks[j]] and _same(u8, ks[j], lj, ks[q], lj):
+                    dup = True
+                    break
+            if not dup:
+                ks[w] = ks[j]
+                kv[w] = kv[j]
+                ve[w] = ve[j]
+                w += 1
+        m = w
+        map_off[k + 1] = m
+        for j in range(first, m):
+            klen = kv[j] - ks[j]
+            if klen >= 64:
+                continue
+            q = wanted_at[klen * 256 + u8[ks[j]]]
+            if q >= 0:
+                same = True
+                for t in range(klen):
+                    if u8[ks[j] + t] != wanted[wanted_off[q] + t]:
+                        same = False
+                        break
+                if same:
+                    hit[q, k] = j
+    return ks[:m], kv[:m], ve[:m], map_off, hit
+
+
+def wanted_keys(keys) -> tuple:
+    """(bytes, offsets, lookup table) of the property keys ``split_properties`` reports per record; the table
+    maps (length, first byte) to the key (every wanted key must differ in one of them, and be < 64 bytes)."""
+    data, off = pack_strings(keys)
+    table = np.full(64 * 256, -1, np.int64)
+    for q, k in enumerate(keys):
+        b = k.encode("utf-8")
+        slot = len(b) * 256 + b[0]
+        if len(b) >= 64 or table[slot] >= 0:
+            raise ValueError(f"wanted property keys must differ in length or first byte: {k!r}")
+        table[slot] = q
+    return data, off, table
+
+
+@njit
+def gather(u8, starts, ends):
+    """The byte ranges ``[starts[k], ends[k])`` as Arrow offsets + data (a negative start: empty value)."""
+    n = starts.size
+    off = np.empty(n + 1, np.int32)
+    total = np.int64(0)
+    for k in range(n):
+        off[k] = total
+        if starts[k] >= 0:
+            total += ends[k] - starts[k]
+    off[n] = total
+    data = np.empty(total, np.uint8)
+    for k in range(n):
+        if starts[k] >= 0:
+            _copy(data, off[k], u8, starts[k], ends[k] - starts[k])
+    return off, data
+
+
+_memcpy = _nt.ExternalFunction("memcpy", _nt.voidptr(_nt.voidptr, _nt.voidptr, _nt.uintp))
+
+
+@njit
+def _copy(dst, at, src, start, length):
+    if length > 48:                               # long (bodies): libc memcpy
+        _memcpy(dst.ctypes.data + at, src.ctypes.data + start, length)
+    else:                                         # short (topics, keys, values): a plain loop is cheaper
+        for j in range(length):
+            dst[at + j] = src[start + j]
+
+
+@njit
+def gather_entries(u8, starts, ends, idx):
+    """Arrow offsets + data of the entries ``idx`` (-1: null) of the ranges ``[starts, ends)``."""
+    n = idx.size
+    off = np.empty(n + 1, np.int32)
+    total = np.int64(0)
+    for k in range(n):
+        off[k] = total
+        if idx[k] >= 0:
+            total += ends[idx[k]] - starts[idx[k]]
+    off[n] = total
+    data = np.empty(total, np.uint8)
+    for k in range(n):
+        j = idx[k]
+        if j >= 0:
+            _copy(data, off[k], u8, starts[j], ends[j] - starts[j])
+    return off, data
+
+
+@njit
+def emit_properties(u8, ks, kv, ve, hit):
+    """One pass over the property entries: Arrow offsets + data of the map's keys and values, and of every
+    wanted property column (row q of ``hit``; all columns share one data buffer, column q's offsets start where
+    its bytes start)."""
+    m = ks.size
+    nw, n = hit.shape
+    k_off = np.empty(m + 1, np.int32)
+    v_off = np.empty(m + 1, np.int32)
+    kt = np.int64(0)
+    vt = np.int64(0)
+    for j in range(m):
+        k_off[j] = kt
+        v_off[j] = vt
+        kt += kv[j] - ks[j]
+        vt += ve[j] - kv[j] - 1
+    k_off[m] = kt
+    v_off[m] = vt
+    k_data = np.empty(kt, np.uint8)
+    v_data = np.empty(vt, np.uint8)
+    for j in range(m):
+        _copy(k_data, k_off[j], u8, ks[j], kv[j] - ks[j])
+        _copy(v_data, v_off[j], u8, kv[j] + 1, ve[j] - kv[j] - 1)
+    w_off = np.empty((nw, n + 1), np.int32)
+    wt = np.int64(0)
+    for q in range(nw):
+        for k in range(n):
+            w_off[q, k] = wt
+            j = hit[q, k]
+            if j >= 0:
+                wt += ve[j] - kv[j] - 1
+        w_off[q, n] = wt
+    w_data = np.empty(wt, np.uint8)
+    for q in range(nw):
+        for k in range(n):
+            j = hit[q, k]
+            if j >= 0:                            # the value's bytes are already in v_data
+                _copy(w_data, w_off[q, k], v_data, v_off[j], v_off[j + 1] - v_off[j])
+    return k_off, k_data, v_off, v_data, w_off, w_data
+
+
+@njit
+def utf8_ok(u8, starts, lengths):
+    """Are all the byte ranges valid UTF-8 (then every piece cut at an ASCII separator is valid too)?"""
+    for k in range(starts.size):
+        i = starts[k]
+        end = starts[k] + lengths[k]
+        while i < end:
+            c = u8[i]
+            if c < 0x80:
+                i += 1
+                continue
+            if 0xC2 <= c < 0xE0:
+                need = 1
+            elif 0xE0 <= c < 0xF0:
+                need = 2
+            elif 0xF0 <= c < 0xF5:
+                need = 3
+            else:
+                return False
+            if i + need >= end:
+                return False
+            for j in range(1, need + 1):
+                if u8[i + j] & 0xC0 != 0x80:
+                    return False
+            c1 = u8[i + 1]
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0) or (c == 0xF0 and c1 < 0x90) or \
+                    (c == 0xF4 and c1 >= 0x90):
+                return False                      # overlong, surrogate or beyond U+10FFFF
+            i += need + 1
+    return True
+
+
+@njit
+def gather_size(starts, ends):
+    total = np.int64(0)
+    for k in range(starts.size):
+        if starts[k] >= 0:
+            total += ends[k] - starts[k]
+    return total
+
+
+@njit
+def _put_int(out, at, v):
+    if v < 0:
+        out[at] = 45                              # '-'
+        at += 1
+        v = -v
+    digits = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        digits += 1
+    for j in range(digits - 1, -1, -1):
+        out[at + j] = 48 + v % 10
+        v //= 10
+    return at + digits
+
+
+_HEX_LOWER = np.frombuffer(b"0123456789abcdef", np.uint8).copy()
+_HEX_UPPER = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
+
+
+@njit
+def host_texts(u8, at, v6, hexd):
+    """InetAddress.getHostAddress + port: "a.b.c.d:port" or "[x:x:x:x:x:x:x:x]:port" (lower-case groups
+    without leading zeros or zero compression) for the host fields starting at ``at``."""
+    n = at.size
+    off = np.empty(n + 1, np.int32)
+    data = np.empty(n * 56, np.uint8)
+    w = 0
+    for k in range(n):
+        off[k] = w
+        p = at[k]
+        if k > 0 and v6[k] == v6[k - 1]:
+            width = 20 if v6[k] else 8
+            same = True
+            q = at[k - 1]
+            for j in range(width):
+                if u8[p + j] != u8[q + j]:
+                    same = False
+                    break
+            if same:                              # the same host as the record before: copy its text
+                prev = off[k - 1]
+                for j in range(w - prev):
+                    data[w + j] = data[prev + j]
+                w += w - prev
+                continue
+        if v6[k]:
+            data[w] = 91                          # '['
+            w += 1
+            for g in range(8):
+                v = (np.int64(u8[p + 2 * g]) << 8) | np.int64(u8[p + 2 * g + 1])
+                started = False
+                for sh in range(12, -1, -4):
+                    d = (v >> sh) & 0xF
+                    if d or started or sh == 0:
+                        data[w] = hexd[d]
+                        w += 1
+                        started = True
+                if g < 7:
+                    data[w] = 58                  # ':'
+                    w += 1
+            data[w] = 93                          # ']'
+            w += 1
+            port_at = p + 16
+        else:
+            for j in range(4):
+                w = _put_int(data, w, np.int64(u8[p + j]))
+                if j < 3:
+                    data[w] = 46                  # '.'
+                    w += 1
+            port_at = p + 4
+        data[w] = 58
+        w += 1
+        w = _put_int(data, w, _i32(u8, port_at))
+    off[n] = w
+    return off, data[:w]
+
+
+@njit
+def msg_ids(u8, pos, store_at, v6, hexd):
+    """offsetMsgId: upper-case hex of store IP + port + the stored PHYSICALOFFSET (32 or 56 characters)."""
+    n = pos.size
+    off = np.empty(n + 1, np.int32)
+    total = 0
+    for k in range(n):
+        off[k] = total
+        total += 56 if v6[k] else 32
+    off[n] = total
+    data = np.empty(total, np.uint8)
+    for k in range(n):
+        w = off[k]
+        ip_port = 20 if v6[k] else 8
+        for j in range(ip_port):
+            b = u8[store_at[k] + j]
+            data[w] = hexd[b >> 4]
+            data[w + 1] = hexd[b & 0xF]
+            w += 2
+        for j in range(8):
+            b = u8[pos[k] + PHYSICAL_OFFSET_AT + j]
+            data[w] = hexd[b >> 4]
+            data[w + 1] = hexd[b & 0xF]
+            w += 2
+    return off, data
+
+
+@njit
+def java_hashes(data, off, valid):
+    """String.hashCode of UTF-8 values (UTF-16 code units, int32 wrap-around; 0 for null or empty).  Values
+    that are not valid UTF-8 get flag 1 (the caller hashes them as Python decodes them, with U+FFFD)."""
+    n = off.size - 1
+    codes = np.zeros(n, np.int64)
+    bad = np.zeros(n, np.bool_)
+    for k in range(n):
+        if not valid[k]:
+            continue
+        h = np.int64(0)
+        i = np.int64(off[k])
+        end = np.int64(off[k + 1])
+        while i < end:
+            c = np.int64(data[i])
+            if c < 0x80:
+                need, cp = 0, c
+            elif 0xC2 <= c < 0xE0:
+                need, cp = 1, c & 0x1F
+            elif 0xE0 <= c < 0xF0:
+                need, cp = 2, c & 0x0F
+            elif 0xF0 <= c < 0xF5:
+                need, cp = 3, c & 0x07
+            else:
+                bad[k] = True
+                break
+            if i + need >= end:
+                bad[k] = True
+                break
+            for j in range(1, need + 1):
+                cc = np.int64(data[i + j])
+                if cc & 0xC0 != 0x80:
+                    bad[k] = True
+                    break
+                cp = (cp << 6) | (cc & 0x3F)
+            if bad[k]:
+                break
+            if (need == 2 and (cp < 0x800 or 0xD800 <= cp <= 0xDFFF)) or (need == 3 and not
+                                                                          0x10000 <= cp <= 0x10FFFF):
+                bad[k] = True
+                break
+            if cp >= 0x10000:
+                cp -= 0x10000
+                h = (h * 31 + (0xD800 + (cp >> 10))) & 0xFFFFFFFF
+                h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & 0xFFFFFFFF
+            else:
+                h = (h * 31 + cp) & 0xFFFFFFFF
+            i += need + 1
+        codes[k] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
+    return codes, bad
+
+
+@njit
+def relevant(u8, f, topic_names, topic_off, tx):
+    """Well-formed records whose topic is among ``topic_names``; with ``tx`` also every transaction-relevant
+    record (what the reconstruction reads): transaction type not NOT or magic V2 (5.1+ profile evidence)."""
+    n = f.shape[1]
+    keep = np.zeros(n, np.bool_)
+    nt = topic_off.size - 1
+    for k in range(n):
+        if not f[F_OK, k]:
+            continue
+        if tx and (f[F_SYS_FLAG, k] & 0xC or f[F_V2, k]):
+            keep[k] = True
+            continue
+        at = f[F_TOPIC_AT, k]
+        tl = f[F_TOPIC_LEN, k]
+        for q in range(nt):
+            if topic_off[q + 1] - topic_off[q] != tl:
+                continue
+            same = True
+            for j in range(tl):
+                if u8[at + j] != topic_names[topic_off[q] + j]:
+                    same = False
+                    break
+            if same:
+                keep[k] = True
+                break
+    return keep
+
+
+def pack_strings(values) -> tuple:
+    """(uint8 data, int64 offsets) of a list of str (the kernels' input form of a small string set)."""
+    raw = [v.encode("utf-8") for v in values]
+    off = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum([len(r) for r in raw], out=off[1:])
+    data = np.frombuffer(b"".join(raw), np.uint8).copy() if raw else np.zeros(0, np.uint8)
+    return data, off
+
+
+HEX_LOWER, HEX_UPPER, CRC_MARKER = _HEX_LOWER, _HEX_UPPER, _CRC_MARKER

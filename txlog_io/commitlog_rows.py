@@ -1,0 +1,224 @@
+"""CommitLog records of one chunk -> one ``schemas.COMMITLOG`` RecordBatch, plus the record-level findings.
+
+Layout: see the comment atop ``txlog_io.commitlog``; the loops are the numba kernels of
+``txlog_io.commitlog_kernels`` (MessageDecoder.java / CommitLog.java semantics, 5.3.3).  This module only
+wraps their flat output buffers into Arrow arrays (no copy) and turns the rare findings into ``Anomaly``
+values.  Order of work: every well-formed record is checked (stored PHYSICALOFFSET, body CRC, 5.2+
+``__CRC32#`` property), *then* the rows are selected (topic filter or transaction relevance), and only the
+selected rows get their topic, properties, hosts, ids and bodies cut out.
+
+Rare shapes take a slower exact path for the affected values only: bytes that are not valid UTF-8 (decoded
+with U+FFFD like ``bytes.decode("utf-8", "replace")``), a TAGS value that is not valid UTF-8 (hashed as that
+decoded text), a numeric property that Arrow cannot parse (null).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.store import COMMITLOG
+from txlog_io import commitlog_kernels as K
+from txlog_io import commitlog_layout as L
+from txlog_io import properties as P
+from txlog_io.errors import Anomaly, AnomalyKind
+
+SOURCE = "commitlog"
+SCHEMA = COMMITLOG.arrow_schema()
+_TX_NAMES = pa.array(["NOT", "PREPARED", "COMMIT", "ROLLBACK"], pa.string())
+_COMPRESSION_NAMES = pa.array(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"], pa.string())  # bits+1
+#: property columns of COMMITLOG, in the order of the kernel's ``hit`` rows
+_WANTED = (P.UNIQ_KEY, P.TAGS, P.KEYS, P.PGROUP, P.REAL_TOPIC, P.REAL_QID, P.TRAN_MSG, P.TRANSACTION_CHECK_TIMES,
+           P.TRAN_PREPARED_QUEUE_OFFSET, P.CHECK_IMMUNITY_TIME_IN_SECONDS, P.TRANSACTION_ID)
+_W = {k: i for i, k in enumerate(_WANTED)}
+_WANTED_DATA, _WANTED_OFF, _WANTED_AT = K.wanted_keys(_WANTED)
+_TX_TOPICS = K.pack_strings(L.TX_SYSTEM_TOPICS)
+_NO_TOPICS = K.pack_strings([])
+
+
+def anomaly(kind, file, pos, base, detail, expected=None, actual=None) -> Anomaly:
+    return Anomaly(kind=kind, file=str(file), position=int(pos), detail=detail,
+                   expected=None if expected is None else str(expected),
+                   actual=None if actual is None else str(actual), source=SOURCE,
+                   physical_offset=int(base + pos))
+
+
+def empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=SCHEMA)
+
+
+def _binary(off: np.ndarray, data: np.ndarray, valid: Optional[np.ndarray] = None) -> pa.Array:
+    """Arrow binary array over kernel output (offsets int32 + data), no copy."""
+    n = off.size - 1
+    bitmap = None
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(off), pa.py_buffer(data)])
+
+
+def to_utf8(arr: pa.Array) -> pa.Array:
+    """binary -> string, zero-copy after Arrow's UTF-8 validation; invalid values decoded with U+FFFD."""
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in arr.to_pylist()],
+                        pa.string())
+
+
+def _cut(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid=None) -> tuple:
+    if K.gather_size(starts, ends) >= 2 ** 31:
+        raise OverflowError("chunk too large for 32-bit Arrow offsets")
+    off, data = K.gather(u8, starts, ends)
+    return off, data, _binary(off, data, valid)
+
+
+def _int_column(strings: pa.Array, typ: pa.DataType) -> pa.Array:
+    try:
+        return strings.cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        lo, hi = (-(1 << 31), (1 << 31) - 1) if typ == pa.int32() else (-(1 << 63), (1 << 63) - 1)
+        out = []
+        for v in strings.to_pylist():
+            try:
+                x = int(v) if v is not None else None
+                out.append(x if x is None or lo <= x <= hi else None)
+            except ValueError:
+                out.append(None)
+        return pa.array(out, typ)
+
+
+def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int, with_body: bool,
+                topics: Optional[tuple], verify_crc: bool, f: Optional[np.ndarray] = None,
+                tx_relevant: bool = False) -> tuple:
+    """(RecordBatch, anomalies) of the records at ``pos`` (positions in ``buf``, zero-padded after the data).
+
+    ``topics``: packed topic set (``commitlog_kernels.pack_strings``) to keep, None = every topic.
+    ``tx_relevant``: keep only transaction-relevant rows (``commitlog_kernels.relevant``)."""
+    anomalies: list = []
+    u8 = np.frombuffer(buf, np.uint8)
+    f = f if f is not None else K.fields(u8, pos)
+    ok = f[K.F_OK] != 0
+    if not ok.all():
+        for i in np.flatnonzero(~ok).tolist():
+            anomalies.append(anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, int(file_pos[i]), base,
+                                     "field lengths do not add up to TOTALSIZE (calMsgLength); record dropped",
+                                     int(f[K.F_TOTAL, i]), "body/topic/properties lengths inconsistent"))
+    # every well-formed record is checked, whether it becomes a row or not
+    phys = file_pos + base
+    stored_phys = f[K.F_STORED_PHYS]
+    for i in np.flatnonzero(ok & (stored_phys != phys)).tolist():
+        anomalies.append(anomaly(AnomalyKind.PHYSICAL_OFFSET_MISMATCH, path, int(file_pos[i]), base,
+                                 "stored PHYSICALOFFSET differs from the record's location",
+                                 int(phys[i]), int(stored_phys[i])))
+    if verify_crc:
+        computed = K.body_crcs(u8, f[K.F_BODY_AT], np.where(ok, f[K.F_BODY_SIZE], 0))
+        crc_ok = computed == f[K.F_BODY_CRC]
+        for i in np.flatnonzero(ok & ~crc_ok).tolist():
+            anomalies.append(anomaly(AnomalyKind.BODY_CRC_MISMATCH, path, int(file_pos[i]), base,
+                                     "BODYCRC does not match the stored body", int(f[K.F_BODY_CRC, i]),
+                                     int(computed[i])))
+    else:
+        crc_ok = np.ones(pos.size, bool)
+    status, actual = K.prop_crcs(u8, pos, f[K.F_TOTAL], ok, f[K.F_PROPS_AT], K.CRC_MARKER)
+    for i in np.flatnonzero(status == 2).tolist():
+        t = int(pos[i] + f[K.F_TOTAL, i]) - K.PROP_CRC_RESERVED + len(K.CRC_MARKER)
+        anomalies.append(anomaly(AnomalyKind.PROPERTY_CRC_MISMATCH, path, int(file_pos[i]), base,
+                                 "__CRC32# property does not match the record bytes before it",
+                                 bytes(u8[t:t + 10]).decode("utf-8", "replace"), str(int(actual[i]))))
+    if topics is not None or tx_relevant:
+        names, off = topics if topics is not None else _TX_TOPICS
+        keep = K.relevant(u8, f, names, off, tx_relevant)
+    else:
+        keep = ok
+    if not keep.all():
+        sel = np.flatnonzero(keep)
+        f, pos, file_pos, crc_ok = f[:, sel], pos[sel], file_pos[sel], crc_ok[sel]
+    n = pos.size
+    if n == 0:
+        return empty_batch(), anomalies
+    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n), anomalies
+
+
+def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordBatch:
+    sys_flag = f[K.F_SYS_FLAG]
+    topic_at, topic_len, props_at, props_len = f[K.F_TOPIC_AT], f[K.F_TOPIC_LEN], f[K.F_PROPS_AT], f[K.F_PROPS_LEN]
+    # text is validated once per record; every key and value is cut at ASCII separators, so stays valid
+    clean = K.utf8_ok(u8, topic_at, topic_len) and K.utf8_ok(u8, props_at, props_len)
+
+    def text(off, data, valid=None) -> pa.Array:
+        arr = _binary(off, data, valid)
+        return arr.view(pa.string()) if clean else to_utf8(arr)
+
+    topic = text(*_cut(u8, topic_at, topic_at + topic_len)[:2])
+    ks, kv, ve, map_off, hit = K.split_properties(u8, props_at, props_len, _WANTED_DATA, _WANTED_OFF,
+                                                  _WANTED_AT)
+    k_off, k_data, v_off, v_data, w_off, w_data = K.emit_properties(u8, ks, kv, ve, hit)
+    keys = text(k_off, k_data)
+    values = text(v_off, v_data)
+
+    def prop(key: str) -> pa.Array:
+        q = _W[key]
+        return text(w_off[q], w_data, hit[q] >= 0)
+
+    tags = prop(P.TAGS)
+    tags_code, bad_tags = K.java_hashes(w_data, w_off[_W[P.TAGS]], hit[_W[P.TAGS]] >= 0)
+    for i in np.flatnonzero(bad_tags).tolist():
+        tags_code[i] = P.java_string_hash(tags[i].as_py())
+    born6 = (sys_flag & L.BORNHOST_V6_FLAG) != 0
+    store6 = (sys_flag & L.STOREHOST_V6_FLAG) != 0
+    born_host = _binary(*K.host_texts(u8, f[K.F_BORN_AT], born6, K.HEX_LOWER)).view(pa.string())
+    store_host = _binary(*K.host_texts(u8, f[K.F_STORE_AT], store6, K.HEX_LOWER)).view(pa.string())
+    msg_id = _binary(*K.msg_ids(u8, pos, f[K.F_STORE_AT], store6, K.HEX_UPPER)).view(pa.string())
+    tran_type = pa.DictionaryArray.from_arrays(pa.array(((sys_flag & L.TRANSACTION_MASK) >> 2).astype(np.int8)),
+                                               _TX_NAMES).cast(pa.string())
+    # index into _COMPRESSION_NAMES: 0 = not compressed, else type bits + 1 (bits 0 and 3 both mean zlib)
+    comp_idx = np.where(sys_flag & 1, np.minimum(((sys_flag & 0x700) >> 8) + 1, 5), 0)
+    compression = pa.DictionaryArray.from_arrays(pa.array(comp_idx.astype(np.int8)),
+                                                 _COMPRESSION_NAMES).cast(pa.string())
+    body_at = f[K.F_BODY_AT]
+    body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE])[2] if with_body else pa.nulls(n, pa.binary())
+    pmap = pa.MapArray.from_arrays(pa.array(map_off.astype(np.int32)), keys, values)
+    tran_msg_s = prop(P.TRAN_MSG)
+    i32 = np.int32
+    cols = {
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([path])).cast(pa.string()),
+        "file_position": pa.array(file_pos, pa.int64()),
+        "physical_offset": pa.array(file_pos + base, pa.int64()),
+        "total_size": pa.array(f[K.F_TOTAL].astype(i32)),
+        "magic_version": pa.array((f[K.F_V2] + 1).astype(np.int8)),
+        "body_crc": pa.array(f[K.F_BODY_CRC].astype(i32)),
+        "body_crc_ok": pa.array(crc_ok),
+        "queue_id": pa.array(f[K.F_QUEUE_ID].astype(i32)),
+        "flag": pa.array(f[K.F_FLAG].astype(i32)),
+        "queue_offset": pa.array(f[K.F_QUEUE_OFFSET]),
+        "stored_physical_offset": pa.array(f[K.F_STORED_PHYS]),
+        "sys_flag": pa.array(sys_flag.astype(i32)),
+        "transaction_type": tran_type,
+        "born_timestamp": pa.array(f[K.F_BORN_TS]),
+        "born_host": born_host,
+        "store_timestamp": pa.array(f[K.F_STORE_TS]),
+        "store_host": store_host,
+        "reconsume_times": pa.array(f[K.F_RECONSUME].astype(i32)),
+        "prepared_transaction_offset": pa.array(f[K.F_PREPARED]),
+        "body_size": pa.array(f[K.F_BODY_SIZE].astype(i32)),
+        "topic": topic,
+        "properties": pmap,
+        "msg_id": msg_id,
+        "uniq_key": prop(P.UNIQ_KEY),
+        "tags": tags,
+        "keys": prop(P.KEYS),
+        "pgroup": prop(P.PGROUP),
+        "real_topic": prop(P.REAL_TOPIC),
+        "real_qid": _int_column(prop(P.REAL_QID), pa.int32()),
+        "tran_msg": pc.if_else(pc.is_null(tran_msg_s), pa.nulls(n, pa.bool_()), pc.equal(tran_msg_s, "true")),
+        "transaction_check_times": _int_column(prop(P.TRANSACTION_CHECK_TIMES), pa.int32()),
+        "tran_prepared_queue_offset": _int_column(prop(P.TRAN_PREPARED_QUEUE_OFFSET), pa.int64()),
+        "check_immunity_time_s": _int_column(prop(P.CHECK_IMMUNITY_TIME_IN_SECONDS), pa.int64()),
+        "transaction_id": prop(P.TRANSACTION_ID),
+        "tags_code": pa.array(tags_code),
+        "compression": compression,
+        "body": body,
+    }
+    return pa.RecordBatch.from_arrays([cols[c.name] for c in SCHEMA], schema=SCHEMA)

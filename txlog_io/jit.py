@@ -1,0 +1,107 @@
+"""numba set-up for the compiled decode kernels: a writable on-disk cache wherever the code runs.
+
+numba reads ``NUMBA_CACHE_DIR`` once, when it is first imported, so this module must be imported before numba
+(``txlog_io.commitlog_kernels`` does).  The cache directory is, in order: ``NUMBA_CACHE_DIR`` if it is set and
+writable, ``~/.cache/txaudit-numba``, ``<tempdir>/txaudit-numba-<uid>``.  That covers the CLI, Spark
+executors (whose HOME may be read-only) and a read-only install.
+
+Code shipped with ``--py-files`` is imported from a zip archive; numba's own cache locators only cache functions
+defined in real files, so :class:`_ZipCacheLocator` keys the cache of such functions on the archive (its path,
+size and mtime) instead.  ``njit`` here is ``numba.njit(cache=True, nogil=True)``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+
+
+def _writable(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+        return True
+    except OSError:
+        return False
+
+
+def cache_dir() -> str:
+    """Pick (and export) the numba cache directory; see the module docstring."""
+    chosen = os.environ.get("NUMBA_CACHE_DIR")
+    if chosen and _writable(chosen):
+        return chosen
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    for cand in (os.path.join(os.path.expanduser("~"), ".cache", "txaudit-numba"),
+                 os.path.join(tempfile.gettempdir(), f"txaudit-numba-{uid}")):
+        if _writable(cand):
+            os.environ["NUMBA_CACHE_DIR"] = cand
+            return cand
+    os.environ.pop("NUMBA_CACHE_DIR", None)      # nothing writable: numba compiles, without a cache
+    return ""
+
+
+CACHE_DIR = cache_dir()
+
+import numba  # noqa: E402  (NUMBA_CACHE_DIR must be set before numba is imported)
+from numba.core import caching as _caching  # noqa: E402
+
+
+def _zip_of(py_file: str):
+    """(archive path, member) when ``py_file`` lies inside a zip archive, else None."""
+    probe = py_file
+    while True:
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        if os.path.isfile(parent):
+            return parent, os.path.relpath(py_file, parent)
+        probe = parent
+
+
+class _ZipCacheLocator(_caching._CacheLocator):
+    """Cache of functions whose module was imported from a zip (``--py-files``)."""
+
+    def __init__(self, py_func, py_file, archive):
+        self._archive = archive
+        digest = hashlib.sha1(os.path.abspath(py_file).encode()).hexdigest()[:16]
+        self._cache_path = os.path.join(CACHE_DIR, f"zip_{digest}")
+
+    def ensure_cache_path(self):
+        os.makedirs(self._cache_path, exist_ok=True)
+        tempfile.TemporaryFile(dir=self._cache_path).close()
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        st = os.stat(self._archive)
+        return st.st_mtime, st.st_size
+
+    def get_disambiguator(self):
+        return ""
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not CACHE_DIR or os.path.exists(py_file):
+            return None
+        found = _zip_of(py_file)
+        if found is None:
+            return None
+        return cls(py_func, py_file, found[0])
+
+
+_IMPL = getattr(_caching, "CacheImpl", None) or getattr(_caching, "_CacheImpl")   # renamed in numba 0.61+
+if _ZipCacheLocator not in _IMPL._locator_classes:
+    # first: numba's own zip locator (0.61+) caches under ~/.cache, which an executor may not be able to write
+    _IMPL._locator_classes.insert(0, _ZipCacheLocator)
+
+
+def njit(*args, **kwargs):
+    """``numba.njit`` with the project's defaults: on-disk cache, GIL released."""
+    kwargs.setdefault("cache", bool(CACHE_DIR))
+    kwargs.setdefault("nogil", True)
+    return numba.njit(*args, **kwargs)
+
+
+__all__ = ["njit", "CACHE_DIR", "cache_dir"]
