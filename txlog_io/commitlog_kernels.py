@@ -10,8 +10,9 @@ Every kernel works on one chunk of file bytes (a ``uint8`` array padded with zer
 arrays without copying them.  No kernel allocates per record or calls back into Python.
 
 Body CRC: ``java.util.zip.CRC32`` is zlib's CRC-32; the kernels call zlib's own ``crc32`` (the library Python's
-``zlib`` module uses, loaded into the JIT's symbol table), measured at the speed of ``zlib.crc32`` and about 2.5x
-a slicing-by-8 loop compiled by numba (see ``crc_speed`` in README's benchmark section).
+``zlib`` module uses, loaded into the JIT's symbol table).  Measured on 1000-byte bodies, 2 cores, load ~8:
+1.12 GB/s, against 0.53 GB/s for a numba slicing-by-8 loop and 0.48 GB/s for ``zlib.crc32`` called per body
+from Python.
 """
 from __future__ import annotations
 
