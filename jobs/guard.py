@@ -49,7 +49,8 @@ def _inside(path: str, root: str) -> bool:
 def check_store(root: str) -> str:
     """Absolute path of ``root`` if it is a broker store root with CommitLog data; a UsageError otherwise."""
     path = os.path.abspath(root)
-    expected = "expected a RocketMQ store root: a directory holding commitlog/ with 20-digit CommitLog files"
+    expected = ("expected a RocketMQ store root: a directory holding commitlog/ with 20-digit CommitLog files, "
+                "or dledger-<id>/data/ (DLedger)")
     if not os.path.exists(path):
         raise UsageError(f"--store: store not found: {path} ({expected})")
     if not os.path.isdir(path):
@@ -75,8 +76,8 @@ def check_store(root: str) -> str:
                              f"commitlog/)")
         return path
     if not os.path.isdir(commitlog):
-        raise UsageError(f"--store: not a RocketMQ store root (no commitlog/ directory inside): {path} "
-                         f"({expected}){hint}")
+        raise UsageError(f"--store: no message log in {path} (no commitlog/ or dledger-<id>/data/ inside; "
+                         f"{expected}){hint}")
     try:
         names = os.listdir(commitlog)
     except OSError as e:

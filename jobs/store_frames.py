@@ -433,13 +433,14 @@ def index_file_gaps(store: StoreInfo) -> list:
     usable = [f for f in store.index_files if f[4] is None and f[2] >= f[1] >= 0]
     # between two files lie only the unkeyed records after the last keyed one of the full file; a missing
     # file leaves a range as long as the ones whole files cover.  1/8 of a typical file's span separates them
+    # (at least 4 KiB: a few unkeyed records, e.g. the 48-byte DLedger entry header before the first message)
     spans = sorted(f[2] - f[1] for f in usable if f[3])
-    boundary_limit = spans[len(spans) // 2] // 8 if spans else 0
+    boundary_limit = max(spans[len(spans) // 2] // 8 if spans else 0, 4096)
     for path, begin, end, full, *_ in usable:
         if end < pos:
             continue
         name = os.path.basename(path)
-        ordinary = prev_full and pos > clog_start and begin - pos < boundary_limit
+        ordinary = prev_full and begin - pos < boundary_limit
         reason = GAP_INDEX_BOUNDARY if ordinary else GAP_INDEX_HOLE
         gap(pos, begin, reason, name, f"no usable index file covers these records before {name}"
             + (f" (unusable: {', '.join(os.path.basename(b[0]) + ': ' + b[4] for b in bad)})" if bad else ""))

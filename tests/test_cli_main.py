@@ -70,7 +70,7 @@ def test_unknown_option_before_subcommand_and_spark_options_pass(tmp_path):
     (("audit", "--store", STORE), "--out"),
     (("audit", "--store", STORE, "--out", "/tmp/x", "--as-of", "yesterday"), "--as-of"),
     (("audit", "--store", STORE, "--out", "/tmp/x", "--mode", "fast"), "--mode"),
-    (("audit", "--store", os.path.dirname(STORE), "--out", "/tmp/x"), "not a RocketMQ store root"),
+    (("audit", "--store", os.path.dirname(STORE), "--out", "/tmp/x"), "no message log"),
     (("audit", "--store", STORE, "--store", STORE_3, "--out", "/tmp/x", "--broker", "a"), "--broker"),
     (("audit", "--store", STORE, "--out", "/tmp/x", "--conf-file", "/nonexistent.properties"), "--conf-file"),
     (("audit", "--conf"), "--conf"),

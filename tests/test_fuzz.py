@@ -3,7 +3,7 @@
 Every mutation class against every decoder of the real-broker fixtures, each case in the fuzz worker process
 with a timeout: no exception but ``txlog_io.errors`` may leave a decoder, nothing may hang, no intact record
 of a non-CommitLog file may be lost, no finding may be reported twice.  The CommitLog decoder is owned
-elsewhere: it is held to "no uncaught exception, no hang" here, and its known loss is an xfail below.
+elsewhere: it is held to "no uncaught exception, no hang" here, and the zeroed-page case that once lost intact records is tested below.
 """
 from __future__ import annotations
 
@@ -87,8 +87,6 @@ def test_fuzz_command_prints_its_tables(capsys):
     assert totals["anomalies_reported"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="CommitLog decoder (kernels' area, not changed here): after a zeroed "
-                                       "page inside the data, the resync skips intact records")
 def test_commitlog_zero_page_keeps_every_intact_record(tmp_path):
     from txlog_io.commitlog_decode import decode_file
 

@@ -54,7 +54,7 @@ def test_store_where_an_output_table_goes(capsys, tmp_path):
     ("missing", "store not found"),
     ("file", "not a directory"),
     ("empty", "empty directory"),
-    ("no-commitlog", "no commitlog/ directory"),
+    ("no-commitlog", "no commitlog/ or dledger-<id>/data/"),
     ("empty-commitlog", "holds no CommitLog file"),
     ("broker-home", "did you mean"),
 ])
