@@ -104,6 +104,12 @@ FLAGS: dict = {
         "file -- size, gap, missing file -- do not count), or one of them fails its body CRC (the record "
         "still counts as evidence: BODYCRC covers only the body)."
     ),
+    "EVIDENCE_IN_DAMAGED_RANGE": (
+        "The transaction's state rests on the absence of later evidence (PREPARED, DISCARDED, or ROLLED_BACK "
+        "from an op without a COMMIT record) while CommitLog bytes after its first record were lost to "
+        "damage (a file cut short right after a record: TRUNCATED_FILE, or a gap between files: FILE_GAP): its "
+        "commit, op or discard may have been there."
+    ),
     "EVIDENCE_NOT_COMMITTED": (
         "DLedger (Raft) store: one of the transaction's records lies past the DLedger checkpoint's "
         "committedIndex (finding DLEDGER_UNCOMMITTED): the group may not have committed it, and a new leader "
@@ -176,8 +182,8 @@ RECOVERY_ACTIONS: dict = {
     ),
     "REVIEW_EVIDENCE": (
         "The state rests on damaged, missing or uncommitted evidence (CORRUPT_RECORD, CQ_MISMATCH, "
-        "EVIDENCE_IN_DELETED_RANGE, PREPARED_RECORD_MISSING, EVIDENCE_NOT_COMMITTED): verify before acting "
-        "on it."
+        "EVIDENCE_IN_DELETED_RANGE, EVIDENCE_IN_DAMAGED_RANGE, PREPARED_RECORD_MISSING, "
+        "EVIDENCE_NOT_COMMITTED): verify before acting on it."
     ),
 }
 

@@ -251,6 +251,11 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
                                tx_queues=tx_queues).collect() if indexed else [])
         gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
         gap_rows += [row for s in indexed for row in index_file_gaps(s)]
+        # a file cut right after a record (TRUNCATED_FILE) is seen only by walking to its end: every file's last
+        # 64 KiB is scanned, so indexed mode reports it (and flags what it touches) like full mode
+        gap_rows += [(s.broker, max(base, base + size - FILE_END_BYTES), base + size, GAP_FILE_END, None,
+                      "the end of every CommitLog file", os.path.join(s.root, "commitlog"))
+                     for s in indexed for _, base, size in s.commitlog_files]
         if gap_rows:
             gaps = spark.createDataFrame(gap_rows, GAPS_SCHEMA)
             scanned_stores = indexed + unindexed
@@ -402,7 +407,9 @@ GAP_INDEX_HOLE = "INDEX_FILE_MISSING"   # IndexFile coverage has a hole: a delet
 GAP_INDEX_TAIL = "INDEX_TAIL"           # after the newest index entry: unkeyed records, or not indexed yet
 GAP_INDEX_LAG = "INDEX_LAG"             # the same after an unclean shutdown: the index may lag the CommitLog
 GAP_INDEX_BOUNDARY = "INDEX_FILE_BOUNDARY"  # between a full index file and the next: unkeyed records only
-ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY)
+GAP_FILE_END = "FILE_END"               # the last 64 KiB of every CommitLog file: a file cut short shows there
+FILE_END_BYTES = 64 << 10
+ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY, GAP_FILE_END)
 GAPS_SCHEMA = ("broker string, start bigint, end bigint, reason string, queue string, detail string, "
                "queue_dir string")
 

@@ -259,6 +259,31 @@ def _corrupt_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
     return hits
 
 
+#: decoder findings that mean CommitLog bytes of unknown extent were lost from their offset on (a torn last
+#: record after a crash, TRUNCATED_RECORD, loses that one record only: RocketMQ's recovery drops it too)
+LOST_BYTES = ("TRUNCATED_FILE", "FILE_GAP")
+
+
+def _flag_damaged(tx_rows: List[dict], anomalies: List[dict]) -> None:
+    """EVIDENCE_IN_DAMAGED_RANGE on the transactions whose state rests on evidence NOT being there (PREPARED,
+    DISCARDED, ROLLED_BACK from an op without a COMMIT record) while bytes after their first record were lost:
+    the missing commit / op / discard may have been in them, so the state is flagged, never silently changed."""
+    lost: Dict[str, int] = {}
+    for a in anomalies:
+        if a["kind"] in LOST_BYTES and a["source"] == "commitlog" and a["physical_offset"] is not None:
+            lost[a["broker"]] = max(lost.get(a["broker"], -1), a["physical_offset"])
+    if not lost:
+        return
+    for t in tx_rows:
+        at = lost.get(t["broker"])
+        first = min((o for o in (t["prepared_commitlog_offset"], t["first_copy_commitlog_offset"])
+                     if o is not None), default=None)
+        by_absence = t["state"] in ("PREPARED", "DISCARDED") or (
+            t["state"] == "ROLLED_BACK" and t["mechanism"] == "HALF_QUEUE" and not t["rollback_offsets"])
+        if at is not None and first is not None and first < at and by_absence:
+            t["flags"] = sorted(set(t["flags"]) | {"EVIDENCE_IN_DAMAGED_RANGE"})
+
+
 def _uncommitted_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
     """DLedger: (broker, tx) of evidence records at or after the first message past the checkpoint's
     committedIndex (one DLEDGER_UNCOMMITTED finding per broker names it; the log is ordered)."""
@@ -364,6 +389,7 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
                                       broker_params.get(b))
         if row is not None:
             tx_rows.append(row)
+    _flag_damaged(tx_rows, anomalies)
 
     for e in rows:
         if e.role == OP and e.tx is None:

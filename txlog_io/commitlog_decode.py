@@ -231,12 +231,19 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
                     next_pos = pos + rel    # header crosses the chunk edge: continue in a new chunk
                     break
                 fp = pos + rel
-                if fp < size:
-                    nz = _first_nonzero(reader, fp, size)
-                    if nz is not None:
-                        anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, fp, base,
-                                                  "fewer than 8 bytes left for a record header",
-                                                  "8 bytes", f"{size - fp} bytes"))
+                nz = _first_nonzero(reader, fp, size) if fp < size else None
+                if nz is not None:
+                    anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, fp, base,
+                                              "fewer than 8 bytes left for a record header",
+                                              "8 bytes", f"{size - fp} bytes"))
+                elif fp > pos or count:
+                    # the broker always leaves >= END_FILE_MIN_BLANK_LENGTH (8) bytes after a record and fills
+                    # them with a BLANK header or zeros: a file that ends right after a record was cut there
+                    anomalies.append(_anomaly(AnomalyKind.TRUNCATED_FILE, path, fp, base,
+                                              "the file ends right after a record, without the BLANK "
+                                              "end-of-file filler or zero tail the broker always leaves: it "
+                                              "was cut here and the records written after this point are lost",
+                                              ">= 8 bytes of BLANK filler or zeros", f"{size - fp} bytes"))
                 summary.valid_end, summary.stop_reason = fp, "end of file"
                 break
             total, magic = unpack(buf, rel)

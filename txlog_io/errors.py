@@ -66,6 +66,7 @@ class AnomalyKind:
     """Stable anomaly codes (a public contract: they appear in dumps, Delta tables and tests)."""
 
     TRUNCATED_RECORD = "TRUNCATED_RECORD"          # record header/length runs past the end of valid data
+    TRUNCATED_FILE = "TRUNCATED_FILE"              # file ends right after a record, no BLANK/zero tail: cut
     BAD_MAGIC = "BAD_MAGIC"                        # neither V1, V2 nor BLANK where a record must start
     BAD_TOTAL_SIZE = "BAD_TOTAL_SIZE"              # impossible TOTALSIZE, or fields do not add up to it
     BODY_CRC_MISMATCH = "BODY_CRC_MISMATCH"        # masked CRC32 of the stored body differs from BODYCRC
