@@ -112,6 +112,9 @@ WRITE_SITES_REVIEWED = {
     ("jobs/delta_sink.py", "_write_arrow_files"),   # Parquet files of small tables, written by the driver
     ("txlog_io/dledger.py", "write"),               # DLedger encoder twin (refbroker writes its stores with it)
     ("txlog_io/dledger_bench.py", "main"),          # removes its own work directory
+    ("txlog_io/jit.py", "_writable"),               # the numba cache directory (never under a store)
+    ("txlog_io/jit.py", "ensure_cache_path"),
+    ("jobs/bench_audit.py", "drop_page_cache"),     # /proc/sys/vm/drop_caches for --cold
     ("jobs/check.py", "write_arrow"),               # check_results / metrics tables under --out
     ("jobs/check_output.py", "_atomic_write"),      # --json / --junit-xml files the user named
     ("jobs/recovery_requests.py", "_write_jsonl"),  # --out/recovery/<run_id>/
