@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from txlog_io.errors import TxlogError
-from txlog_io.indexfile import (IndexFileWriter, file_size_for, index_keys, list_index_files, lookup,
+from txlog_io.indexfile import (IndexFileReader, IndexFileWriter, file_size_for, index_keys, list_index_files,
                                 read_index_file)
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
@@ -51,11 +51,14 @@ def test_real_498_geometry_lookups_and_golden_bytes():
     records = _records("rocketmq-4.9.8")
     keyed = [(k, r["physicalOffset"]) for r in records for k in _keys(r)]
     assert sum(i.entries.num_rows for i in decoded) == len(keyed)
-    assert all(any(off in lookup(i, k) for i in decoded) for k, off in keyed)
+    readers = [IndexFileReader(p) for p in files]           # the positional reader the audit uses
+    assert all(any(off in r.lookup(k) for r in readers) for k, off in keyed)
     # a ROLLBACK record is never indexed; COMMIT records are, under their real topic
     commits = [r for r in records if r["sysFlag"] & 0xC == 8]
-    assert commits and all(any(r["physicalOffset"] in lookup(i, f"{r['topic']}#{r['uniqKey']}") for i in decoded)
+    assert commits and all(any(r["physicalOffset"] in rd.lookup(f"{r['topic']}#{r['uniqKey']}") for rd in readers)
                            for r in commits)
+    for rd in readers:
+        rd.close()
     for path, writer in zip(files, _rebuild(records, 64, 512)):
         assert writer.to_bytes() == path.read_bytes(), path.name
 
@@ -96,8 +99,9 @@ def test_round_trip(tmp_path_factory, puts, slots):
     path.write_bytes(w.to_bytes())
     idx = read_index_file(path, slots)
     assert idx.entries.num_rows == len(stored) and not idx.anomalies
-    for k, off in stored:
-        assert off in lookup(idx, k)
+    with IndexFileReader(path, slots) as reader:
+        for k, off in stored:
+            assert off in reader.lookup(k)
     if len({o for _, o in stored}) > 1 or slots == 1:
         assert (read_index_file(path).hash_slots in (None, slots))
 
@@ -114,7 +118,8 @@ def test_any_bytes_never_raise(tmp_path_factory, base, at, patch):
     assert idx.entries.num_rows <= max(0, (len(data) - 40) // 20)
     for a in idx.anomalies:
         assert a.file == str(path) and 0 <= a.position <= len(data)
-    lookup(idx, "TopicA#x")
+    with IndexFileReader(path) as reader:
+        reader.lookup("TopicA#x")
 
 
 def test_dump_index_cli(capsys):

@@ -243,30 +243,6 @@ def read_index_file(path, hash_slots: Optional[int] = None, index_num: Optional[
     return IndexFile(path, header, slots_n, index_n, slots, table, anomalies)
 
 
-def lookup(index: IndexFile, key: str, max_hits: int = 1 << 16) -> List[int]:
-    """CommitLog offsets stored for ``key`` (newest first), following the slot chain as selectPhyOffset does.
-
-    Hash collisions are not resolved here (neither does RocketMQ: its caller re-checks the message's keys)."""
-    if index.hash_slots is None or index.entries.num_rows == 0:
-        return []
-    h = index_key_hash(key)
-    cur = int(index.slots[h % index.hash_slots])
-    hashes = index.entries.column("key_hash").to_numpy()
-    offsets = index.entries.column("commitlog_offset").to_numpy()
-    prevs = index.entries.column("prev_index").to_numpy()
-    out: List[int] = []
-    seen = 0
-    while 0 < cur <= len(hashes) and seen < max_hits:
-        row = cur - 1
-        if hashes[row] == h:
-            out.append(int(offsets[row]))
-        nxt = int(prevs[row])
-        if nxt >= cur:          # a damaged chain must not loop
-            break
-        cur, seen = nxt, seen + 1
-    return out
-
-
 class IndexFileWriter:
     """Encoder twin: builds an index file byte for byte as ``IndexFile.putKey`` does."""
 
@@ -328,10 +304,6 @@ def list_index_files(store_root) -> List[Path]:
     if not d.is_dir():
         return []
     return sorted((p for p in d.iterdir() if p.is_file() and p.name.isdigit()), key=lambda p: p.name)
-
-
-def read_index_files(paths: Sequence, hash_slots: Optional[int] = None) -> List[IndexFile]:
-    return [read_index_file(p, hash_slots) for p in paths]
 
 
 # ------------------------------------------------------------------------------------------ positional lookups
