@@ -23,6 +23,8 @@ from typing import Optional, Tuple
 
 from txlog_io.errors import UsageError
 
+from jobs.delta_sink import read_rows
+
 RUNS_TABLE = "audit_runs"
 
 
@@ -53,22 +55,8 @@ def check_into(store: str, into: str) -> str:
     return path
 
 
-def _read(path: str, **eq):
-    import deltalake
-    import pyarrow.dataset as ds
-
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
-        return None
-    dataset = deltalake.DeltaTable(path).to_pyarrow_dataset()
-    expr = None
-    for k, v in eq.items():
-        e = ds.field(k) == v
-        expr = e if expr is None else expr & e
-    return dataset.to_table(filter=expr)
-
-
 def pick_run(out: str, store: str, run_id: Optional[str]) -> dict:
-    runs = _read(os.path.join(out, RUNS_TABLE))
+    runs = read_rows(os.path.join(out, RUNS_TABLE))
     if runs is None:
         raise UsageError(f"--out: no {RUNS_TABLE} table under {out} (run the audit first)")
     rows = [r for r in runs.to_pylist() if store in (r["stores"] or [])]
@@ -85,7 +73,7 @@ def check_fingerprint(run: dict, broker: str, store: str) -> None:
     from txlog_io.fingerprint import FilePrint, compare_prints, store_prints
 
     path = dict(run["table_paths"]).get("store_files", os.path.join(run["out"], "store_files"))
-    table = _read(path, run_id=run["run_id"], broker=broker)
+    table = read_rows(path, run_id=run["run_id"], broker=broker)
     if table is None or table.num_rows == 0:
         raise UsageError(f"audit run {run['run_id']} kept no per-file fingerprint of {store} (audited before "
                          f"store_files existed); audit the store again")
@@ -135,7 +123,7 @@ def run_repair(options: RepairOptions) -> int:
     profile = dict(run["profiles"]).get(broker, "unknown")
     check_fingerprint(run, broker, options.store)
     path = dict(run["table_paths"]).get("recovery_worklist", os.path.join(options.out, "recovery_worklist"))
-    worklist = _read(path, run_id=run["run_id"], broker=broker)
+    worklist = read_rows(path, run_id=run["run_id"], broker=broker)
     rows = worklist.to_pylist() if worklist is not None else []
     plan = plan_repair(options.store, profile, rows, actions=options.actions, as_of_ms=int(run["as_of_ms"]))
     log = [dict(r, run_id=run["run_id"], broker=broker, into=options.into) for r in plan.log_rows()]
