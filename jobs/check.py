@@ -92,21 +92,15 @@ def _named(table: Table, names: Dict[str, str]) -> Table:
 
 def _delta_read(path: str, what: str, run_id: Optional[str] = None, columns: Optional[Sequence[str]] = None
                 ) -> pa.Table:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from jobs.delta_tables import DeltaReadError, read_table
 
     try:
-        t = DeltaTable(path)
-    except TableNotFoundError:
-        raise CheckError(f"{what}: no Delta table at {path}") from None
-    except Exception as e:  # noqa: BLE001 - a damaged log, permissions: one line
-        raise CheckError(f"{what}: cannot open Delta table {path}: {type(e).__name__}: {e}") from None
-    try:
-        filters = [("run_id", "=", run_id)] if run_id is not None else None
-        return t.to_pyarrow_table(filters=filters, columns=list(columns) if columns else None)
-    except Exception as e:  # noqa: BLE001
-        first = (str(e).strip().splitlines() or [""])[0]
-        raise CheckError(f"{what}: cannot read {path}: {type(e).__name__}: {first}") from None
+        table = read_table(path, what=what, columns=columns, **({"run_id": run_id} if run_id is not None else {}))
+    except DeltaReadError as e:
+        raise CheckError(str(e)) from None
+    if table is None:
+        raise CheckError(f"{what}: no Delta table at {path}")
+    return table
 
 
 def _ts(v) -> dt.datetime:
@@ -194,23 +188,11 @@ def results_table(run: RunInfo, results: Sequence[CheckResult]) -> pa.Table:
 def write_arrow(out: str, table: Table, data: pa.Table, run_id: str, run_date: dt.date, spark=None,
                 writer: str = "auto") -> str:
     """Write ``data`` as run ``run_id`` of ``<out>/<table.name>`` (replacing that run's rows) with
-    jobs/delta_sink.py: its driver-side file writer + one-commit path, or ``write_table`` on Spark when the
-    session writes Delta through Spark."""
-    from jobs import delta_sink as ds
+    ``jobs.delta_sink.write_table``: from the driver in one commit, or through Spark when the session writes
+    Delta itself."""
+    from jobs import delta_sink
 
-    if spark is not None and ds.choose_writer(spark, writer) == "spark":
-        ds.write_table(spark.createDataFrame(data), out, table, run_id, None, spark, run_date=run_date,
-                       writer="spark")
-        return ds.table_path(out, table)
-    parts = ds.resolve_partition_by(table, None)
-    root = ds.table_path(out, table)
-    schema = ds.arrow_schema_for(table)
-    os.makedirs(root, exist_ok=True)
-    files = ds._PartitionFileWriter(root, schema, parts, "driver-0", ds.DEFAULT_MAX_ROWS_PER_FILE)
-    for batch in data.select(schema.names).cast(schema).to_batches():
-        files.write(ds._conform_batch(batch, schema))
-    ds._commit_files(root, table, run_id, parts, files.close())
-    return root
+    return delta_sink.write_table(data, out, table, run_id, None, spark, run_date=run_date, writer=writer).path
 
 
 # ------------------------------------------------------------------------------------------------------------

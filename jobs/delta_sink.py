@@ -603,22 +603,6 @@ def write_table(df, out_dir, table: Table, run_id: str, partition_by: Optional[S
                        path=root)
 
 
-def read_rows(path: str, **eq) -> Optional[pa.Table]:
-    """The rows of the Delta table at ``path`` whose columns equal ``eq`` (driver, deltalake; no Spark), or
-    None when no Delta table is there."""
-    import deltalake
-    import pyarrow.dataset as ds
-
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
-        return None
-    dataset = deltalake.DeltaTable(path).to_pyarrow_dataset()
-    expr = None
-    for k, v in eq.items():
-        e = ds.field(k) == v
-        expr = e if expr is None else expr & e
-    return dataset.to_table(filter=expr)
-
-
 def retract_run(out_dir, table: Table, run_id: str) -> Optional[int]:
     """Remove run ``run_id``'s rows from ``<out_dir>/<table.name>`` in one commit (new version, or None when
     the table does not exist or holds no such run).  The audit retracts its ``audit_runs`` row before

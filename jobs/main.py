@@ -342,11 +342,12 @@ def _run(run, build_session, command: str, opts) -> int:
 def run_report(opts: ReportOptions) -> int:
     """``report``: no Spark; a missing table or run id is a one-line error (exit 1)."""
     try:
+        from jobs.delta_tables import DeltaReadError
         from jobs.report import write_report
         from jobs.report_data import ReportDataError
 
         page = write_report(opts.out, opts.run_id)
-    except ReportDataError as e:
+    except (ReportDataError, DeltaReadError) as e:
         print(f"{PROG}: error: report: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_FAILURE
     except Exception as e:  # noqa: BLE001 - traceback for the operator, one line last

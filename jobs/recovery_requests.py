@@ -55,7 +55,7 @@ def _safe(name: str) -> str:
 
 
 def _read(run: dict, logical: str):
-    from jobs.delta_sink import read_rows as read
+    from jobs.delta_tables import read_table as read
 
     path = dict(run["table_paths"]).get(logical, os.path.join(run["out"], logical))
     t = read(path, run_id=run["run_id"])

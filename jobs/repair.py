@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 
 from txlog_io.errors import UsageError
 
-from jobs.delta_sink import read_rows
+from jobs.delta_tables import read_table
 
 RUNS_TABLE = "audit_runs"
 
@@ -56,7 +56,7 @@ def check_into(store: str, into: str) -> str:
 
 
 def pick_run(out: str, store: str, run_id: Optional[str]) -> dict:
-    runs = read_rows(os.path.join(out, RUNS_TABLE))
+    runs = read_table(os.path.join(out, RUNS_TABLE))
     if runs is None:
         raise UsageError(f"--out: no {RUNS_TABLE} table under {out} (run the audit first)")
     rows = [r for r in runs.to_pylist() if store in (r["stores"] or [])]
@@ -73,7 +73,7 @@ def check_fingerprint(run: dict, broker: str, store: str) -> None:
     from txlog_io.fingerprint import FilePrint, compare_prints, store_prints
 
     path = dict(run["table_paths"]).get("store_files", os.path.join(run["out"], "store_files"))
-    table = read_rows(path, run_id=run["run_id"], broker=broker)
+    table = read_table(path, run_id=run["run_id"], broker=broker)
     if table is None or table.num_rows == 0:
         raise UsageError(f"audit run {run['run_id']} kept no per-file fingerprint of {store} (audited before "
                          f"store_files existed); audit the store again")
@@ -123,7 +123,7 @@ def run_repair(options: RepairOptions) -> int:
     profile = dict(run["profiles"]).get(broker, "unknown")
     check_fingerprint(run, broker, options.store)
     path = dict(run["table_paths"]).get("recovery_worklist", os.path.join(options.out, "recovery_worklist"))
-    worklist = read_rows(path, run_id=run["run_id"], broker=broker)
+    worklist = read_table(path, run_id=run["run_id"], broker=broker)
     rows = worklist.to_pylist() if worklist is not None else []
     plan = plan_repair(options.store, profile, rows, actions=options.actions, as_of_ms=int(run["as_of_ms"]))
     log = [dict(r, run_id=run["run_id"], broker=broker, into=options.into) for r in plan.log_rows()]

@@ -21,6 +21,8 @@ from typing import Dict, List, Optional
 import pandas as pd
 import pyarrow as pa
 
+from jobs.delta_tables import column_names, read_table
+from jobs.delta_tables import is_delta as _is_delta
 from schemas.runs import AUDIT_RUNS
 
 RUNS_TABLE = "audit_runs"
@@ -63,21 +65,15 @@ class ReportData:
     table_rows: Dict[str, int] = field(default_factory=dict)   # logical table -> rows of this run read
 
 
-def _is_delta(path: str) -> bool:
-    return os.path.isdir(os.path.join(path, "_delta_log"))
-
-
 def find_runs_table(out: str) -> str:
     """The audit_runs table under ``out`` (default name, else any Delta table with audit_runs' columns)."""
     default = os.path.join(out, RUNS_TABLE)
     if _is_delta(default):
         return default
-    from deltalake import DeltaTable
-
     need = set(AUDIT_RUNS.names)
     for name in sorted(os.listdir(out)) if os.path.isdir(out) else ():
         path = os.path.join(out, name)
-        if _is_delta(path) and need <= set(DeltaTable(path).schema().to_arrow().names):
+        if _is_delta(path) and need <= set(column_names(path, RUNS_TABLE)):
             return path
     raise ReportDataError(f"no audit_runs table under {out} (not an audit output directory, or no run "
                           f"finished there)")
@@ -85,9 +81,7 @@ def find_runs_table(out: str) -> str:
 
 def read_runs(out: str) -> pd.DataFrame:
     """Every finished run of ``out`` (one audit_runs row each), oldest as-of first."""
-    from deltalake import DeltaTable
-
-    df = DeltaTable(find_runs_table(out)).to_pyarrow_table().to_pandas(maps_as_pydicts="strict")
+    df = read_table(find_runs_table(out), what=RUNS_TABLE).to_pandas(maps_as_pydicts="strict")
     return df.sort_values(["as_of_ms", "run_id"], kind="stable").reset_index(drop=True)
 
 
@@ -103,14 +97,9 @@ def _table_path(out: str, run: dict, logical: str) -> Optional[str]:
 
 def read_run_table(path: Optional[str], run_id: str, columns=None) -> Optional[pa.Table]:
     """The rows of ``run_id`` in the Delta table at ``path`` (None when there is no such table)."""
-    if path is None or not _is_delta(path):
+    if "run_id" not in (column_names(path) or ()):
         return None
-    from deltalake import DeltaTable
-
-    dt = DeltaTable(path)
-    if "run_id" not in dt.schema().to_arrow().names:
-        return None
-    return dt.to_pyarrow_table(columns=columns, filters=[("run_id", "=", run_id)])
+    return read_table(path, columns=columns, run_id=run_id)
 
 
 def _frame(table: Optional[pa.Table], columns: List[str]) -> pd.DataFrame:
