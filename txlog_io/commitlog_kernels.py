@@ -480,19 +480,22 @@ def host_texts(u8, at, v6, hexd):
     without leading zeros or zero compression) for the host fields starting at ``at``."""
     n = at.size
     off = np.empty(n + 1, np.int32)
-    data = np.empty(n * 56, np.uint8)
+    upper = 0
+    for k in range(n):                            # "255.255.255.255:-2147483648" / "[ffff:...:ffff]:-2147483648"
+        upper += 53 if v6[k] else 27
+    data = np.empty(upper, np.uint8)
     w = 0
     for k in range(n):
         off[k] = w
         p = at[k]
         if k > 0 and v6[k] == v6[k - 1]:
-            width = 20 if v6[k] else 8
-            same = True
             q = at[k - 1]
-            for j in range(width):
-                if u8[p + j] != u8[q + j]:
-                    same = False
-                    break
+            same = _u32(u8, p) == _u32(u8, q) and _u32(u8, p + 4) == _u32(u8, q + 4)
+            if same and v6[k]:
+                for j in range(8, 20):
+                    if u8[p + j] != u8[q + j]:
+                        same = False
+                        break
             if same:                              # the same host as the record before: copy its text
                 prev = off[k - 1]
                 _copy(data, w, data, prev, w - prev)
