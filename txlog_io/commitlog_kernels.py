@@ -85,6 +85,33 @@ def chain(u8, rel, n, verify_from, to_file_end, out, count):
 
 
 @njit
+def entry_chain(u8, n, base_fp, limit, min_entry, gather):
+    """DLedger entries (txlog_io.dledger: magic 1 at +0, size at +4, pos at +24) chained from 0 in the chunk
+    ``u8[:n]`` whose first byte has DLedger offset ``base_fp``: accepted while the magic is 1, ``pos`` equals
+    the entry's own offset, the size is at least ``min_entry`` and the entry lies in the chunk, for entries
+    starting below ``limit`` with ``gather`` header bytes readable.  Returns their relative positions (the
+    first irregular entry is left to the exact rules of ``dledger._walk``) and per entry whether it needs the
+    entry-vs-record checks of ``dledger._frame`` (bodySize or the inner record's magic / TOTALSIZE disagree)."""
+    out = np.empty(n // min_entry + 1, np.int64)
+    odd = np.empty(n // min_entry + 1, np.bool_)
+    count = 0
+    rel = 0
+    stop = min(n - gather, limit - 1)
+    while rel <= stop:
+        esize = _i32(u8, rel + 4)
+        if _i32(u8, rel) != 1 or _i64(u8, rel + 24) != base_fp + rel or esize < min_entry or rel + esize > n:
+            break
+        room = esize - 48
+        magic = _u32(u8, rel + 52)
+        out[count] = rel
+        odd[count] = _i32(u8, rel + 44) != room or _i32(u8, rel + 48) != room or \
+            (magic != MAGIC_V1 and magic != MAGIC_V2)
+        count += 1
+        rel += esize
+    return out[:count], odd[:count]
+
+
+@njit
 def shape_ok_at(u8, p, total):
     """Do the length fields of the record at ``p`` (all of it in ``u8``) add up to ``total`` (calMsgLength)?"""
     sys_flag = _i32(u8, p + 36)
