@@ -195,6 +195,14 @@ def test_writer_round_trip_rolls_files_like_mmapfilelist(tmp_path):
     assert mf.message_log_kind(tmp_path) == "dledger"
 
 
+@pytest.mark.parametrize("topics", [["TopicA"], ["TopicA", "RMQ_SYS_TRANS_HALF_TOPIC", "Other"]])
+def test_topic_filter_keeps_the_rows_of_those_topics(tmp_path, topics):
+    files, _ = _log(tmp_path)
+    every = [r for f in files for r in _decode(f)[0]]
+    kept = [r for f in files for r in _decode(f, topics=topics)[0]]
+    assert kept == [r for r in every if r["topic"] in topics] and kept
+
+
 def test_every_split_point_yields_every_record_once(tmp_path):
     files, _ = _log(tmp_path, n=12, file_size=8192)
     f = files[0]

@@ -503,7 +503,7 @@ def decode_records_in(buf, positions: np.ndarray, *, file_pos: int, path: str, b
     bytes.  For framings that wrap records (txlog_io.dledger): the chunk it framed is decoded without a second
     read.  Same results as ``decode_range`` (schema COMMITLOG, physical offset = base_offset + file
     position)."""
-    topic_set = None if topics is None else pa.array(sorted(set(topics)), pa.string())
+    topic_set = None if topics is None else K.pack_strings(sorted(set(topics)))
     frame = Frame(buf, int(file_pos), np.asarray(positions, np.int64))
     return _decode_frame(frame, str(path), int(base_offset), with_body, topic_set, verify_crc,
                          tx_relevant=tx_relevant)

@@ -85,6 +85,33 @@ def chain(u8, rel, n, verify_from, to_file_end, out, count):
 
 
 @njit
+def entry_chain(u8, n, base_fp, limit, min_entry, gather):
+    """DLedger entries (txlog_io.dledger: magic 1 at +0, size at +4, pos at +24) chained from 0 in the chunk
+    ``u8[:n]`` whose first byte has DLedger offset ``base_fp``: accepted while the magic is 1, ``pos`` equals
+    the entry's own offset, the size is at least ``min_entry`` and the entry lies in the chunk, for entries
+    starting below ``limit`` with ``gather`` header bytes readable.  Returns their relative positions (the
+    first irregular entry is left to the exact rules of ``dledger._walk``) and per entry whether it needs the
+    entry-vs-record checks of ``dledger._frame`` (bodySize or the inner record's magic / TOTALSIZE disagree)."""
+    out = np.empty(n // min_entry + 1, np.int64)
+    odd = np.empty(n // min_entry + 1, np.bool_)
+    count = 0
+    rel = 0
+    stop = min(n - gather, limit - 1)
+    while rel <= stop:
+        esize = _i32(u8, rel + 4)
+        if _i32(u8, rel) != 1 or _i64(u8, rel + 24) != base_fp + rel or esize < min_entry or rel + esize > n:
+            break
+        room = esize - 48
+        magic = _u32(u8, rel + 52)
+        out[count] = rel
+        odd[count] = _i32(u8, rel + 44) != room or _i32(u8, rel + 48) != room or \
+            (magic != MAGIC_V1 and magic != MAGIC_V2)
+        count += 1
+        rel += esize
+    return out[:count], odd[:count]
+
+
+@njit
 def shape_ok_at(u8, p, total):
     """Do the length fields of the record at ``p`` (all of it in ``u8``) add up to ``total`` (calMsgLength)?"""
     sys_flag = _i32(u8, p + 36)
@@ -232,7 +259,7 @@ def prop_crcs(u8, pos, totals, ok, props_at, marker):
     return status, actual
 
 
-@njit
+@njit(inline="always")
 def _same(u8, a, la, b, lb):
     if la != lb:
         return False
@@ -243,74 +270,129 @@ def _same(u8, a, la, b, lb):
 
 
 @njit
-def split_properties(u8, starts, lengths, wanted, wanted_off, wanted_at):
-    """string2messageProperties of every record: split on 0x02, key before the first 0x01, both non-empty,
-    a later duplicate key wins (the earlier entry is dropped).  Returns per entry (key start, 0x01 position,
-    value end), the map offsets per record, and for each wanted key (``wanted`` bytes, ``wanted_off``
-    offsets; ``wanted_at[len * 256 + first byte]`` = its index, see ``wanted_keys``) the entry index per record,
-    -1 when absent."""
+def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, wanted_at):
+    """Topics and properties of every record in one pass over their bytes: the topic column, the properties
+    map (string2messageProperties: split on 0x02, key before the first 0x01, both non-empty, a later duplicate
+    key wins and the earlier entry is dropped) and one column per wanted key (``wanted`` bytes, ``wanted_off``
+    offsets; ``wanted_at[len * 256 + first byte]`` = its index, see ``wanted_keys``).
+
+    Returns Arrow offsets + data of the topics, the map (per-record entry offsets, keys, values) and the wanted
+    columns (all in one data buffer, row q of ``w_off`` starts where its bytes start), the wanted columns'
+    validity, and whether every byte was ASCII (then every piece is valid UTF-8 without a further check)."""
     n = starts.size
-    upper = 0
-    for k in range(n):                             # bound: segments of >= 3 bytes plus a shorter last one
-        upper += lengths[k] // 3 + 1
-    ks = np.empty(upper, np.int64)
-    kv = np.empty(upper, np.int64)
-    ve = np.empty(upper, np.int64)
-    map_off = np.zeros(n + 1, np.int64)
     nw = wanted_off.size - 1
-    hit = np.full((nw, n), -1, np.int64)
-    m = 0
+    t_off = np.empty(n + 1, np.int32)
+    tt = np.int64(0)
+    total = np.int64(0)
+    most = np.int64(1)
     for k in range(n):
-        first = m
+        tt += topic_len[k]
+        total += lengths[k]
+        most = max(most, lengths[k] // 3 + 1)     # segments of >= 3 bytes plus a shorter last one
+    t_data = np.empty(tt, np.uint8)
+    w = np.int64(0)
+    for k in range(n):
+        t_off[k] = w
+        _copy(t_data, w, u8, topic_at[k], topic_len[k])
+        w += topic_len[k]
+    t_off[n] = w
+    ks = np.empty(most, np.int64)                 # one record's entries: key start, 0x01 position, value end
+    kv = np.empty(most, np.int64)
+    ve = np.empty(most, np.int64)
+    k_off = np.empty(n * 8 + 1, np.int32)         # grown below when records carry more entries
+    v_off = np.empty(n * 8 + 1, np.int32)
+    k_data = np.empty(total, np.uint8)
+    v_data = np.empty(total, np.uint8)
+    map_off = np.empty(n + 1, np.int32)
+    hit = np.full((nw, n), -1, np.int32)         # the map entry holding wanted key q of record k
+    w_size = np.int64(0)
+    m = 0
+    kt = np.int64(0)
+    vt = np.int64(0)
+    for k in range(n):
+        map_off[k] = m
+        e = 0
         index = starts[k]
         stop = starts[k] + lengths[k]
         sep = -1                                   # first 0x01 of the current segment
-        i = index
-        while True:                                # one pass: a segment ends at a 0x02 or at the end
-            if i < stop and u8[i] != 2:
-                if u8[i] == 1 and sep < 0:
-                    sep = i
-                i += 1
+        for i in range(index, stop):
+            c = u8[i]
+            if c > 2:
                 continue
-            if i - index >= 3 and index < sep < i - 1:
-                ks[m] = index
-                kv[m] = sep
-                ve[m] = i
-                m += 1
-            if i >= stop:
-                break
-            i += 1
-            index = i
-            sep = -1
-        w = first
-        for j in range(first, m):
-            dup = False
+            if c == 2:                             # a segment ends at a 0x02 or at the end
+                if i - index >= 3 and index < sep < i - 1:
+                    ks[e] = index
+                    kv[e] = sep
+                    ve[e] = i
+                    e += 1
+                index = i + 1
+                sep = -1
+            elif c == 1 and sep < 0:
+                sep = i
+        if stop - index >= 3 and index < sep < stop - 1:
+            ks[e] = index
+            kv[e] = sep
+            ve[e] = stop
+            e += 1
+        if m + e + 1 > k_off.size:
+            grown = max(k_off.size * 2, m + e + 1)
+            k2 = np.empty(grown, np.int32)
+            v2 = np.empty(grown, np.int32)
+            k2[:m] = k_off[:m]
+            v2[:m] = v_off[:m]
+            k_off, v_off = k2, v2
+        for j in range(e):
             lj = kv[j] - ks[j]
-            for q in range(j + 1, m):
+            dup = False
+            for q in range(j + 1, e):
                 if kv[q] - ks[q] == lj and u8[ks[q]] == u8[ks[j]] and _same(u8, ks[j], lj, ks[q], lj):
                     dup = True
                     break
-            if not dup:
-                ks[w] = ks[j]
-                kv[w] = kv[j]
-                ve[w] = ve[j]
-                w += 1
-        m = w
-        map_off[k + 1] = m
-        for j in range(first, m):
-            klen = kv[j] - ks[j]
-            if klen >= 64:
+            if dup:
                 continue
-            q = wanted_at[klen * 256 + u8[ks[j]]]
-            if q >= 0:
-                same = True
-                for t in range(klen):
-                    if u8[ks[j] + t] != wanted[wanted_off[q] + t]:
-                        same = False
-                        break
-                if same:
-                    hit[q, k] = j
-    return ks[:m], kv[:m], ve[:m], map_off, hit
+            vl = ve[j] - kv[j] - 1
+            k_off[m] = kt
+            v_off[m] = vt
+            _copy(k_data, kt, u8, ks[j], lj)
+            _copy(v_data, vt, u8, kv[j] + 1, vl)
+            kt += lj
+            vt += vl
+            m += 1
+            if lj < 64:
+                q = wanted_at[lj * 256 + u8[ks[j]]]
+                if q >= 0:
+                    same = True
+                    for t in range(lj):
+                        if u8[ks[j] + t] != wanted[wanted_off[q] + t]:
+                            same = False
+                            break
+                    if same:
+                        hit[q, k] = m - 1
+                        w_size += vl
+    map_off[n] = m
+    k_off[m] = kt
+    v_off[m] = vt
+    w_off = np.empty((nw, n + 1), np.int32)
+    w_data = np.empty(w_size, np.uint8)
+    wt = np.int64(0)
+    for q in range(nw):
+        for k in range(n):
+            w_off[q, k] = wt
+            j = hit[q, k]
+            if j >= 0:                            # the value's bytes are already in v_data
+                _copy(w_data, wt, v_data, v_off[j], v_off[j + 1] - v_off[j])
+                wt += v_off[j + 1] - v_off[j]
+        w_off[q, n] = wt
+    return (t_off, t_data, map_off, k_off[:m + 1], k_data[:kt], v_off[:m + 1], v_data[:vt], w_off, w_data,
+            hit >= 0, _ascii(t_data) and _ascii(k_data[:kt]) and _ascii(v_data[:vt]))
+
+
+@njit(inline="always")
+def _ascii(data):
+    acc = 0
+    for i in range(data.size):                    # a plain reduction: vectorised
+        acc |= data[i]
+    return acc < 0x80
 
 
 def wanted_keys(keys) -> tuple:
@@ -348,73 +430,13 @@ def gather(u8, starts, ends):
 _memcpy = _nt.ExternalFunction("memcpy", _nt.voidptr(_nt.voidptr, _nt.voidptr, _nt.uintp))
 
 
-@njit
+@njit(inline="always")
 def _copy(dst, at, src, start, length):
-    if length > 48:                               # long (bodies): libc memcpy
+    if length > 4:                                # libc memcpy (measured: cheaper from 5 bytes up)
         _memcpy(dst.ctypes.data + at, src.ctypes.data + start, length)
     else:                                         # short (topics, keys, values): a plain loop is cheaper
         for j in range(length):
             dst[at + j] = src[start + j]
-
-
-@njit
-def gather_entries(u8, starts, ends, idx):
-    """Arrow offsets + data of the entries ``idx`` (-1: null) of the ranges ``[starts, ends)``."""
-    n = idx.size
-    off = np.empty(n + 1, np.int32)
-    total = np.int64(0)
-    for k in range(n):
-        off[k] = total
-        if idx[k] >= 0:
-            total += ends[idx[k]] - starts[idx[k]]
-    off[n] = total
-    data = np.empty(total, np.uint8)
-    for k in range(n):
-        j = idx[k]
-        if j >= 0:
-            _copy(data, off[k], u8, starts[j], ends[j] - starts[j])
-    return off, data
-
-
-@njit
-def emit_properties(u8, ks, kv, ve, hit):
-    """One pass over the property entries: Arrow offsets + data of the map's keys and values, and of every
-    wanted property column (row q of ``hit``; all columns share one data buffer, column q's offsets start where
-    its bytes start)."""
-    m = ks.size
-    nw, n = hit.shape
-    k_off = np.empty(m + 1, np.int32)
-    v_off = np.empty(m + 1, np.int32)
-    kt = np.int64(0)
-    vt = np.int64(0)
-    for j in range(m):
-        k_off[j] = kt
-        v_off[j] = vt
-        kt += kv[j] - ks[j]
-        vt += ve[j] - kv[j] - 1
-    k_off[m] = kt
-    v_off[m] = vt
-    k_data = np.empty(kt, np.uint8)
-    v_data = np.empty(vt, np.uint8)
-    for j in range(m):
-        _copy(k_data, k_off[j], u8, ks[j], kv[j] - ks[j])
-        _copy(v_data, v_off[j], u8, kv[j] + 1, ve[j] - kv[j] - 1)
-    w_off = np.empty((nw, n + 1), np.int32)
-    wt = np.int64(0)
-    for q in range(nw):
-        for k in range(n):
-            w_off[q, k] = wt
-            j = hit[q, k]
-            if j >= 0:
-                wt += ve[j] - kv[j] - 1
-        w_off[q, n] = wt
-    w_data = np.empty(wt, np.uint8)
-    for q in range(nw):
-        for k in range(n):
-            j = hit[q, k]
-            if j >= 0:                            # the value's bytes are already in v_data
-                _copy(w_data, w_off[q, k], v_data, v_off[j], v_off[j + 1] - v_off[j])
-    return k_off, k_data, v_off, v_data, w_off, w_data
 
 
 @njit
@@ -485,23 +507,25 @@ def host_texts(u8, at, v6, hexd):
     without leading zeros or zero compression) for the host fields starting at ``at``."""
     n = at.size
     off = np.empty(n + 1, np.int32)
-    data = np.empty(n * 56, np.uint8)
+    upper = 0
+    for k in range(n):                            # "255.255.255.255:-2147483648" / "[ffff:...:ffff]:-2147483648"
+        upper += 53 if v6[k] else 27
+    data = np.empty(upper, np.uint8)
     w = 0
     for k in range(n):
         off[k] = w
         p = at[k]
         if k > 0 and v6[k] == v6[k - 1]:
-            width = 20 if v6[k] else 8
-            same = True
             q = at[k - 1]
-            for j in range(width):
-                if u8[p + j] != u8[q + j]:
-                    same = False
-                    break
+            same = _u32(u8, p) == _u32(u8, q) and _u32(u8, p + 4) == _u32(u8, q + 4)
+            if same and v6[k]:
+                for j in range(8, 20):
+                    if u8[p + j] != u8[q + j]:
+                        same = False
+                        break
             if same:                              # the same host as the record before: copy its text
                 prev = off[k - 1]
-                for j in range(w - prev):
-                    data[w + j] = data[prev + j]
+                _copy(data, w, data, prev, w - prev)
                 w += w - prev
                 continue
         if v6[k]:

@@ -29,7 +29,7 @@ SOURCE = "commitlog"
 SCHEMA = COMMITLOG.arrow_schema()
 _TX_NAMES = pa.array(["NOT", "PREPARED", "COMMIT", "ROLLBACK"], pa.string())
 _COMPRESSION_NAMES = pa.array(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"], pa.string())  # bits+1
-#: property columns of COMMITLOG, in the order of the kernel's ``hit`` rows
+#: property columns of COMMITLOG, in the order of the rows of text_columns' ``w_off``
 _WANTED = (P.UNIQ_KEY, P.TAGS, P.KEYS, P.PGROUP, P.REAL_TOPIC, P.REAL_QID, P.TRAN_MSG, P.TRANSACTION_CHECK_TIMES,
            P.TRAN_PREPARED_QUEUE_OFFSET, P.CHECK_IMMUNITY_TIME_IN_SECONDS, P.TRANSACTION_ID)
 _W = {k: i for i, k in enumerate(_WANTED)}
@@ -144,26 +144,26 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
 def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordBatch:
     sys_flag = f[K.F_SYS_FLAG]
     topic_at, topic_len, props_at, props_len = f[K.F_TOPIC_AT], f[K.F_TOPIC_LEN], f[K.F_PROPS_AT], f[K.F_PROPS_LEN]
-    # text is validated once per record; every key and value is cut at ASCII separators, so stays valid
-    clean = K.utf8_ok(u8, topic_at, topic_len) and K.utf8_ok(u8, props_at, props_len)
+    (t_off, t_data, map_off, k_off, k_data, v_off, v_data, w_off, w_data, present, ascii) = K.text_columns(
+        u8, topic_at, topic_len, props_at, props_len, _WANTED_DATA, _WANTED_OFF, _WANTED_AT)
+    # text is validated once per record (all-ASCII needs no check); every key and value is cut at ASCII
+    # separators, so stays valid
+    clean = ascii or (K.utf8_ok(u8, topic_at, topic_len) and K.utf8_ok(u8, props_at, props_len))
 
     def text(off, data, valid=None) -> pa.Array:
         arr = _binary(off, data, valid)
         return arr.view(pa.string()) if clean else to_utf8(arr)
 
-    topic = text(*_cut(u8, topic_at, topic_at + topic_len)[:2])
-    ks, kv, ve, map_off, hit = K.split_properties(u8, props_at, props_len, _WANTED_DATA, _WANTED_OFF,
-                                                  _WANTED_AT)
-    k_off, k_data, v_off, v_data, w_off, w_data = K.emit_properties(u8, ks, kv, ve, hit)
+    topic = text(t_off, t_data)
     keys = text(k_off, k_data)
     values = text(v_off, v_data)
 
     def prop(key: str) -> pa.Array:
         q = _W[key]
-        return text(w_off[q], w_data, hit[q] >= 0)
+        return text(w_off[q], w_data, present[q])
 
     tags = prop(P.TAGS)
-    tags_code, bad_tags = K.java_hashes(w_data, w_off[_W[P.TAGS]], hit[_W[P.TAGS]] >= 0)
+    tags_code, bad_tags = K.java_hashes(w_data, w_off[_W[P.TAGS]], present[_W[P.TAGS]])
     for i in np.flatnonzero(bad_tags).tolist():
         tags_code[i] = P.java_string_hash(tags[i].as_py())
     born6 = (sys_flag & L.BORNHOST_V6_FLAG) != 0
@@ -179,7 +179,7 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
                                                  _COMPRESSION_NAMES).cast(pa.string())
     body_at = f[K.F_BODY_AT]
     body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE])[2] if with_body else pa.nulls(n, pa.binary())
-    pmap = pa.MapArray.from_arrays(pa.array(map_off.astype(np.int32)), keys, values)
+    pmap = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
     tran_msg_s = prop(P.TRAN_MSG)
     i32 = np.int32
     cols = {

@@ -43,6 +43,7 @@ queues and CommitLog ranges speak in, so split ranges yield every record once.
 """
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
+from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
 from txlog_io.commitlog_decode import DEFAULT_CHUNK_BYTES, ScanSummary, decode_records_in, file_base_offset
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
@@ -258,9 +260,13 @@ class EntryFrame:
     buf: np.ndarray
     file_pos: int
     positions: np.ndarray
-    headers: np.ndarray
     messages: np.ndarray
     anomalies: list = field(default_factory=list)
+
+    @functools.cached_property
+    def headers(self) -> np.ndarray:
+        """ENTRY_DTYPE rows of the entries (gathered on first use: decoding does not need them)."""
+        return _headers(self.buf, self.positions)
 
     @property
     def entries(self) -> list:
@@ -297,7 +303,8 @@ def scan_entries(path, *, base_offset: Optional[int] = None, start: int = 0, end
 
 def _read_chunk(f: _File, pos: int, length: int) -> np.ndarray:
     length = max(0, min(length, f.size - pos))
-    buf = np.zeros(length + _PAD, np.uint8)
+    buf = np.empty(length + _PAD, np.uint8)      # only the padding needs zeros
+    buf[length:] = 0
     view = memoryview(buf)
     got = 0
     while got < length:
@@ -309,57 +316,11 @@ def _read_chunk(f: _File, pos: int, length: int) -> np.ndarray:
     return buf
 
 
-def _chain_fast(u8: np.ndarray, n: int, base_fp: int, limit: int) -> np.ndarray:
-    """Relative positions of the unbroken run of entries from 0: candidates are magic 1 with a ``pos`` field
-    equal to their own offset (``base_fp`` = offset of ``u8[0]``); accepted while each entry ends where the next
-    begins, starts below ``limit`` and lies wholly in the chunk.  The first irregularity ends the fast prefix
-    and the exact walk takes over."""
-    if n < _GATHER:
-        return np.zeros(0, np.int64)
-    c = np.flatnonzero(u8[3:n - _GATHER + 4] == MAGIC_1)
-    c = c[(u8[c] == 0) & (u8[c + 1] == 0) & (u8[c + 2] == 0)]
-    if not c.size or c[0] != 0:
-        return np.zeros(0, np.int64)
-    win = np.lib.stride_tricks.sliding_window_view(u8, 8)
-    c = c[win[c + 24].copy().view(">i8").ravel() == base_fp + c]
-    if not c.size or c[0] != 0:
-        return np.zeros(0, np.int64)
-    sizes = win[c + 4][:, :4].copy().view(">i4").ravel().astype(np.int64)
-    ends = c + sizes
-    ok = (sizes >= MIN_ENTRY_SIZE) & (ends <= n) & (c < limit)
-    linked = np.zeros(c.size, bool)
-    linked[:-1] = ends[:-1] == c[1:]
-    bad = np.flatnonzero(~(ok & linked))
-    stop = int(bad[0]) if bad.size else c.size
-    if stop < c.size and ok[stop]:
-        stop += 1                      # its size is fine; what follows it is for the exact walk to judge
-    return c[:stop].astype(np.int64)
-
-
-_CHAIN = struct.Struct(">ii16xq")        # magic, size, pos: what the fast chain walk checks per entry
-_NUMPY_CHAIN_BELOW = 512                # average entry size under which the numpy candidate scan is faster
-
-
-def _chain_walk(buf: np.ndarray, n: int, base_fp: int, limit: int) -> np.ndarray:
-    """The same prefix as ``_chain_fast`` by a tight header walk (cheaper than scanning every byte when entries
-    are large: the cost follows the entry count, not the byte count)."""
-    out = []
-    rel, stop, unpack = 0, min(n - _GATHER, limit - 1), _CHAIN.unpack_from
-    while rel <= stop:
-        magic, esize, pos = unpack(buf, rel)
-        if magic != MAGIC_1 or pos != base_fp + rel or esize < MIN_ENTRY_SIZE or rel + esize > n:
-            break
-        out.append(rel)
-        rel += esize
-    return np.asarray(out, np.int64)
-
-
 def _walk(f: _File, base: int, fp: int, end: int, chunk_bytes: int,
           summary: ScanSummary) -> Iterator[EntryFrame]:
     path, size = f.path, f.size
     stop_at = end - ENTRY_HEADER_SIZE      # an entry at or past this owns a message at or past ``end``
     prev_at: Optional[int] = None          # the entry whose size led to ``at`` (its size may be the damage)
-    small_entries = False                  # decided from the entries seen
     while fp is not None and fp < size:
         first = f.pread(fp, 8)
         want = chunk_bytes
@@ -370,10 +331,7 @@ def _walk(f: _File, base: int, fp: int, end: int, chunk_bytes: int,
         buf = _read_chunk(f, fp, want)
         n = buf.size - _PAD
         anomalies: list = []
-        chain = _chain_fast if small_entries else _chain_walk
-        fast = chain(buf, n, base + fp, stop_at - fp)
-        if fast.size > 1:
-            small_entries = (int(fast[-1]) - int(fast[0])) / (fast.size - 1) < _NUMPY_CHAIN_BELOW
+        fast, odd = K.entry_chain(buf, n, base + fp, stop_at - fp, MIN_ENTRY_SIZE, _GATHER)
         slow: list = []
         rel = 0
         if fast.size:
@@ -428,25 +386,37 @@ def _walk(f: _File, base: int, fp: int, end: int, chunk_bytes: int,
             slow.append(rel)
             prev_at = at
             rel += esize
-        positions = np.concatenate([fast, np.asarray(slow, np.int64)]) if slow else fast
-        frame = _frame(buf, fp, positions, base, path, anomalies)
+        if slow:
+            positions = np.concatenate([fast, np.asarray(slow, np.int64)])
+            odd = np.concatenate([odd, np.ones(len(slow), bool)])
+        else:
+            positions = fast
+        frame = _frame(buf, fp, positions, base, path, anomalies, odd)
         summary.records += int(positions.size)
         if positions.size:
             last = int(positions[-1])
-            summary.valid_end = max(summary.valid_end, fp + last + int(frame.headers["size"][-1]))
+            summary.valid_end = max(summary.valid_end, fp + last + END_MARKER.unpack_from(buf, last)[1])
         summary.anomalies += len(frame.anomalies)
         if positions.size or frame.anomalies:
             yield frame
         fp = nxt
 
 
-def _frame(buf: np.ndarray, fp: int, positions: np.ndarray, base: int, path: str, anomalies: list) -> EntryFrame:
-    """The chunk's entries with their checks: header vs itself, header vs the record inside (vectorised; only
-    the rare bad entries cost Python work)."""
+def _headers(buf: np.ndarray, positions: np.ndarray) -> np.ndarray:
     if not positions.size:
-        empty = np.zeros(0, np.int64)
-        return EntryFrame(buf, fp, empty, np.zeros(0, ENTRY_DTYPE), empty, anomalies)
-    h = np.lib.stride_tricks.sliding_window_view(buf, _GATHER)[positions].copy().view(ENTRY_DTYPE).ravel()
+        return np.zeros(0, ENTRY_DTYPE)
+    return np.lib.stride_tricks.sliding_window_view(buf, _GATHER)[positions].copy().view(ENTRY_DTYPE).ravel()
+
+
+def _frame(buf: np.ndarray, fp: int, all_positions: np.ndarray, base: int, path: str, anomalies: list,
+           odd: np.ndarray) -> EntryFrame:
+    """The chunk's entries with their checks: header vs itself, header vs the record inside.  Only the ``odd``
+    entries (those the chain kernel did not find regular) are gathered and checked here."""
+    odd_at = np.flatnonzero(odd)
+    if not odd_at.size:
+        return EntryFrame(buf, fp, all_positions, all_positions + ENTRY_HEADER_SIZE, anomalies)
+    positions = all_positions[odd_at]
+    h = _headers(buf, positions)
     sizes = h["size"].astype(np.int64)
     room = sizes - ENTRY_HEADER_SIZE
     total = h["inner_total"].astype(np.int64)
@@ -474,7 +444,9 @@ def _frame(buf: np.ndarray, fp: int, positions: np.ndarray, base: int, path: str
                                       f"entry {index}: the record's TOTALSIZE differs from the entry's body size"
                                       + ("" if has_record[i] else "; record dropped"), int(room[i]),
                                       int(total[i])))
-    return EntryFrame(buf, fp, positions, h, positions[has_record] + ENTRY_HEADER_SIZE, anomalies)
+    keep = np.ones(all_positions.size, bool)
+    keep[odd_at] = has_record
+    return EntryFrame(buf, fp, all_positions, all_positions[keep] + ENTRY_HEADER_SIZE, anomalies)
 
 
 def _resync(f: _File, base, at, stop_at, anomalies, summary, kind, detail, expected, actual, search_from: int,
