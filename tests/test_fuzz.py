@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from txlog_io import fuzz
+from jobs import fuzz_campaign as fuzz
 from txlog_io.config import read_consumer_offsets
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
