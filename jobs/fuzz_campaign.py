@@ -109,8 +109,12 @@ def decode_case(kind: str, directory: str, target_name: str, topic: str, queue_i
     rows: Dict[tuple, tuple] = {}
     anomalies: list = []
     if kind in MAPPED:
-        _files, found = list_mapped_files(directory, source=kind)
+        files, found = list_mapped_files(directory, source=kind)
         anomalies.extend(found)
+        if kind in UNIT:
+            from txlog_io.unitchain import check_unit_chain
+
+            anomalies.extend(check_unit_chain(files, kind))
         names = sorted(n for n in os.listdir(directory) if is_offset_name(n)
                        and os.path.isfile(os.path.join(directory, n)))
     else:
