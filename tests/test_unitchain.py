@@ -15,7 +15,8 @@ from txlog_io.unitchain import check_store_unit_chains, check_unit_chain
 
 from conftest import FIXTURES
 
-SIZES = dict(commitlog_file_size=256 * 1024, cq_file_units=30, statetable_file_size=240, redolog_file_size=400)
+SIZES = dict(commitlog_file_size=256 * 1024, cq_file_units=30, statetable_file_size=240,
+             redolog_file_size=400)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,8 @@ def _queue_dir(layout, kind):
     return files[0].path.parent, files
 
 
-@pytest.mark.parametrize("profile,kind", [("5.1+", "consumequeue"), ("3.x", "statetable"), ("3.x", "redolog")])
+@pytest.mark.parametrize("profile,kind",
+                         [("5.1+", "consumequeue"), ("3.x", "statetable"), ("3.x", "redolog")])
 @pytest.mark.parametrize("how", ["copy_of_previous", "stale_middle"])
 def test_misplaced_file_is_reported_at_its_first_unit(stores, tmp_path, profile, kind, how):
     src_dir, files = _queue_dir(discover_store(stores[profile]), kind)

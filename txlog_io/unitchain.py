@@ -1,12 +1,12 @@
-"""Cross-file check of the fixed-unit queues (ConsumeQueue, 3.x statetable, 3.x redolog): does each file's content
-belong at its name's offset?
+"""Cross-file check of the fixed-unit queues (ConsumeQueue, 3.x statetable, 3.x redolog): does each file's
+content belong at its name's offset?
 
 Sources (RocketMQ 4.9.7 / 5.3.3; 3.1.4 for the statetable):
-  store/.../ConsumeQueue.java                 putMessagePositionInfo: a unit whose ``offset + size`` is not past
-                                              ``maxPhysicOffset`` is skipped, so a queue's CommitLog offsets only
-                                              grow; recover / correctMinOffset check units one by one only
-  3.1.4 .../transaction/TransactionStateService.java   appendPreparedTransaction in dispatch (CommitLog) order;
-                                              the redolog is a ConsumeQueue (same rule)
+  store/.../ConsumeQueue.java   putMessagePositionInfo: a unit whose ``offset + size`` is not past
+                                ``maxPhysicOffset`` is skipped, so a queue's CommitLog offsets only grow;
+                                recover / correctMinOffset check units one by one only
+  3.1.4 .../transaction/TransactionStateService.java: appendPreparedTransaction in dispatch (CommitLog)
+                                order; the redolog is a ConsumeQueue (same rule)
 
 A unit carries no queue offset of its own: its place in the queue is its file's name plus its position.  A
 copy of one file under the next file's name (a duplicated file), or a file restored from an older backup,
