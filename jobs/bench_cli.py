@@ -2,7 +2,7 @@
 
     txlog-bench decode ...   CommitLog decoder alone (txlog_io/bench.py, Spark-free)
     txlog-bench audit ...    the Spark audit at scale (jobs/bench_audit.py)
-    txlog-bench fuzz ...     decoder robustness (txlog_io/fuzz.py, when that module is present)
+    txlog-bench fuzz ...     decoder robustness (jobs/fuzz_campaign.py)
     txlog-bench repair ...   offline repair of a store copy vs a plain cp (refbroker/repair_bench.py)
 
 Lives in ``jobs`` because ``audit`` needs Spark; ``txlog_io.bench`` stays Spark-free and never imports
@@ -15,7 +15,7 @@ import sys
 from typing import Optional, Sequence
 
 USAGE = "usage: txlog-bench {decode,audit,fuzz,repair} ..."
-_COMMANDS = {"decode": "txlog_io.bench", "audit": "jobs.bench_audit", "fuzz": "txlog_io.fuzz",
+_COMMANDS = {"decode": "txlog_io.bench", "audit": "jobs.bench_audit", "fuzz": "jobs.fuzz_campaign",
              "repair": "refbroker.repair_bench"}
 
 

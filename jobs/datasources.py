@@ -333,6 +333,9 @@ def _store_anomalies(p: StoreFiles, sources: frozenset) -> list:
         layout = discover_store(p.root, commitlog_dirs=list(p.commitlog_dirs) if p.commitlog_dirs else None)
         found.extend(layout.anomalies)
         from txlog_io.dledger_store import verify_dledger
+        from txlog_io.unitchain import check_store_unit_chains
+
+        found.extend(check_store_unit_chains(layout))
 
         found.extend(verify_dledger(layout))
         if layout.checkpoint_path is not None:

@@ -86,6 +86,7 @@ from jobs.datasources import (
     STATETABLE_FORMAT, TX_SCAN_FORMAT, anomalies_batch, prepend_broker, register, tx_scan_batches,
 )
 from jobs.options import DEFAULT_SPLIT_BYTES, OptionError, SourceOptions, parse_options
+from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL, idle_tail_findings, split_idle_tails
 from schemas.sources import (
     ANOMALIES_SOURCE, ANOMALY_PREFIX, COMMITLOG_SOURCE, SOURCE_TABLES, TX_SCAN_ANOMALY, TX_SCAN_RECORD,
 )
@@ -249,6 +250,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
         gap_rows = (index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts,
                                tx_queues=tx_queues).collect() if indexed else [])
+        gap_rows, idle_tails = split_idle_tails(gap_rows)
         gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
         gap_rows += [row for s in indexed for row in index_file_gaps(s)]
         # a file cut right after a record (TRUNCATED_FILE) is seen only by walking to its end: every file's last
@@ -266,6 +268,8 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             scanned, scan_findings = split_tx_scan(scan)
             commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
             anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
+            if idle_tails:
+                anomalies = anomalies.unionByName(idle_tail_findings(spark, scanned, idle_tails))
     if replica_findings:
         rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
         schema = SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema()
@@ -409,7 +413,8 @@ GAP_INDEX_LAG = "INDEX_LAG"             # the same after an unclean shutdown: th
 GAP_INDEX_BOUNDARY = "INDEX_FILE_BOUNDARY"  # between a full index file and the next: unkeyed records only
 GAP_FILE_END = "FILE_END"               # the last 64 KiB of every CommitLog file: a file cut short shows there
 FILE_END_BYTES = 64 << 10
-ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY, GAP_FILE_END)
+ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY, GAP_FILE_END,
+                 GAP_QUEUE_IDLE_TAIL)     # its finding depends on what the scan finds: jobs/queue_tails.py
 GAPS_SCHEMA = ("broker string, start bigint, end bigint, reason string, queue string, detail string, "
                "queue_dir string")
 
@@ -489,7 +494,10 @@ def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info:
     * ``QUEUE_TAIL_MISSING``: the check service's consume offset (``CID_RMQ_SYS_TRANS``) is past the queue's
       last unit: ``[after the last unit, end of CommitLog)``;
     * ``OP_QUEUE_MISSING``: a half queue without any op queue: the whole CommitLog (an operator deleted the
-      op queue; a store whose transactions never ended pays one scan to learn that).
+      op queue; a store whose transactions never ended pays one scan to learn that);
+    * ``QUEUE_IDLE_TAIL``: a half / op / discard queue whose last unit lies before the dispatch point:
+      ``[after the last unit, dispatch point)`` (a zeroed queue tail reads like an idle queue;
+      ``jobs/queue_tails.py``).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -548,7 +556,14 @@ def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info:
         F.lit(GAP_OP_QUEUE).alias("reason"), F.lit(OP_TOPIC).alias("queue"),
         F.lit("a half queue but no op queue: the op records (commit / rollback ends) cannot be found by "
               "index").alias("detail"))
-    gaps = tail.unionByName(head).unionByName(tail_units).unionByName(op_missing)
+    # a queue whose newest units were zeroed reads like an idle one: [its last unit, dispatch point) is
+    # scanned, and jobs.queue_tails reports the records of that queue found there (no finding otherwise)
+    idle = tx_stats.join(b.select("broker", dispatched.alias("dispatched")), "broker").where(
+        c("p_after_last") < c("dispatched")).select(
+        "broker", c("p_after_last").alias("start"), c("dispatched").alias("end"),
+        F.lit(GAP_QUEUE_IDLE_TAIL).alias("reason"), queue_name.alias("queue"),
+        F.format_string("the queue's last unit is queue offset %d", "q_last").alias("detail"))
+    gaps = tail.unionByName(head).unionByName(tail_units).unionByName(op_missing).unionByName(idle)
     return gaps.join(bounds.select("broker", "queue_dir"), "broker").where(c("start") < c("end"))
 
 

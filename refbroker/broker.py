@@ -431,15 +431,15 @@ class Broker:
         file is created at the first re-dispatched offset and filled with pre-blank units before it
         (fillPreBlank);
         older units are gone."""
-        from txlog_io.commitlog_decode import decode_file
+        from txlog_io.dledger import decode_log_range
 
         store = self.store
         recovery_start = store.commitlog.queue.file_start
         wanted = {key: store._queue(*key) for key in self._deleted_queues}
-        for path in sorted((store.root / "commitlog").iterdir()):
+        for path in sorted(store.commitlog.queue.directory.iterdir()):   # commitlog/ or dledger-<id>/data/
             if int(path.name) < recovery_start:
                 continue
-            for batch, _anomalies in decode_file(str(path)):
+            for batch, _anomalies in decode_log_range(str(path)):
                 cols = batch.select(["topic", "queue_id", "queue_offset", "physical_offset", "total_size",
                                      "tags_code", "transaction_type"]).to_pylist()
                 for row in cols:

@@ -3,7 +3,9 @@
 Crash-time faults (torn tail, crash between commit and op, lost 5.1+ op batch, consume-queue dispatch lag,
 stale consumerOffset.json, the 3.x statetable rebuild) happen inside the simulation (refbroker.broker /
 .workload).  The faults here damage files after the broker has stopped, the way disks, operators and retention
-do:
+do.  In DLedger mode (profile ``dledger_self_id``) the CommitLog faults hit ``dledger-<id>/data/`` files: a
+record's file and file position are those of the message inside its entry, so the same byte positions apply;
+retention deletes data files only (DLedger's CleanSpaceService leaves the index files):
 
 ================================  ===========================================================================
 name                              what it does (expected decoder finding)
@@ -55,8 +57,10 @@ class FaultContext:
     """What a fault needs: the store, the profile, sampled target records and a seeded RNG."""
 
     def __init__(self, store_root, profile, rng: random.Random, *, commitlog_file_size: int,
-                 cq_file_size: int, targets: dict, last_record: Optional[dict]):
+                 cq_file_size: int, targets: dict, last_record: Optional[dict], commitlog_dir=None):
         self.root = Path(store_root)
+        # commitlog/, or dledger-<id>/data/ in DLedger mode (records' file / file_position are the same)
+        self.commitlog_dir = Path(commitlog_dir) if commitlog_dir is not None else self.root / "commitlog"
         self.profile = profile
         self.rng = rng
         self.commitlog_file_size = commitlog_file_size
@@ -102,7 +106,7 @@ def _rel(ctx: FaultContext, path: Path) -> str:
 
 
 def _record_fault(ctx, name, target, position, bit, detail, expected, effect="corrupted"):
-    path = ctx.root / "commitlog" / target["file"]
+    path = ctx.commitlog_dir / target["file"]
     old, new = _flip(path, position, bit)
     return {
         "fault": name,
@@ -128,7 +132,7 @@ def bitflip_commit_body(ctx: FaultContext) -> list:
     target = ctx.pick("commit", "half")
     if target is None:
         return []
-    path = ctx.root / "commitlog" / target["file"]
+    path = ctx.commitlog_dir / target["file"]
     with open(path, "rb") as fh:
         fh.seek(target["file_position"])
         head = fh.read(CL.MAX_FIXED_SIZE)
@@ -246,7 +250,7 @@ def truncate_commitlog(ctx: FaultContext) -> list:
     last = ctx.last_record
     if last is None:
         return []
-    path = ctx.root / "commitlog" / last["file"]
+    path = ctx.commitlog_dir / last["file"]
     cut = last["file_position"] + max(1, last["size"] // 2)
     file_start = int(last["file"])
     with open(path, "r+b") as fh:
@@ -319,8 +323,7 @@ def _last_unit_offset(path: Path, unit_size: int) -> Optional[int]:
 
 
 def retention(ctx: FaultContext) -> list:
-    commitlog_dir = ctx.root / "commitlog"
-    files = sorted(p for p in commitlog_dir.iterdir() if p.is_file())
+    files = sorted(p for p in ctx.commitlog_dir.iterdir() if p.is_file())
     if len(files) < 2:
         return []
     count = max(1, len(files) // 3)
@@ -328,7 +331,7 @@ def retention(ctx: FaultContext) -> list:
     min_offset = int(files[count].name)
     for path in doomed:
         path.unlink()
-    faults = [{"fault": "RETENTION_DELETE_COMMITLOG", "file": "commitlog/" + doomed[0].name, "position": 0,
+    faults = [{"fault": "RETENTION_DELETE_COMMITLOG", "file": _rel(ctx, doomed[0]), "position": 0,
                "length": min_offset - int(doomed[0].name),
                "detail": f"retention deleted {count} CommitLog file(s) {doomed[0].name}..{doomed[-1].name}; "
                          f"the minimum physical offset is now {min_offset}",

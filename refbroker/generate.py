@@ -159,6 +159,7 @@ class Run:
             cq_file_size=broker.store.cq_file_size,
             targets=_targets(self.partial_path, broker),
             last_record=broker.store.last_put,
+            commitlog_dir=broker.store.commitlog.queue.directory,
         )
         for fault in apply_faults(fault_names, ctx):
             self.collect(fault)

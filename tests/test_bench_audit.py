@@ -126,7 +126,7 @@ def test_bench_cli_dispatch(capsys):
     assert bench_cli.main(["nonsense"]) == 2
     assert "unknown command 'nonsense'" in capsys.readouterr().err
     try:
-        import txlog_io.fuzz  # noqa: F401
+        import jobs.fuzz_campaign  # noqa: F401
     except ModuleNotFoundError:
         assert bench_cli.main(["fuzz"]) == 2
         assert "'fuzz' is not available" in capsys.readouterr().err

@@ -77,7 +77,7 @@ def test_dump_and_bench_read_paths_leave_the_store_untouched(stores, capsys):
 
 
 def test_fuzz_never_writes_its_corpus_sources(stores, tmp_path, capsys):
-    from txlog_io import fuzz
+    from jobs import fuzz_campaign as fuzz
 
     before = {v: snapshot(s) for v, s in stores.items()}
     targets = fuzz.build_corpus(tmp_path / "w", [(v, s) for v, s in stores.items()])
@@ -92,11 +92,11 @@ WRITE_SITES_REVIEWED = {
     ("txlog_io/bench.py", "write_commitlog"),       # bench's own generated CommitLog
     ("txlog_io/bench.py", "bench_decode"),          # removes its own work directory
     ("txlog_io/config.py", "write_config_file"),    # encoder (refbroker writes its stores with it)
-    ("txlog_io/fuzz.py", "_copy"),                  # corpus copies under the fuzz work directory
-    ("txlog_io/fuzz.py", "mutate"),                 # mutants under the fuzz scratch directory
-    ("txlog_io/fuzz.py", "remember_all"),          # unmutated copies under the fuzz scratch directory
-    ("txlog_io/fuzz.py", "campaign"),              # removes its case directories
-    ("txlog_io/fuzz.py", "main"),
+    ("jobs/fuzz_campaign.py", "_copy"),             # corpus copies under the fuzz work directory
+    ("jobs/fuzz_mutants.py", "mutate"),            # mutants under the fuzz scratch directory
+    ("jobs/fuzz_campaign.py", "remember_all"),     # unmutated copies under the fuzz scratch directory
+    ("jobs/fuzz_campaign.py", "campaign"),         # removes its case directories
+    ("jobs/fuzz_campaign.py", "main"),
     ("jobs/bench_audit.py", "bench_size"),          # bench's own generated stores / work directory
     ("jobs/bench_audit.py", "calibrate"),
     ("jobs/bench_audit.py", "generate_store"),

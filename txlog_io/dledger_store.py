@@ -154,7 +154,13 @@ def verify_dledger(layout) -> list:
                                  f"index unit {index} differs from its entry at {path}@{at} "
                                  "(magic, pos, size, index, term)", str(want), str(got), SOURCE,
                                  base + at + ENTRY_HEADER_SIZE))
+    # units of entries below the first retained data file: DLedger's CleanSpaceService deletes data files
+    # only and moves the ledger's begin index past them (reviseLedgerBeginIndex); the units stay behind
+    starts = [mf.base_offset for mf in layout.commitlog if is_dledger_data_file(mf.path)]
+    log_start = min(starts) if starts else 0
     for u in sorted(by_index.values(), key=lambda u: u["unit"]):
+        if u["pos"] < log_start:
+            continue
         found.append(Anomaly(AnomalyKind.DLEDGER_INDEX_MISMATCH, u["file"], u["file_position"],
                              f"index unit {u['unit']} has no entry in the data files (pos {u['pos']})",
                              "an entry", "none", SOURCE, None))
@@ -231,17 +237,27 @@ def collapse_replicas(stores: Sequence) -> tuple:
                 raise UsageError(f"broker {name!r} names several stores, but {r} is not a DLedger store with "
                                  f"entries: only the replicas of one DLedger group may share a name")
             members.append(rep)
-        first = members[0].entries[0]
         for m in members[1:]:
-            if m.entries[0][:5] != first[:5]:
-                raise UsageError(f"broker {name!r}: {m.root} and {members[0].root} do not begin with the same "
-                                 f"DLedger entry: not replicas of one group")
-        keep = max(members, key=lambda m: (m.committed, m.entries[-1][0], -members.index(m)))
+            if not _same_group(members[0], m):
+                raise UsageError(f"broker {name!r}: {m.root} and {members[0].root} do not hold the same "
+                                 f"entry at the first index both retain: not replicas of one group")
+        # the most committed, then the longest log, then the one retention pruned least, then the first given
+        keep = max(members, key=lambda m: (m.committed, m.entries[-1][0], -m.entries[0][0],
+                                           -members.index(m)))
         for m in members:
             if m is not keep:
                 dropped.add((name, m.root))
                 findings.extend((name, a) for a in _differences(keep, m))
     return [(b, r) for b, r in stores if (b, r) not in dropped], findings
+
+
+def _same_group(a: _Replica, b: _Replica) -> bool:
+    """Replicas may have deleted different numbers of old data files (retention runs per node): they are
+    one group when they hold the same entry (index, term, pos, size, bytes) at the first index both retain."""
+    first = max(a.entries[0][0], b.entries[0][0])
+    ea = next((e for e in a.entries if e[0] == first), None)
+    eb = next((e for e in b.entries if e[0] == first), None)
+    return ea is not None and eb is not None and ea[:5] == eb[:5]
 
 
 def _has_dledger(root: str) -> bool:
@@ -257,7 +273,20 @@ def _differences(keep: _Replica, other: _Replica) -> list:
             f"same DLedger group")
     mine = {e[0]: e for e in keep.entries}
     out = []
+    begin, other_begin = keep.entries[0][0], other.entries[0][0]
+    retained = []                                # where retention left the two logs different
+    if other_begin != begin:
+        e = other.entries[0]
+        where = (f"retains entries {other_begin}..{begin - 1}, which retention deleted from the audited "
+                 "replica (they are not audited)" if other_begin < begin else
+                 f"begins at entry {other_begin}: retention deleted more of it than of the audited replica, "
+                 f"which begins at {begin} (nothing is missing from the audit)")
+        retained.append(Anomaly(AnomalyKind.DLEDGER_REPLICA_DIFFERS, e[5], e[6], f"{head}; it {where}",
+                                f"first index {begin}", f"first index {other_begin}", SOURCE,
+                                e[2] + ENTRY_HEADER_SIZE))
     for e in other.entries:
+        if e[0] < begin:
+            continue                            # reported above: older than the audited replica's log
         k = mine.get(e[0])
         if k is None:
             out.append(Anomaly(AnomalyKind.DLEDGER_REPLICA_DIFFERS, e[5], e[6],
@@ -284,4 +313,4 @@ def _differences(keep: _Replica, other: _Replica) -> list:
         out.append(Anomaly(AnomalyKind.DLEDGER_REPLICA_DIFFERS, str(other.layout.dledger_dir / CHECKPOINT_FILE), 0,
                            f"{head}; the entries are identical, only the checkpoint differs",
                            str(keep.committed), str(other.committed), SOURCE, None))
-    return out
+    return retained + out

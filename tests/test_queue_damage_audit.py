@@ -1,0 +1,81 @@
+"""Derived files never cost or change a transaction (the CommitLog is the truth), at the audit level:
+
+* the half consume queue's newest units zeroed (refbroker.repair_scenarios.cq_truncated: it reads like an idle
+  queue): indexed mode scans after the queue's last unit (jobs/queue_tails.py), finds every transaction full
+  mode finds (30/30) and reports INDEX_INCOMPLETE for the queue; the intact store reports nothing of the kind;
+* the half consume queue's file copied under the next file's name: UNIT_FILE_OUT_OF_ORDER at that file, and
+  every transaction keeps the intact store's state, in both modes."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from refbroker import repair_scenarios as RS
+from refbroker.broker import HALF_TOPIC
+from txlog_io.mappedfile import offset_to_file_name
+
+pytestmark = pytest.mark.spark
+TRANSACTIONS = 30
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    base = tmp_path_factory.mktemp("queue-damage")
+    truncated = RS.cq_truncated(base / "trunc", profile="4.6-4.9", transactions=TRANSACTIONS).store_dir
+    intact = base / "intact" / "store"
+    shutil.copytree(truncated, intact)
+    queue = intact / "consumequeue" / HALF_TOPIC / "0"
+    newest = sorted(queue.iterdir())[-1]
+    shutil.copyfile(base / "trunc" / "cq_before_truncation", newest)
+    dup = base / "dup" / "store"
+    shutil.copytree(intact, dup)
+    dq = dup / "consumequeue" / HALF_TOPIC / "0"
+    last = sorted(dq.iterdir())[-1]
+    copy = dq / offset_to_file_name(int(last.name) + last.stat().st_size)
+    shutil.copyfile(last, copy)
+    return {"intact": str(intact), "trunc": str(truncated), "dup": str(dup)}, copy.name
+
+
+@pytest.fixture(scope="module")
+def audits(spark, stores):
+    from jobs.reconstruct import reconstruct
+    from jobs.store_frames import load_store_frames
+
+    roots, _ = stores
+    out = {}
+    for mode in ("full", "indexed"):
+        frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
+        result = reconstruct(frames, None, local=True)
+        out[mode] = {t: result.arrow[t].to_pylist() for t in ("transactions", "anomalies")}
+    return out
+
+
+def _states(audit, broker):
+    return {t["transaction_key"]: t["state"] for t in audit["transactions"] if t["broker"] == broker}
+
+
+def _codes(audit, broker, code):
+    return [a for a in audit["anomalies"] if a["broker"] == broker and a["code"] == code]
+
+
+def test_zeroed_half_queue_tail_costs_no_transaction_in_indexed_mode(audits):
+    full, indexed = audits["full"], audits["indexed"]
+    assert len(_states(full, "intact")) == TRANSACTIONS
+    for broker in ("intact", "trunc"):
+        assert _states(indexed, broker) == _states(full, broker) == _states(full, "intact"), broker
+    lost = [a for a in _codes(indexed, "trunc", "INDEX_INCOMPLETE") if "QUEUE_IDLE_TAIL" in a["detail"]]
+    assert len(lost) == 1 and HALF_TOPIC in lost[0]["file"], lost
+    assert "5 records of this queue" in lost[0]["detail"], lost[0]["detail"]
+    assert not [a for a in _codes(indexed, "intact", "INDEX_INCOMPLETE") if "QUEUE_IDLE_TAIL" in a["detail"]]
+
+
+def test_duplicated_half_queue_file_is_reported_and_changes_nothing(audits, stores):
+    _, copy_name = stores
+    for mode, audit in audits.items():
+        assert _states(audit, "dup") == _states(audits["full"], "intact"), mode
+        found = _codes(audit, "dup", "UNIT_FILE_OUT_OF_ORDER")
+        assert [Path(a["file"]).name for a in found] == [copy_name], mode
+        assert found[0]["position"] == 0, mode
+        assert not _codes(audit, "intact", "UNIT_FILE_OUT_OF_ORDER"), mode

@@ -1,0 +1,79 @@
+"""txlog_io.unitchain: a unit file (consume queue, 3.x statetable / redolog) whose content does not belong at
+its name's offset -- a copy of the file before it, a stale older copy -- is reported once, at its first unit;
+the stores RocketMQ and the reference broker write (several files per queue) report nothing."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from refbroker.generate import generate
+from txlog_io.errors import AnomalyKind
+from txlog_io.mappedfile import discover_store, list_mapped_files, offset_to_file_name
+from txlog_io.unitchain import check_store_unit_chains, check_unit_chain
+
+from conftest import FIXTURES
+
+SIZES = dict(commitlog_file_size=256 * 1024, cq_file_units=30, statetable_file_size=240,
+             redolog_file_size=400)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    base = tmp_path_factory.mktemp("unitchain")
+    return {p: generate(p, "legacy-3x" if p == "3.x" else "crashy", 60, 7, base / p, **SIZES).store_dir
+            for p in ("3.x", "5.1+")}
+
+
+def test_real_and_reference_stores_report_nothing(stores):
+    roots = [FIXTURES / v / "store" for v in ("rocketmq-3.1.4", "rocketmq-4.9.8", "rocketmq-5.3.3")]
+    for root in roots + list(stores.values()):
+        layout = discover_store(root)
+        assert check_store_unit_chains(layout) == [], root
+    # the generated stores do exercise file boundaries
+    layout = discover_store(stores["3.x"])
+    assert len(layout.statetable) > 1 and len(layout.redolog) > 1
+    assert any(len(files) > 1 for files in discover_store(stores["5.1+"]).consume_queues.values())
+
+
+def _queue_dir(layout, kind):
+    if kind == "consumequeue":
+        files = max(layout.consume_queues.values(), key=len)
+    else:
+        files = getattr(layout, kind)
+    return files[0].path.parent, files
+
+
+@pytest.mark.parametrize("profile,kind",
+                         [("5.1+", "consumequeue"), ("3.x", "statetable"), ("3.x", "redolog")])
+@pytest.mark.parametrize("how", ["copy_of_previous", "stale_middle"])
+def test_misplaced_file_is_reported_at_its_first_unit(stores, tmp_path, profile, kind, how):
+    src_dir, files = _queue_dir(discover_store(stores[profile]), kind)
+    work = tmp_path / "q"
+    shutil.copytree(src_dir, work)
+    names = [f.name for f in files]
+    if how == "copy_of_previous":
+        # the newest file copied under the next name: right size, valid units, contiguous names
+        victim = offset_to_file_name(files[-1].base_offset + files[-1].size)
+        shutil.copyfile(work / names[-1], work / victim)
+        previous = names[-1]
+    else:
+        # a middle file replaced by the one before it (a restore from an older backup)
+        victim = names[1]
+        shutil.copyfile(work / names[0], work / victim)
+        previous = names[0]
+    listed, _ = list_mapped_files(work, source=kind)
+    found = check_unit_chain(listed, kind, "q")
+    assert [(a.kind, Path(a.file).name) for a in found][:1] == [(AnomalyKind.UNIT_FILE_OUT_OF_ORDER, victim)]
+    a = found[0]
+    assert previous in a.detail and a.expected.startswith("commitlog_offset >= ")
+    assert int(a.actual.split("=")[1]) < int(a.expected.split(">= ")[1])
+    assert a.physical_offset == int(victim) + a.position
+    # the file after a stale middle one continues the stale copy's offsets: one finding, not two
+    assert len(found) == 1
+
+
+def test_untouched_queue_reports_nothing(stores):
+    src_dir, files = _queue_dir(discover_store(stores["5.1+"]), "consumequeue")
+    assert len(files) > 1 and check_unit_chain(files, "consumequeue") == []
