@@ -77,3 +77,23 @@ def test_misplaced_file_is_reported_at_its_first_unit(stores, tmp_path, profile,
 def test_untouched_queue_reports_nothing(stores):
     src_dir, files = _queue_dir(discover_store(stores["5.1+"]), "consumequeue")
     assert len(files) > 1 and check_unit_chain(files, "consumequeue") == []
+
+
+def test_plausible_unit_born_after_the_data_is_reported(stores, tmp_path):
+    """A flipped bit in the first unwritten unit makes a unit no zero unit precedes: only the order shows it."""
+    from txlog_io.consumequeue import encode_cq_unit
+
+    src_dir, files = _queue_dir(discover_store(stores["5.1+"]), "consumequeue")
+    work = tmp_path / "q"
+    shutil.copytree(src_dir, work)
+    newest = work / files[-1].name
+    data = bytearray(newest.read_bytes())
+    end = len(data.rstrip(b"\0"))
+    end = -(-end // 20) * 20
+    assert check_unit_chain(list_mapped_files(work, source="consumequeue")[0], "consumequeue") == []
+    data[end:end + 20] = encode_cq_unit(0, 1 << 12, 0)       # offset 0: behind every unit before it
+    newest.write_bytes(bytes(data))
+    found = check_unit_chain(list_mapped_files(work, source="consumequeue")[0], "consumequeue")
+    assert [(a.kind, Path(a.file).name, a.position) for a in found] == \
+        [(AnomalyKind.UNIT_OUT_OF_ORDER, newest.name, end)]
+    assert found[0].actual == "commitlog_offset=0"

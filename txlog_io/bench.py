@@ -9,8 +9,8 @@ buffer, page cache warmed by a first read) and (b) full decode on one core into 
 field, topic, properties (parsed map plus UNIQ_KEY, PGROUP, REAL_TOPIC, REAL_QID, TRANSACTION_CHECK_TIMES, TAGS,
 KEYS columns) and body.  The decode is run without and with body-CRC verification (RocketMQ's own
 MessageDecoder.decode does not check the CRC; recovery does).  The last line printed is a JSON object; on a busy
-machine compare its CPU-time figures (``ratio_cpu``, ``records_s_cpu``: the process's CPU seconds, which exclude
-waiting for a core) and note ``load_avg_1m``.
+machine compare its CPU-time figures (``ratio_cpu``: the decode's CPU seconds against the best of five raw
+reads; ``records_s_cpu``: CPU seconds exclude waiting for a core) and note ``load_avg_1m``.
 """
 from __future__ import annotations
 
@@ -117,10 +117,15 @@ def _measure(directory: Path) -> dict:
         return total
 
     read_all()                                   # warm the page cache
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0 = time.perf_counter()
     nbytes = read_all()
-    raw_s, raw_cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    result = {"bytes": nbytes, "raw_s": raw_s, "raw_cpu_s": raw_cpu_s, "kernel_load_s": kernel_load_s}
+    raw_s = time.perf_counter() - t0
+    raw_best_s = raw_s
+    for _ in range(4):                           # best of 5: the read's speed on this machine when not disturbed
+        t0 = time.perf_counter()
+        read_all()
+        raw_best_s = min(raw_best_s, time.perf_counter() - t0)
+    result = {"bytes": nbytes, "raw_s": raw_s, "raw_best_s": raw_best_s, "kernel_load_s": kernel_load_s}
     for label, crc in (("decode", False), ("decode_crc", True)):
         records = 0
         t0, c0 = time.perf_counter(), time.process_time()
@@ -169,9 +174,10 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
             "records_s": round(m["records"] / m["decode_s"]), "msg_bytes": msg_bytes,
             "peak_rss_mb": round(m["peak_rss_mb"], 1), "decode_crc_mb_s": round(dec_crc, 1),
             "size_mb": size_mb, "records": m["records"], "kernel_load_s": round(m["kernel_load_s"], 3),
-            # CPU seconds of the measuring process: what to compare on a busy machine (wall time there includes
-            # waiting for a core)
-            "ratio_cpu": round(m["raw_cpu_s"] / m["decode_cpu_s"], 4),
+            # the decode's CPU seconds against the best of five raw reads: what to compare on a busy machine
+            # (wall time there includes waiting for a core)
+            "ratio_cpu": round(m["raw_best_s"] / m["decode_cpu_s"], 4),
+            "raw_best_mb_s": round(mb / m["raw_best_s"], 1), "decode_cpu_mb_s": round(mb / m["decode_cpu_s"], 1),
             "records_s_cpu": round(m["records"] / m["decode_cpu_s"]),
             "load_avg_1m": round(os.getloadavg()[0], 2)}
 

@@ -41,7 +41,9 @@ from txlog_io import commitlog_layout as L
 from txlog_io.commitlog_rows import SOURCE, anomaly as _anomaly, decode_rows, empty_batch as _empty_batch
 from txlog_io.errors import Anomaly, AnomalyKind, StoreNotFoundError, UnreadableFileError, UsageError
 
-DEFAULT_CHUNK_BYTES = 16 << 20
+# 4 MiB: the chunk, its field matrix and its output columns stay in the L3 cache while the kernels pass over
+# them (measured, 1 KiB records, CPU time: 2 MiB 1769 MB/s, 4 MiB 1869, 8 MiB 1738, 16 MiB 1130)
+DEFAULT_CHUNK_BYTES = 4 << 20
 _PAD = L.MAX_FIXED_SIZE + 16          # zero padding after a chunk so fixed-size header windows never overrun
 _HEADER = struct.Struct(">iI")
 _I64 = struct.Struct(">q")

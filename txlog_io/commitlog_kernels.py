@@ -160,7 +160,7 @@ def find_boundary(u8, lo, hi, n, file_pos, base, file_size):
 def fields(u8, pos):
     """Fixed fields and the shape check of every record; a (N_FIELDS, n) int64 matrix (rows: F_*)."""
     n = pos.size
-    f = np.zeros((N_FIELDS, n), np.int64)
+    f = np.empty((N_FIELDS, n), np.int64)         # every row is written below
     for k in range(n):
         p = pos[k]
         total = _i32(u8, p)

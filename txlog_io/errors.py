@@ -85,6 +85,7 @@ class AnomalyKind:
     CQ_ENTRY_MISMATCH = "CQ_ENTRY_MISMATCH"        # CQ unit disagrees with the CommitLog record it points to
     BAD_STATETABLE_UNIT = "BAD_STATETABLE_UNIT"
     UNIT_FILE_OUT_OF_ORDER = "UNIT_FILE_OUT_OF_ORDER"  # unit file whose CommitLog offsets go back: misplaced
+    UNIT_OUT_OF_ORDER = "UNIT_OUT_OF_ORDER"        # a file's last unit points before the one preceding it
     BAD_REDOLOG_UNIT = "BAD_REDOLOG_UNIT"
     BAD_JSON = "BAD_JSON"                          # config JSON that cannot be parsed even leniently
     BAD_CHECKPOINT = "BAD_CHECKPOINT"

@@ -14,11 +14,14 @@ therefore has the right size and valid units, and no single-file decoder can see
 checks this (its recovery reads only the newest files and trusts their names); we go beyond it with the one
 invariant its writer guarantees: across the files of one queue, in name order, the first unit of a file lies
 after the last unit of the nearest non-empty file before it.  A file breaking that is reported once,
-``UNIT_FILE_OUT_OF_ORDER`` at its first unit (file, position, expected vs actual).  Within a file the units
-are left to the decoders (a single bad unit there is a value change no checksum covers).
+``UNIT_FILE_OUT_OF_ORDER`` at its first unit (file, position, expected vs actual).  Within a file, the same
+invariant is checked for the last unit only (``UNIT_OUT_OF_ORDER``): a plausible unit born in the unwritten
+space right after the data (a flipped bit, stray bytes) is not preceded by a zero unit, so only the order
+shows it.  Other units of a file are left to the decoders (a bad value there is a change no checksum covers;
+the audit cross-checks units against the CommitLog).
 
-Cost: the first and the last real unit of each file, found by bounded block reads from each end (a
-preallocated file is zeros after its data).  Files are opened read-only.
+Cost: the first, the last and the one before the last real unit of each file, found by bounded block reads
+from each end (a preallocated file is zeros after its data).  Files are opened read-only.
 """
 from __future__ import annotations
 
@@ -47,8 +50,8 @@ def _real(units: np.ndarray) -> np.ndarray:
     return np.flatnonzero(written & (sizes != PRE_BLANK_SIZE) & (offsets >= 0) & (sizes > 0))
 
 
-def first_and_last_unit(path, dtype: np.dtype) -> Optional[Tuple[Unit, Unit]]:
-    """The first and the last real unit of one file, or None when it holds none."""
+def file_ends(path, dtype: np.dtype) -> Optional[Tuple[Unit, Optional[Unit], Unit]]:
+    """(first, the one before the last, last) real unit of one file, or None when it holds none."""
     unit = dtype.itemsize
     block = max(unit, _BLOCK_BYTES - _BLOCK_BYTES % unit)
     with open(path, "rb") as fh:
@@ -63,6 +66,15 @@ def first_and_last_unit(path, dtype: np.dtype) -> Optional[Tuple[Unit, Unit]]:
             i = int(real[pick])
             return start + i * unit, int(units["commitlog_offset"][i]), int(units["size"][i])
 
+        def last_before(end: int, floor: int) -> Optional[Unit]:
+            while end > floor:
+                start = max(floor, end - block)
+                found = at(start, end, -1)
+                if found is not None:
+                    return found
+                end = start
+            return None
+
         first = None
         for start in range(0, complete, block):
             first = at(start, min(start + block, complete), 0)
@@ -70,14 +82,10 @@ def first_and_last_unit(path, dtype: np.dtype) -> Optional[Tuple[Unit, Unit]]:
                 break
         if first is None:
             return None
-        end = complete
-        while end > first[0]:
-            start = max(first[0], end - block)
-            last = at(start, end, -1)
-            if last is not None:
-                return first, last
-            end = start
-        return first, first
+        last = last_before(complete, first[0])
+        if last is None or last[0] == first[0]:
+            return first, None, first
+        return first, last_before(last[0], first[0]), last
 
 
 def check_unit_chain(files: Sequence, kind: str, label: str = "") -> List[Anomaly]:
@@ -88,12 +96,21 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "") -> List[Anomal
     previous = None                                  # (file name, last unit) of the nearest non-empty file
     for mf in files:
         try:
-            ends = first_and_last_unit(mf.path, dtype)
+            ends = file_ends(mf.path, dtype)
         except (OSError, TxlogError):
             continue                                 # unreadable: the decoders report it
         if ends is None:
             continue
-        first, last = ends
+        first, before_last, last = ends
+        if before_last is not None and last[1] < before_last[1] + before_last[2]:
+            # a plausible unit in the unwritten space right after the data (a flipped bit, stray bytes): no
+            # zero unit precedes it, so only the order betrays it
+            found.append(Anomaly(
+                AnomalyKind.UNIT_OUT_OF_ORDER, str(mf.path), last[0],
+                f"the last unit of this {kind} file points back before the unit at {before_last[0]}: "
+                "RocketMQ writes a queue's CommitLog offsets in increasing order",
+                f"commitlog_offset >= {before_last[1] + before_last[2]}", f"commitlog_offset={last[1]}",
+                kind, mf.base_offset + last[0]))
         if previous is not None:
             name, (_, p_offset, p_size) = previous
             if first[1] < p_offset + p_size:
@@ -120,4 +137,4 @@ def check_store_unit_chains(layout) -> List[Anomaly]:
     return found
 
 
-__all__ = ["check_unit_chain", "check_store_unit_chains", "first_and_last_unit", "UNIT_DTYPE_BY_KIND"]
+__all__ = ["check_unit_chain", "check_store_unit_chains", "file_ends", "UNIT_DTYPE_BY_KIND"]
