@@ -370,6 +370,12 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                                        brokers=list(options.brokers), include_bodies=options.include_bodies,
                                        split_bytes=cfg.split_bytes)
             params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
+            incremental = None
+            if getattr(options, "incremental", False):
+                from jobs.incremental import plan_incremental
+
+                incremental = plan_incremental(options, frames.layout_info,
+                                               config_document(options, params_doc, override))
             commitlog_bytes = sum(s.commitlog_bytes for s in frames.layout_info)
             shuffle_partitions = auto_shuffle_partitions(spark, commitlog_bytes)
             if shuffle_partitions is not None:
@@ -386,12 +392,21 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             # (millions of rows on a busy broker) cost more than the whole indexed read
             side["consumequeue"] = persist(frames.transaction_queues if frames.transaction_queues is not None
                                            else frames.consumequeue)
-            persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
-            records = persist(relevant_records(frames))
+            if incremental is None:
+                persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
+                records = persist(relevant_records(frames))
+                op_bodies, anomalies = None, frames.anomalies
+            else:       # the carried evidence + the CommitLog from the resume offset (jobs/incremental.py)
+                from jobs.incremental import evidence
+
+                records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames, options,
+                                                                        persist)
+                records = persist(records)
             with _phase(phases, "read.records"):
                 n_records = records.count()
-            op_bodies = persist(op_bodies_for(spark, records, frames, options))
-            anomalies = persist(frames.anomalies)
+            op_bodies = persist(op_bodies if incremental is not None
+                                else op_bodies_for(spark, records, frames, options))
+            anomalies = persist(anomalies)
             with _phase(phases, "read.anomalies"):
                 n_anomalies = anomalies.count()
         _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
@@ -442,6 +457,14 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 tables[logical] = TableOutput(logical, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
                 _log(f"wrote {logical}: {wr.rows} rows, version {wr.version} ({wr.seconds:.1f} s)")
                 kill_point(f"wrote.{logical}")
+            if incremental is not None:
+                from jobs.incremental import write_state
+
+                with _phase(phases, "write.audit_state", spark):
+                    for wr in write_state(spark, incremental, options, records, op_bodies, scan_findings,
+                                          frames.layout_info, run_date, writer):
+                        name = os.path.basename(wr.path)
+                        tables[name] = TableOutput(name, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
 
         finished_at = dt.datetime.now(dt.timezone.utc)
         elapsed = time.monotonic() - t_start
@@ -457,7 +480,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             "detected_profiles": detected, "include_bodies": bool(options.include_bodies),
             "config_json": json.dumps(dict(config_document(options, params_doc, override),
                                            shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
-                                           commitlog_files=commitlog_files(frames.layout_info)),
+                                           commitlog_files=commitlog_files(frames.layout_info),
+                                           **({"incremental": incremental.describe()} if incremental else {})),
                                       sort_keys=True, default=str),
             "store_fingerprint": fingerprint, "store_files": store_files, "store_bytes": store_bytes,
             "commitlog_bytes": commitlog_bytes, "transactions": n_tx, "state_counts": states,
@@ -470,6 +494,10 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         wr = delta_sink.write_table(runs_df, options.out, named_table(AUDIT_RUNS, runs_name), options.run_id,
                                     ["run_date"], spark, run_date=run_date, writer=writer)
         tables[RUNS_TABLE] = TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
+        if incremental is not None:
+            from jobs.incremental import retire_previous
+
+            retire_previous(incremental)        # the previous run's state: superseded now that this one is done
 
         summary = AuditSummary(
             run_id=options.run_id, as_of=options.as_of, out=options.out, mode=options.mode,
@@ -478,7 +506,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             flags=flags, tables=tables, phases=phases, elapsed_s=time.monotonic() - t_start, writer=writer,
             store_fingerprint=fingerprint, include_bodies=bool(options.include_bodies), started_at=started_at,
             finished_at=finished_at, store_bytes=store_bytes, commitlog_bytes=commitlog_bytes,
-            extra={"records": n_records, "decoder_findings": n_anomalies})
+            extra=dict({"records": n_records, "decoder_findings": n_anomalies},
+                       **({"incremental": incremental.describe()} if incremental else {})))
         if on_result is not None:
             on_result(result, summary)
     finally:

@@ -2,7 +2,7 @@
 
     txlog-bench audit [--size-gb N] [--tx-share P] [--dir DIR] [--keep] [--sizes 1,2,4]
                       [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024]
-                      [--no-warmup] [--cold]
+                      [--no-warmup] [--cold] [--incremental P]
 
 Per size:
 
@@ -92,6 +92,7 @@ class BenchRun:
     states: dict
     small_audit_s: Optional[dict] = None    # the warm-up store's audit per mode, timed (None: --no-warmup)
     cold: bool = False                      # the page cache was dropped before each timed run
+    incremental: Optional[dict] = None      # --incremental P: jobs.bench_incremental keys
 
     def line(self) -> dict:
         return {"size_gb": self.size_gb, "tx_share": self.tx_share, "scan_s": round(self.scan_s, 2),
@@ -100,7 +101,7 @@ class BenchRun:
                 "full_over_indexed": round(self.full_over_indexed, 2),
                 "peak_worker_rss_mb": round(self.peak_worker_rss_mb, 1),
                 "full_phases": self.full_phases, "indexed_phases": self.indexed_phases,
-                "small_audit_s": self.small_audit_s, "cold": self.cold}
+                "small_audit_s": self.small_audit_s, "cold": self.cold, **(self.incremental or {})}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -265,12 +266,14 @@ def _phases(summary) -> dict:
     return {k: round(v, 2) for k, v in summary.phases.items() if not k.startswith("write.")}
 
 
-def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int, base: Path, keep: bool):
-    """-> (store_dir, summary dict, seconds)."""
+def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int, base: Path, keep: bool,
+                   incremental: Optional[float] = None):
+    """-> (store_dir, summary dict, seconds).  ``incremental`` P: also a snapshot before the last P of the
+    send phase (jobs.bench_incremental)."""
     from refbroker import generate
 
     params = {"size_gb": size_gb, "tx_share": tx_share, "msg_bytes": msg_bytes, "file_mb": file_mb,
-              "profile": PROFILE, "scenario": SCENARIO, "seed": SEED}
+              "profile": PROFILE, "scenario": SCENARIO, "seed": SEED, "incremental": incremental}
     marker = base / "bench-params.json"
     if keep and marker.is_file() and (base / "summary.json").is_file() and (base / "store").is_dir():
         if json.loads(marker.read_text()) == params:
@@ -278,8 +281,13 @@ def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int
     t0 = time.monotonic()
     per_msg = calibrate(tx_share, msg_bytes, base.parent / f".calibrate-{base.name}")
     tx, bg = split_messages(messages_for(size_gb, per_msg), tx_share)
+    every = None
+    if incremental:
+        from jobs.bench_incremental import snapshot_every
+
+        every = snapshot_every(tx, incremental, SCENARIO)
     res = generate(PROFILE, SCENARIO, tx, SEED, base, background_messages=bg, msg_bytes=msg_bytes,
-                   commitlog_file_mb=file_mb)
+                   commitlog_file_mb=file_mb, snapshot_every=every)
     marker.write_text(json.dumps(params))
     return res.store_dir, res.summary, time.monotonic() - t0
 
@@ -307,10 +315,10 @@ def timed_audit(spark, store: Path, out: Path, mode: str):
 
 
 def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool, msg_bytes: int,
-               file_mb: int, log=print, cold: bool = False) -> BenchRun:
+               file_mb: int, log=print, cold: bool = False, incremental: Optional[float] = None) -> BenchRun:
     base = workdir / f"store-{size_gb:g}gb-p{tx_share:g}"
     log(f"[{size_gb:g} GiB] generating the store under {base} ...")
-    store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep)
+    store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep, incremental)
     commitlog = store / "commitlog"
     cl_bytes = sum(f.stat().st_size for f in commitlog.iterdir() if f.is_file())
     log(f"[{size_gb:g} GiB] {gen['store']['records']} records, {cl_bytes / GIB:.2f} GiB of CommitLog "
@@ -328,6 +336,15 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         dropped.append(drop_page_cache(cold))
         indexed_s, indexed = timed_audit(spark, store, base / "out-indexed", "indexed")
         log(f"[{size_gb:g} GiB] indexed {indexed_s:.1f} s")
+        inc = None
+        if incremental:
+            from jobs.bench_incremental import bench_incremental
+
+            dropped.append(drop_page_cache(cold))
+            inc = bench_incremental(spark, base, store, AS_OF, log=log)
+            inc["incremental_over_full"] = round(inc["incremental_s"] / full_s, 3) if full_s else None
+            log(f"[{size_gb:g} GiB] incremental {inc['incremental_s']:.1f} s ({inc['incremental_over_full']} "
+                f"of full)")
     if full.states != indexed.states:
         log(f"[{size_gb:g} GiB] note: states differ between modes: full {full.states} "
             f"indexed {indexed.states}")
@@ -341,7 +358,7 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         full_over_indexed=full_s / indexed_s if indexed_s > 0 else math.inf,
         peak_worker_rss_mb=rss.peak_mb,
         full_phases=_phases(full), indexed_phases=_phases(indexed),
-        states=dict(full.states), cold=all(dropped))
+        states=dict(full.states), cold=all(dropped), incremental=inc)
 
 
 def format_table(runs: Sequence[BenchRun]) -> str:
@@ -398,6 +415,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-warmup", action="store_true",
                    help="skip the untimed warm-up audits of a small store (then the first mode measured pays "
                         "the JVM's and the workers' warm-up; no small_audit_s)")
+    p.add_argument("--incremental", type=float, default=None, metavar="P",
+                   help="also time an incremental full-mode audit after the last share P of the store was "
+                        "appended (a snapshot at 1-P audited first, untimed): incremental_s, "
+                        "incremental_over_full")
     p.add_argument("--cold", action="store_true",
                    help="drop the OS page cache before each timed run (sync; echo 3 > /proc/sys/vm/drop_caches, "
                         "needs root; the JSON says whether it could)")
@@ -416,6 +437,8 @@ def parse_sizes(args) -> List[float]:
         raise SystemExit("txlog-bench audit: error: sizes must be positive")
     if not 0.0 <= args.tx_share <= 1.0:
         raise SystemExit("txlog-bench audit: error: --tx-share must be within [0, 1]")
+    if args.incremental is not None and not 0.0 < args.incremental < 0.5:
+        raise SystemExit("txlog-bench audit: error: --incremental must be within (0, 0.5)")
     return sizes
 
 
@@ -443,7 +466,7 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
             small = warm_up(spark, args.tx_share, args.msg_bytes, workdir / ".warmup", log=log, cold=args.cold)
         for size in sizes:
             runs.append(bench_size(spark, size, args.tx_share, workdir, args.keep, args.msg_bytes,
-                                   args.file_mb, log=log, cold=args.cold))
+                                   args.file_mb, log=log, cold=args.cold, incremental=args.incremental))
             runs[-1].small_audit_s = small
             if not args.keep:
                 shutil.rmtree(workdir / f"store-{size:g}gb-p{args.tx_share:g}", ignore_errors=True)

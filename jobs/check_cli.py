@@ -23,7 +23,7 @@ EXIT_ERROR = 3
 DEFAULT_CHECKS = "checks-default.yaml"
 #: audit options that mean nothing without --store (the run under --out was audited with its own)
 _AUDIT_ONLY = (("as_of", "--as-of"), ("mode", "--mode"), ("include_bodies", "--include-bodies"),
-               ("profile", "--profile"), ("broker", "--broker"))
+               ("profile", "--profile"), ("broker", "--broker"), ("incremental", "--incremental"))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class AuditOptions:
     profile: str                     # broker profile name or "auto"
     config: AuditConfig              # defaults + conf file, validated
     report: bool = True              # write OUT/report/<run_id>.html at the end (--no-report: False)
+    incremental: bool = False        # continue from the previous completed run (jobs/incremental.py)
 
     @property
     def run_date(self) -> dt.date:

@@ -3,7 +3,7 @@
 Subcommands::
 
     audit --store DIR [--store DIR2 ...] --out DIR [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE]
-          [--include-bodies] [--broker NAME ...] [--profile NAME|auto] [--run-id ID]
+          [--include-bodies] [--broker NAME ...] [--profile NAME|auto] [--run-id ID] [--incremental]
     demo  [--out DIR] [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE] [--include-bodies]
           [--run-id ID]
     check [--checks FILE] [--json FILE] [--junit-xml FILE] --out DIR [--run-id ID] [--store DIR ... and every
@@ -91,6 +91,12 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="broker version profile of conf/broker-defaults.json, or auto (default: config)")
     common(a, out_required=True)
 
+    def incremental(sp):
+        sp.add_argument("--incremental", action="store_true", default=None,
+                        help="continue from the latest completed run under --out: read only the CommitLog "
+                             "appended since (full mode; falls back to a full audit, saying why)")
+    incremental(a)
+
     d = sub.add_parser("demo", help="generate a reference store and audit it", allow_abbrev=False)
     common(d, out_required=False)
 
@@ -102,6 +108,7 @@ def _build_parser() -> argparse.ArgumentParser:
     k.add_argument("--broker", action="append", default=None, metavar="NAME", help="as for audit")
     k.add_argument("--profile", default=None, metavar="NAME", help="as for audit")
     common(k, out_required=True)
+    incremental(k)
     add_check_arguments(k)
     r = sub.add_parser("report", help="(re)build the HTML report of a finished run (no Spark, no store)",
                        allow_abbrev=False)
@@ -244,7 +251,8 @@ def parse_args(argv: Sequence[str]):
         guard.check_out_vs_stores(out, stores, [*cfg.table_names.values(), "audit_runs", "message_bodies"])
         opts = AuditOptions(stores=tuple(stores), brokers=tuple(brokers), out=out, as_of=as_of, mode=cfg.mode,
                             conf_file=conf_file, include_bodies=cfg.include_bodies, run_id=run_id,
-                            profile=cfg.broker_profile, config=cfg, report=ns.report)
+                            profile=cfg.broker_profile, config=cfg, report=ns.report,
+                            incremental=bool(getattr(ns, "incremental", None)))
     elif ns.command == "demo":
         opts = DemoOptions(out=out, as_of=as_of, mode=cfg.mode, conf_file=conf_file,
                            include_bodies=cfg.include_bodies, run_id=run_id, config=cfg, report=ns.report)

@@ -2,6 +2,7 @@
 
     txlog-refbroker generate --profile 5.1+ --scenario crashy --transactions N [--background-messages M]
                              [--commitlog-file-mb S] [--cq-file-units U] [--msg-bytes B] --seed S --out DIR
+                             [--snapshot-every N]
     txlog-refbroker verify DIR        # decode DIR/store, check it against DIR/ledger.jsonl (1: problems)
     txlog-refbroker profiles          # the version profiles and their broker defaults (JSON)
     txlog-refbroker scenarios         # the scenario presets
@@ -40,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="simulated time between transactional sends (default 10)")
     gen.add_argument("--dledger", metavar="SELF_ID", default=None,
                      help="write a DLedger (Raft) CommitLog store, dledger-SELF_ID/ (4.5+ profiles)")
+    gen.add_argument("--snapshot-every", dest="snapshot_every", type=int, default=None, metavar="N",
+                     help="also copy the store every N transactions to OUT/snapshots/NNN/store (one growing "
+                          "store; the ledger lines so far next to each)")
     gen.add_argument("--seed", type=int, required=True)
     gen.add_argument("--out", required=True, help="output directory (store/, ledger.jsonl, summary.json)")
     gen.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -80,6 +84,7 @@ def main(argv=None) -> int:
             args.transactions,
             args.seed,
             args.out,
+            snapshot_every=args.snapshot_every,
             background_messages=args.background_messages,
             commitlog_file_mb=args.commitlog_file_mb,
             cq_file_units=args.cq_file_units,

@@ -146,6 +146,23 @@ class Run:
             if fault["fault"] == "TORN_TAIL":
                 fault["overwritten"] = end_offset >= fault["commitlog_offset"] + fault["length"]
 
+    def snapshot(self, name: str) -> Path:
+        """Copy the store as it is on disk now (the broker keeps running: the copy is what an offline audit
+        of the live store sees -- abort file present, dispatch possibly lagging) to
+        ``out_dir/snapshots/<name>/store``, with the ledger lines written so far (transactions finished by
+        then) as ``ledger.partial.jsonl`` next to it."""
+        broker = self.broker
+        if not broker.down:
+            broker.store.flush()
+        self.writer.flush()
+        dest = self.out / "snapshots" / name
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        shutil.copytree(self.store_dir, dest / "store")
+        shutil.copyfile(self.partial_path, dest / "ledger.partial.jsonl")
+        return dest
+
     def inject(self, fault_names) -> None:
         """Post-run faults (refbroker.faults) on the stopped store."""
         if not fault_names:
@@ -206,8 +223,13 @@ class Run:
         return GenerateResult(self.store_dir, self.ledger_path, summary)
 
 
-def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) -> GenerateResult:
+def generate(profile, scenario, transactions: int, seed: int, out_dir, snapshot_every: Optional[int] = None,
+             **sizes) -> GenerateResult:
     """Write ``out_dir/store`` for ``scenario`` under ``profile`` with ``transactions`` transactions.
+
+    ``snapshot_every`` N: also copy the store every N transactions of the send phase to
+    ``out_dir/snapshots/NNN/store`` (see ``Run.snapshot``): snapshots of one growing store, the final store
+    (after the scenario's post-run faults, e.g. retention) being the last state.
 
     Size options: background_messages (default: 2 per transaction), msg_bytes (1024), commitlog_file_size
     (bytes) or commitlog_file_mb, consumequeue_file_size (bytes) or cq_file_units, statetable_file_size,
@@ -220,6 +242,9 @@ def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) 
         raise UsageError(f"transactions must be a non-negative integer, got {transactions!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise UsageError(f"seed must be an integer, got {seed!r}")
+    if snapshot_every is not None and (isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int)
+                                       or snapshot_every <= 0):
+        raise UsageError(f"snapshot_every must be a positive integer, got {snapshot_every!r}")
     opts = _sizes(profile, scenario, sizes)
     start_profile, final_profile = resolve_profiles(scenario, profile)
     run = Run(
@@ -245,6 +270,13 @@ def generate(profile, scenario, transactions: int, seed: int, out_dir, **sizes) 
     # a large store takes minutes: progress per transaction on a terminal (silent when stderr is captured)
     workload.progress = Progress(f"generate {profile.name} {scenario.name}", transactions, unit="tx",
                                  check_every=64)
+    if snapshot_every:
+        snapshots = []
+
+        def after(i: int) -> None:
+            if (i + 1) % snapshot_every == 0:
+                snapshots.append(run.snapshot(f"{len(snapshots) + 1:03d}"))
+        workload.after_transaction = after
     run.broker.start()
     try:
         workload.run()

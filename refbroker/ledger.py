@@ -372,6 +372,9 @@ class LedgerWriter:
         self._fh.write("\n")
         self.count += 1
 
+    def flush(self) -> None:
+        self._fh.flush()
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()

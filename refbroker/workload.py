@@ -338,6 +338,7 @@ class Workload:
         self.config = config
         self.rng = random.Random(seed)
         self.progress = None        # txlog_io.progress.Progress (set by generate on a terminal)
+        self.after_transaction = None   # callable(i): after main transaction i (generate's snapshots)
         self.final_profile, self.start_profile = profiles if profiles else (broker.profile, broker.profile)
         self.bodies = BodyPool(random.Random(seed * 7 + 1), config.msg_bytes, broker.profile)
         self.tx_producer = Producer(TX_GROUP, port=51618, pid=4242, check_listener=_check_answer)
@@ -565,6 +566,8 @@ class Workload:
             self._maybe_crash_now()
             if self.progress is not None:
                 self.progress.update(i + 1)
+            if self.after_transaction is not None:
+                self.after_transaction(i)
         self._drain()
         # in-flight transactions: sent in the last moments, unanswered when the run ends
         for i in range(n_main, n_tx):

@@ -99,6 +99,7 @@ class AnomalyKind:
     DLEDGER_INDEX_MISMATCH = "DLEDGER_INDEX_MISMATCH"  # index unit vs entry; entry indexes not contiguous
     DLEDGER_UNCOMMITTED = "DLEDGER_UNCOMMITTED"    # entries past the DLedger checkpoint's committedIndex
     DLEDGER_REPLICA_DIFFERS = "DLEDGER_REPLICA_DIFFERS"  # a replica of the audited group differs from it
+    INCREMENTAL_FALLBACK = "INCREMENTAL_FALLBACK"  # --incremental could not continue: a full audit ran
 
 
 @dataclass(frozen=True)

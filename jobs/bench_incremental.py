@@ -1,0 +1,85 @@
+"""``txlog-bench audit --incremental P``: the cost of a scheduled incremental audit (jobs/incremental.py).
+
+The bench store is generated with one snapshot (``refbroker.generate`` ``snapshot_every``) taken after a
+share ``1 - P`` of the send phase: the store as it was before its last P of messages.  In the bench's session:
+
+1. the snapshot is audited with ``--incremental`` (untimed: the run whose state is continued),
+2. the final store is audited with ``--incremental`` at the SAME store path (the two stores are renamed in
+   and out of ``<base>/live/store``: a broker's store grows in place), timed: ``incremental_s``,
+
+and ``incremental_over_full`` = ``incremental_s`` / the bench's timed full-mode audit of the final store
+(``full_s``): both are ``full`` mode.  ``incremental_appended_share`` is the share of CommitLog record bytes
+the snapshot did not have (what the incremental run had to decode, besides the re-read of the resume cell).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+LIVE = ("live", "store")
+
+
+def snapshot_every(transactions: int, share: float, scenario: str) -> int:
+    """``snapshot_every`` that snapshots the send phase once, after a share ``1 - share`` of its main
+    transactions (the in-flight ones are sent after it: refbroker.workload.Workload.run)."""
+    from refbroker.workload import TX_CLASSES, get_scenario
+
+    sc = get_scenario(scenario)
+    classes = [c for c in sc.mix if sc.mix[c] > 0]
+    inflight = sum(sc.mix[c] for c in classes if TX_CLASSES[c].inflight) / max(1, sum(sc.mix.values()))
+    n_main = transactions - min(transactions, int(round(transactions * inflight)))
+    return max(1, int(n_main * (1.0 - share)))
+
+
+def _record_bytes(store: Path) -> int:
+    from txlog_io.mappedfile import discover_store
+
+    return sum(f.size for f in discover_store(str(store)).commitlog)
+
+
+def bench_incremental(spark, base: Path, final_store: Path, as_of: str, log=print) -> dict:
+    """Audit ``base/snapshots/001/store`` then ``final_store`` incrementally at one path; -> the JSON keys."""
+    from jobs.audit import run_audit
+    from jobs.main import parse_args
+
+    snap = base / "snapshots" / "001" / "store"
+    if not snap.is_dir():
+        raise RuntimeError(f"no snapshot store at {snap} (generate with snapshot_every)")
+    live = base.joinpath(*LIVE)
+    out = base / "out-incremental"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(live, ignore_errors=True)
+    live.parent.mkdir(parents=True, exist_ok=True)
+
+    def audit(run_id: str):
+        _, opts = parse_args(["audit", "--store", str(live), "--out", str(out), "--as-of", as_of,
+                              "--mode", "full", "--incremental", "--run-id", run_id, "--no-report"])
+        t0 = time.monotonic()
+        summary = run_audit(spark, opts, print_summary=False)
+        return time.monotonic() - t0, summary
+
+    snap_bytes, final_bytes = _record_bytes(snap), _record_bytes(final_store)
+    os.rename(snap, live)
+    try:
+        first_s, _ = audit("before")
+    finally:
+        os.rename(live, snap)
+    log(f"incremental: snapshot audited (untimed) in {first_s:.1f} s; timing the continuation ...")
+    os.rename(final_store, live)
+    try:
+        inc_s, summary = audit("after")
+    finally:
+        os.rename(live, final_store)
+    info = summary.extra.get("incremental", {})
+    if not info.get("continued"):
+        raise RuntimeError(f"the incremental run did not continue: {info}")
+    return {"incremental_s": round(inc_s, 2),
+            "incremental_appended_share": round(1.0 - snap_bytes / final_bytes, 4) if final_bytes else None,
+            "incremental_phases": {k: round(v, 2) for k, v in summary.phases.items()
+                                   if not k.startswith("write.")},
+            "incremental_read_from": info.get("read_from")}
+
+
+__all__ = ["bench_incremental", "snapshot_every"]

@@ -1,0 +1,61 @@
+"""Tables of an incremental audit's carried state (jobs/incremental.py): what the next ``audit --incremental``
+needs to continue from this run instead of re-reading the whole CommitLog.
+
+``audit_state``                one header row per broker: where the run's CommitLog read may be continued
+                               (``resume_offset``), what the store looked like below it (hashes), and the
+                               hash of the settings (a change falls back to a full audit)
+``audit_state_records``        the transaction-relevant CommitLog records the run read (COMMITLOG_SOURCE rows)
+``audit_state_findings``       the CommitLog decoder findings of the run's scan (ANOMALIES_SOURCE rows)
+``audit_state_op_bodies``      the op message bodies fetched for the run's op records (the reducer's
+                               ``op_bodies`` input; absent rows when the run copied every body)
+
+Every table is partitioned by ``broker`` and ``run_id`` (the sink adds ``run_id`` / ``run_date``); only the
+newest run's state is kept (the next incremental run retracts the previous run's rows after it completes).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.core import Column as C, Table
+from schemas.sources import ANOMALIES_SOURCE, BROKER, COMMITLOG_SOURCE
+from schemas.store import COMMITLOG
+
+#: bumped whenever what is carried or how it is checked changes: an older state falls back to a full audit
+STATE_FORMAT_VERSION = 1
+
+_str, _i32, _i64 = pa.string(), pa.int32(), pa.int64()
+
+AUDIT_STATE = Table.of("audit_state", [
+    BROKER,
+    C("format_version", _i32, False, "STATE_FORMAT_VERSION of the writer; another version is not continued"),
+    C("config_hash", _str, False, "sha256 of the settings that change the audit's result (mode, split bytes, "
+                                  "bodies, profile, broker overrides, AuditParams without as_of)"),
+    C("store_root", _str, False, "store root directory the run read (decoder findings name its files)"),
+    C("resume_offset", _i64, False,
+      "CommitLog offset the next run reads from: the start of the split_bytes cell of the newest "
+      "transaction-relevant record read (rows and findings below it are carried, the rest re-read)"),
+    C("resume_file", _str, True, "CommitLog file holding resume_offset (relative to the store root)"),
+    C("resume_file_base", _i64, True, "base offset of resume_file"),
+    C("resume_prefix_sha256", _str, False,
+      "sha256 of the (up to) 64 KiB of resume_file before resume_offset: the bytes a continuation trusts"),
+    C("below_files_json", _str, False,
+      "JSON {relative path: [base offset, size, edge sha256]} of the CommitLog files wholly below "
+      "resume_offset (txlog_io.fingerprint edges): a rewritten file falls back to a full audit"),
+    C("commitlog_end", _i64, False, "end offset of the newest CommitLog file the run saw"),
+    C("records", _i64, False, "rows carried in audit_state_records"),
+    C("findings", _i64, False, "rows carried in audit_state_findings"),
+], "Incremental audit state: one row per broker", partition_by=("broker",))
+
+STATE_RECORDS = COMMITLOG_SOURCE.with_columns("audit_state_records")
+STATE_FINDINGS = ANOMALIES_SOURCE.with_columns("audit_state_findings")
+STATE_OP_BODIES = Table.of("audit_state_op_bodies", [
+    BROKER,
+    *(C(n, COMMITLOG.column(n).type, True, COMMITLOG.column(n).comment)
+      for n in ("queue_id", "physical_offset", "queue_offset", "store_timestamp", "total_size", "body_crc_ok")),
+    C("body", _str, True, "op message body as text (the half queue offsets it marks)"),
+], "Op message bodies carried for the next incremental run")
+
+STATE_TABLES = {t.name: t for t in (AUDIT_STATE, STATE_RECORDS, STATE_FINDINGS, STATE_OP_BODIES)}
+
+__all__ = ["AUDIT_STATE", "STATE_RECORDS", "STATE_FINDINGS", "STATE_OP_BODIES", "STATE_TABLES",
+           "STATE_FORMAT_VERSION"]
