@@ -8,9 +8,9 @@ one worker process measures (a) raw sequential read MB/s of the same files (``re
 buffer, page cache warmed by a first read) and (b) full decode on one core into Arrow columns: every header
 field, topic, properties (parsed map plus UNIQ_KEY, PGROUP, REAL_TOPIC, REAL_QID, TRANSACTION_CHECK_TIMES, TAGS,
 KEYS columns) and body.  The decode is run without and with body-CRC verification (RocketMQ's own
-MessageDecoder.decode does not check the CRC; recovery does).  The last line printed is a JSON object; on a busy
-machine compare its CPU-time figures (``ratio_cpu``: the decode's CPU seconds against the best of five raw
-reads; ``records_s_cpu``: CPU seconds exclude waiting for a core) and note ``load_avg_1m``.
+MessageDecoder.decode does not check the CRC; recovery does).  The last line printed is a JSON object; on a
+busy machine compare its CPU-time figures (``ratio_cpu``: the decode's CPU seconds against the best of five
+raw reads; ``records_s_cpu``: CPU seconds exclude waiting for a core) and note ``load_avg_1m``.
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def _measure(directory: Path) -> dict:
     nbytes = read_all()
     raw_s = time.perf_counter() - t0
     raw_best_s = raw_s
-    for _ in range(4):                           # best of 5: the read's speed on this machine when not disturbed
+    for _ in range(4):                           # best of 5: the read's speed here when least disturbed
         t0 = time.perf_counter()
         read_all()
         raw_best_s = min(raw_best_s, time.perf_counter() - t0)
@@ -177,7 +177,8 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
             # the decode's CPU seconds against the best of five raw reads: what to compare on a busy machine
             # (wall time there includes waiting for a core)
             "ratio_cpu": round(m["raw_best_s"] / m["decode_cpu_s"], 4),
-            "raw_best_mb_s": round(mb / m["raw_best_s"], 1), "decode_cpu_mb_s": round(mb / m["decode_cpu_s"], 1),
+            "raw_best_mb_s": round(mb / m["raw_best_s"], 1),
+            "decode_cpu_mb_s": round(mb / m["decode_cpu_s"], 1),
             "records_s_cpu": round(m["records"] / m["decode_cpu_s"]),
             "load_avg_1m": round(os.getloadavg()[0], 2)}
 

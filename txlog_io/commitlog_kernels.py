@@ -90,8 +90,9 @@ def entry_chain(u8, n, base_fp, limit, min_entry, gather):
     ``u8[:n]`` whose first byte has DLedger offset ``base_fp``: accepted while the magic is 1, ``pos`` equals
     the entry's own offset, the size is at least ``min_entry`` and the entry lies in the chunk, for entries
     starting below ``limit`` with ``gather`` header bytes readable.  Returns their relative positions (the
-    first irregular entry is left to the exact rules of ``dledger._walk``) and per entry whether it needs the
-    entry-vs-record checks of ``dledger._frame`` (bodySize or the inner record's magic / TOTALSIZE disagree)."""
+    first irregular entry is left to the exact rules of ``dledger._walk``) and per entry whether it needs
+    the entry-vs-record checks of ``dledger._frame`` (bodySize or the inner record's magic / TOTALSIZE
+    disagree)."""
     out = np.empty(n // min_entry + 1, np.int64)
     odd = np.empty(n // min_entry + 1, np.bool_)
     count = 0
@@ -276,9 +277,10 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
     key wins and the earlier entry is dropped) and one column per wanted key (``wanted`` bytes, ``wanted_off``
     offsets; ``wanted_at[len * 256 + first byte]`` = its index, see ``wanted_keys``).
 
-    Returns Arrow offsets + data of the topics, the map (per-record entry offsets, keys, values) and the wanted
-    columns (all in one data buffer, row q of ``w_off`` starts where its bytes start), the wanted columns'
-    validity, and whether every byte was ASCII (then every piece is valid UTF-8 without a further check)."""
+    Returns Arrow offsets + data of the topics, the map (per-record entry offsets, keys, values) and the
+    wanted columns (all in one data buffer, row q of ``w_off`` starts where its bytes start), the wanted
+    columns' validity, and whether every byte copied was ASCII (then every piece is valid UTF-8 without a
+    further check)."""
     n = starts.size
     nw = wanted_off.size - 1
     t_off = np.empty(n + 1, np.int32)
@@ -508,7 +510,7 @@ def host_texts(u8, at, v6, hexd):
     n = at.size
     off = np.empty(n + 1, np.int32)
     upper = 0
-    for k in range(n):                            # "255.255.255.255:-2147483648" / "[ffff:...:ffff]:-2147483648"
+    for k in range(n):                  # longest: "255.255.255.255:-2147483648", "[ffff:..:ffff]:-2147483648"
         upper += 53 if v6[k] else 27
     data = np.empty(upper, np.uint8)
     w = 0

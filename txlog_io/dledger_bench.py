@@ -5,7 +5,8 @@
 Writes a plain CommitLog with ``txlog_io.bench.write_commitlog`` (one file of ``--size-mb``), re-lays the very
 same records as DLedger entries (``txlog_io.dledger.DataLog``: 48-byte header, PHYSICALOFFSET = pos + 48, the
 roll rule of MmapFileList), warms the page cache with one read of each, then times on one core the full decode
-(every column, bodies, CRC checked) of each log, the two in turn, best wall and CPU time of ``--repeat``.  The last line is a JSON object.
+(every column, bodies, CRC checked) of each log, the two in turn, best wall and CPU time of ``--repeat``.
+The last line is a JSON object.
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def run(size_mb: int, msg_bytes: int, directory: Path, repeat: int) -> dict:
     result = {"size_mb": size_mb, "msg_bytes": msg_bytes, "records": count, "dledger_entries": entries}
     logs = (("commitlog", plain, CD.decode_range), ("dledger", dl, D.decode_range))
     runs: dict = {name: [] for name, _, _ in logs}
-    for _ in range(repeat):             # interleaved (A B A B ...): a load change on a shared machine hits both
+    for _ in range(repeat):             # interleaved (A B A B ...): a load change hits both logs
         for name, files, decode in logs:
             runs[name].append(_time_decode(files, decode))
     for name, files, _ in logs:
