@@ -197,6 +197,21 @@ def _checkpoint_index_ts(root: str) -> int:
         return 0
 
 
+#: full-mode scan tasks per core: a few, so one slow task does not leave a core idle at the end
+SCAN_TASKS_PER_CORE = 3
+
+
+def scan_split_bytes(info: Sequence[StoreInfo], split_bytes: int, cores: int) -> int:
+    """Byte range per task of the full-mode scan: ``split_bytes`` at least, larger when the CommitLog would
+    give more than ``SCAN_TASKS_PER_CORE`` tasks per core.  Each task costs ~0.25 s of fixed cost here and
+    streams its range in 4 MiB chunks (memory does not grow with the range): measured on a 2 GiB CommitLog,
+    2 cores, 128 MiB splits (16 tasks) counted in 6.7-7.2 s, 512 MiB (4 tasks) in 3.6-4.4 s -- about the
+    JVM's own binaryRecords scan (3.2 s).  Ranges never cross a CommitLog file."""
+    total = sum(s.commitlog_bytes for s in info)
+    per_task = -(-total // max(1, SCAN_TASKS_PER_CORE * max(1, int(cores or 1))))
+    return int(max(split_bytes, per_task))
+
+
 def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "indexed",
                       brokers: Optional[Union[str, Sequence[str]]] = None, include_bodies: bool = False,
                       split_bytes: int = DEFAULT_SPLIT_BYTES, commitlog_dirs: Optional[Sequence[str]] = None
@@ -234,7 +249,9 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     tx_queues = read(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS))
     scan = None
     if mode == "full":
-        scan = read(TX_SCAN_FORMAT, include_bodies=str(bool(include_bodies)).lower())
+        scan = spark.read.format(TX_SCAN_FORMAT).options(**dict(
+            base, include_bodies=str(bool(include_bodies)).lower(),
+            split_bytes=str(scan_split_bytes(info, split_bytes, spark.sparkContext.defaultParallelism)))).load()
         commitlog, scan_findings = split_tx_scan(scan)
         anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
             .unionByName(scan_findings)
