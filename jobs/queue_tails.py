@@ -37,6 +37,29 @@ def split_idle_tails(gap_rows: Sequence[tuple]) -> Tuple[List[tuple], List[tuple
     return rows, idle
 
 
+def only_queue_records(scanned, gap_rows: Sequence[tuple], topics: Sequence[str], unlisted=()):
+    """``scanned`` without the records only an idle-tail range reached that are not of ``topics`` (the
+    transaction system topics): the range is scanned for the lost units' records, and anything else there
+    (e.g. COMMIT-typed consumer-retry copies, which indexed mode does not promise) is left out as before.
+    Ranges of the other gaps in ``gap_rows`` keep everything (``unlisted`` reasons excepted)."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    others = [(r[0], r[1], r[2]) for r in gap_rows if r[3] != GAP_QUEUE_IDLE_TAIL and r[3] not in unlisted]
+    inside = None
+    for broker, lo, hi, reason, *_ in gap_rows:
+        if reason != GAP_QUEUE_IDLE_TAIL:
+            continue
+        pieces = [(lo, hi)]
+        for other, o_lo, o_hi in others:
+            if other == broker:
+                pieces = [p for a, z in pieces for p in ((a, min(z, o_lo)), (max(a, o_hi), z)) if p[0] < p[1]]
+        for a, z in pieces:
+            cond = (c("broker") == broker) & (c("physical_offset") >= a) & (c("physical_offset") < z)
+            inside = cond if inside is None else inside | cond
+    return scanned if inside is None else scanned.where(~inside | c("topic").isin(*topics))
+
+
 def idle_tail_findings(spark, scanned, idle: Sequence[tuple]):
     """One INDEX_INCOMPLETE row (broker + ANOMALIES columns) per idle queue whose range holds records of that
     queue: units the queue has lost.  ``scanned``: the gap scan's commitlog rows."""
@@ -66,4 +89,4 @@ def idle_tail_findings(spark, scanned, idle: Sequence[tuple]):
         c("first").alias("physical_offset"))
 
 
-__all__ = ["GAP_QUEUE_IDLE_TAIL", "split_idle_tails", "idle_tail_findings"]
+__all__ = ["GAP_QUEUE_IDLE_TAIL", "split_idle_tails", "only_queue_records", "idle_tail_findings"]

@@ -46,8 +46,10 @@ Modes
     4. every transaction-relevant record (type not NOT, or a transaction system topic) in the CommitLog
        ranges the indexes may miss (:func:`index_gaps`): after the last indexed record (dispatch lag after a
        crash), before the first unit of a half / op / discard queue that does not start at unit 0 (a queue
-       deleted and rebuilt later), after the last unit of a queue the check service consumed past, and the
-       whole CommitLog when a half queue exists but the op queue does not.  Each such range except the
+       deleted and rebuilt later), after the last unit of a queue the check service consumed past, after the
+       last unit of an idle half / op / discard queue up to the dispatch point (a zeroed queue tail; only that
+       queue's records are kept from there, ``jobs/queue_tails.py``), and the whole CommitLog when a half
+       queue exists but the op queue does not.  Each such range except the
        ordinary tail is an ``INDEX_INCOMPLETE`` anomaly naming the reason and the range, so the difference
        from ``full`` is reported, not silent.
 
@@ -86,7 +88,7 @@ from jobs.datasources import (
     STATETABLE_FORMAT, TX_SCAN_FORMAT, anomalies_batch, prepend_broker, register, tx_scan_batches,
 )
 from jobs.options import DEFAULT_SPLIT_BYTES, OptionError, SourceOptions, parse_options
-from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL, idle_tail_findings, split_idle_tails
+from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL, idle_tail_findings, only_queue_records, split_idle_tails
 from schemas.sources import (
     ANOMALIES_SOURCE, ANOMALY_PREFIX, COMMITLOG_SOURCE, SOURCE_TABLES, TX_SCAN_ANOMALY, TX_SCAN_RECORD,
 )
@@ -283,6 +285,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             # instead would recompute the whole fetch plan)
             scan = scan_cells(spark, gaps, scanned_stores, opts)
             scanned, scan_findings = split_tx_scan(scan)
+            scanned = only_queue_records(scanned, gap_rows, TX_SYSTEM_TOPICS, (GAP_FILE_END,))
             commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
             anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
             if idle_tails:
