@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.index import INDEX_ENTRIES
+from txlog_io import readstats
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
 from txlog_io.properties import java_string_hash
 
@@ -114,6 +115,7 @@ def _read_all(path: str) -> bytes:
         chunks, got = [], 0
         while got < size:
             b = os.pread(fd, min(64 << 20, size - got), got)
+            readstats.add(len(b))
             if not b:
                 break
             chunks.append(b)
@@ -331,6 +333,7 @@ class IndexFileReader:
         self.hash_slots = self.index_num = None
         self.problem: Optional[str] = None
         head = os.pread(self.fd, HEADER_SIZE, 0)
+        readstats.add(len(head))
         if len(head) < HEADER_SIZE:
             self.problem = f"shorter than its {HEADER_SIZE}-byte header ({self.size} bytes)"
             return
@@ -342,7 +345,9 @@ class IndexFileReader:
         geometry = next((g for g in candidates if file_size_for(*g) == self.size
                          and (self.header.index_count <= 1 or self._ends_match(g[0]))), None)
         if geometry is None and self.size <= WHOLE_READ_LIMIT:
-            geometry = derive_geometry(os.pread(self.fd, self.size, 0), self.header)
+            whole = os.pread(self.fd, self.size, 0)
+            readstats.add(len(whole))
+            geometry = derive_geometry(whole, self.header)
         if geometry is None:
             self.problem = ("cannot place its entries (truncated, damaged, or a slot/entry count other than the "
                             f"defaults; {self.size} bytes, indexCount {self.header.index_count})")
@@ -357,6 +362,7 @@ class IndexFileReader:
 
     def _entry(self, slots: int, i: int) -> Tuple[int, int, int, int]:
         b = os.pread(self.fd, ENTRY_SIZE, HEADER_SIZE + slots * SLOT_SIZE + i * ENTRY_SIZE)
+        readstats.add(len(b))
         return ENTRY.unpack(b) if len(b) == ENTRY_SIZE else (0, -1, -1, 0)
 
     def _ends_match(self, slots: int) -> bool:
@@ -371,6 +377,7 @@ class IndexFileReader:
             return []
         h = index_key_hash(key)
         b = os.pread(self.fd, SLOT_SIZE, HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE)
+        readstats.add(len(b))
         cur = SLOT.unpack(b)[0] if len(b) == SLOT_SIZE else 0
         out: List[int] = []
         steps = 0
@@ -401,4 +408,5 @@ def read_index_header(path) -> Optional[IndexHeader]:
     """The 40-byte header alone (None when the file is shorter): what a driver lists before planning."""
     with open(path, "rb") as f:
         head = f.read(HEADER_SIZE)
+    readstats.add(len(head))
     return IndexHeader(*HEADER.unpack(head)) if len(head) == HEADER_SIZE else None
