@@ -1,0 +1,51 @@
+"""Indexed mode's queue gaps, derived on the driver (jobs.indexed_plan): Spark-free, on hand-made inputs."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from jobs.indexed_plan import (GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, extremes_of_units,
+                               queue_gaps)
+from jobs.store_frames import StoreInfo
+from jobs.txparams import HALF_TOPIC, OP_TOPIC
+
+CLOG = 1 << 20
+
+
+def _store(broker="b", half=True) -> StoreInfo:
+    return StoreInfo(broker=broker, root="/s", commitlog_files=(("/s/commitlog/0", 0, CLOG),),
+                     consume_queues=2, tx_half_topic=half, statetable_files=0, redolog_files=0,
+                     abort_present=False, consumequeue_rocksdb=False, discovery_anomalies=0)
+
+
+def _units(rows):
+    return pa.table({"broker": [r[0] for r in rows], "topic": [r[1] for r in rows],
+                     "queue_id": pa.array([r[2] for r in rows], pa.int32()),
+                     "queue_offset": pa.array([r[3] for r in rows], pa.int64()),
+                     "commitlog_offset": pa.array([r[4] for r in rows], pa.int64()),
+                     "size": pa.array([r[5] for r in rows], pa.int32())})
+
+
+def test_extremes_take_the_first_and_last_unit_by_queue_offset():
+    ext = extremes_of_units(_units([("b", HALF_TOPIC, 0, 7, 700, 10), ("b", HALF_TOPIC, 0, 5, 500, 10),
+                                    ("b", HALF_TOPIC, 0, 6, 600, 30), ("b", OP_TOPIC, 0, 0, 900, 20)]))
+    by = {(e["topic"], e["queue_id"]): e for e in ext}
+    assert by[(HALF_TOPIC, 0)] == {"broker": "b", "topic": HALF_TOPIC, "queue_id": 0, "q_first": 5,
+                                   "q_last": 7, "p_first": 500, "p_after_last": 710}
+    assert by[(OP_TOPIC, 0)]["p_after_last"] == 920
+
+
+def test_healthy_queues_leave_only_the_undispatched_tail():
+    ext = extremes_of_units(_units([("b", HALF_TOPIC, 0, 0, 0, 100), ("b", OP_TOPIC, 0, 0, 100, 50)]))
+    assert queue_gaps([_store()], ext, {"b": CLOG}, {}) == []
+    (gap,) = queue_gaps([_store()], ext, {"b": 150}, {("b", HALF_TOPIC, 0): 1})
+    assert gap[:5] == ("b", 150, CLOG, GAP_TAIL, None)
+
+
+def test_each_damage_names_its_queue_and_range():
+    ext = extremes_of_units(_units([("b", HALF_TOPIC, 0, 40, 4000, 100)]))       # rebuilt: starts at unit 40
+    gaps = {g[3]: g for g in queue_gaps([_store()], ext, {"b": CLOG}, {("b", HALF_TOPIC, 0): 60})}
+    assert gaps[GAP_HEAD][1:3] == (0, 4000) and gaps[GAP_HEAD][4] == f"{HALF_TOPIC}/0"
+    assert gaps[GAP_TAIL_UNITS][1:3] == (4100, CLOG)
+    assert "consumed up to queue offset 60" in gaps[GAP_TAIL_UNITS][5]
+    assert gaps[GAP_OP_QUEUE][1:3] == (0, CLOG)                                   # no op queue at all
+    assert GAP_TAIL not in gaps
