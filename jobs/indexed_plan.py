@@ -46,6 +46,8 @@ DRIVER_READ_BYTES = 32 << 20
 #: transaction-queue units up to which the driver also reads their records' headers and does the IndexFile
 #: lookups (about as many records as the executors then fetch; ~1 KiB read per record)
 DRIVER_FETCH_UNITS = 20000
+#: threads for the driver's record reads (cold random reads: throughput grows with the reads in flight)
+DRIVER_IO_THREADS = 16
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 _EXTREMES = ("broker", "topic", "queue_id", "q_first", "q_last", "p_first", "p_after_last")
 
@@ -216,23 +218,41 @@ def driver_positions(plan: IndexedPlan, all_stores, keyed) -> Optional[pa.Table]
         found += wanted
         if not keyed(s):
             continue
-        for rec in records_at(s, wanted):
-            if rec["topic"] in (HALF_TOPIC, DISCARD_TOPIC) and rec["uniq_key"] is not None \
-                    and rec["real_topic"] is not None:
-                k = (s.broker, rec["real_topic"], rec["uniq_key"])
-                keys[k] = min(keys.get(k, rec["physical_offset"]), rec["physical_offset"])
+        for part in _in_threads(lambda chunk, s=s: records_at(s, chunk), _chunks(wanted)):
+            for rec in part:
+                if rec["topic"] in (HALF_TOPIC, DISCARD_TOPIC) and rec["uniq_key"] is not None \
+                        and rec["real_topic"] is not None:
+                    k = (s.broker, rec["real_topic"], rec["uniq_key"])
+                    keys[k] = min(keys.get(k, rec["physical_offset"]), rec["physical_offset"])
     only_tx = [False] * len(found)
-    if keys:
+    if keys:        # ONE call: each index file is searched for all its keys at once (lookup_many)
         batch = pa.RecordBatch.from_pylist([{"broker": b, "real_topic": t, "uniq_key": u, "after": a}
                                             for (b, t, u), a in keys.items()])
-        lookup = _IndexLookup([s for s in all_stores if keyed(s)])
-        for hits in lookup(iter([batch])):
+        for hits in _IndexLookup([s for s in all_stores if keyed(s)])(iter([batch])):
             brokers += hits.column("broker").to_pylist()
             found += hits.column("commitlog_offset").to_pylist()
             only_tx += [True] * hits.num_rows
     return pa.table({"broker": pa.array(brokers, pa.string()),
                      "commitlog_offset": pa.array(found, pa.int64()),
                      "only_tx": pa.array(only_tx, pa.bool_())})
+
+
+def _chunks(items: list) -> List[list]:
+    n = max(1, min(DRIVER_IO_THREADS, len(items) // 64))
+    size = -(-len(items) // n) if items else 0
+    return [items[i:i + size] for i in range(0, len(items), size)] if items else []
+
+
+def _in_threads(fn, chunks: List[list]) -> list:
+    """``fn`` over ``chunks`` in up to DRIVER_IO_THREADS threads, results in order: the driver's positional
+    reads are latency-bound on a cold disk (a few ms each), and ``pread`` / the numba kernels release the GIL,
+    so many in flight cost what one does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(chunks) <= 1:
+        return [fn(c) for c in chunks]
+    with ThreadPoolExecutor(max_workers=min(DRIVER_IO_THREADS, len(chunks))) as pool:
+        return list(pool.map(fn, chunks))
 
 
 def records_at(store, offsets: Sequence[int]) -> List[dict]:

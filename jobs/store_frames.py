@@ -420,39 +420,41 @@ def fetch_scan_local(spark, positions: pa.Table, info: Sequence[StoreInfo], opts
 
 class _IndexLookup:
     """mapInArrow body: (broker, real_topic, uniq_key, after) -> the CommitLog offsets the broker's IndexFiles
-    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``).  Positional reads only: a hash
-    slot and its chain per key and index file; files that end before ``after`` are skipped."""
+    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``): a hash slot and its chain per key
+    and index file (positional reads, or the whole file for many keys against a small file); files that end
+    before ``after`` are skipped."""
 
     def __init__(self, stores: Sequence[StoreInfo]):
         self.files = {s.broker: [(f[0], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
                       for s in stores}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from txlog_io.indexfile import IndexFileReader, build_key
+        from txlog_io.indexfile import IndexFileReader, build_key, index_key_hash
         from txlog_io.readstats import flush
 
-        readers: dict = {}
         try:
             for batch in batches:
+                rows = batch.to_pylist()
                 brokers, offsets = [], []
-                for row in batch.to_pylist():
-                    key = build_key(row["real_topic"], row["uniq_key"])
-                    for path, end, slots, entries in self.files.get(row["broker"], ()):
-                        if end < row["after"]:
+                for broker in dict.fromkeys(r["broker"] for r in rows):
+                    mine = [r for r in rows if r["broker"] == broker]
+                    hashes = [index_key_hash(build_key(r["real_topic"], r["uniq_key"])) for r in mine]
+                    # file by file, every key the file may hold at once (IndexFileReader.lookup_many)
+                    for path, end, slots, entries in self.files.get(broker, ()):
+                        keys = [i for i, r in enumerate(mine) if end >= r["after"]]
+                        if not keys:
                             continue
-                        r = readers.get(path)
-                        if r is None:
-                            r = readers[path] = IndexFileReader(path, slots, entries)
-                        for off in r.lookup(key, min_offset=row["after"] + 1):
-                            brokers.append(row["broker"])
-                            offsets.append(off)
+                        with IndexFileReader(path, slots, entries) as reader:
+                            found = reader.lookup_many([hashes[i] for i in keys],
+                                                       [mine[i]["after"] + 1 for i in keys])
+                        for hits in found:
+                            offsets += hits
+                            brokers += [broker] * len(hits)
                 if offsets:
                     yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()),
                                                       pa.array(offsets, pa.int64())],
                                                      ["broker", "commitlog_offset"])
         finally:
-            for r in readers.values():
-                r.close()
             flush()
 
 

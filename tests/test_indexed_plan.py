@@ -49,3 +49,23 @@ def test_each_damage_names_its_queue_and_range():
     assert "consumed up to queue offset 60" in gaps[GAP_TAIL_UNITS][5]
     assert gaps[GAP_OP_QUEUE][1:3] == (0, CLOG)                                   # no op queue at all
     assert GAP_TAIL not in gaps
+
+
+def test_lookup_many_finds_what_lookup_finds(tmp_path):
+    """The whole-file, all-chains-at-once walk (small files, many keys) against the positional one."""
+    import refbroker
+    from txlog_io.commitlog import decode_range
+    from txlog_io.indexfile import IndexFileReader, index_key_hash, index_keys, list_index_files
+
+    refbroker.generate("5.1+", "clean", 40, 7, tmp_path, background_messages=300, commitlog_file_mb=1)
+    keys = ["TopicOrders#no-such-key"]
+    for f in sorted((tmp_path / "store" / "commitlog").iterdir()):
+        for batch, _ in decode_range(f):
+            for r in batch.select(["topic", "uniq_key", "keys", "transaction_type"]).to_pylist():
+                keys += index_keys(r["topic"], r["uniq_key"], r["keys"], r["transaction_type"])
+    for path in list_index_files(tmp_path / "store"):
+        with IndexFileReader(path) as r:
+            for floor in (0, r.header.begin_phy_offset + 1, r.header.end_phy_offset):
+                many = r.lookup_many([index_key_hash(k) for k in keys], [floor] * len(keys))
+                assert many == [r.lookup(k, min_offset=floor) for k in keys]
+                assert any(many)

@@ -47,6 +47,8 @@ SLOT_SIZE = SLOT.size                          # 4
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("commitlog_offset", ">i8"), ("time_diff_s", ">i4"),
                         ("prev_index", ">i4")])
 ENTRY = struct.Struct(">iqii")
+#: index files up to this size are read whole by IndexFileReader.lookup_many (the refbroker's 1.4 MB files)
+WHOLE_LOOKUP_BYTES = 4 << 20
 ENTRY_SIZE = ENTRY.size                        # 20
 assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
 DEFAULT_HASH_SLOTS = 5_000_000
@@ -375,7 +377,44 @@ class IndexFileReader:
         newest entry down (entries are written in CommitLog order), so it stops at the first older offset."""
         if not self.usable or self.header.index_count <= 1:
             return []
-        h = index_key_hash(key)
+        return self._chain(index_key_hash(key), min_offset, max_hits)
+
+    def lookup_many(self, hashes: Sequence[int], min_offsets: Sequence[int],
+                    max_hits: int = 4096) -> List[list]:
+        """:meth:`lookup` of many keys at once, given their ``index_key_hash`` (per key: the offsets found).
+
+        Many keys against a small file (the whole file is no bigger than the pages their chains would touch
+        one read at a time) read the file once and walk every chain together in numpy, one entry per key per
+        step; otherwise each chain is walked by positional reads as :meth:`lookup` does.  Same results."""
+        out: List[list] = [[] for _ in hashes]
+        if not self.usable or self.header.index_count <= 1 or not len(hashes):
+            return out
+        if self.size > max(WHOLE_LOOKUP_BYTES, len(hashes) * 5 * 4096):
+            return [self._chain(int(h), int(m), max_hits) for h, m in zip(hashes, min_offsets)]
+        data = os.pread(self.fd, self.size, 0)
+        readstats.add(len(data))
+        slots = np.frombuffer(data, ">i4", self.hash_slots, HEADER_SIZE).astype(np.int64)
+        entries = np.frombuffer(data, ENTRY_DTYPE, min(self.index_num, (len(data) - HEADER_SIZE
+                                                       - self.hash_slots * SLOT_SIZE) // ENTRY_SIZE),
+                                HEADER_SIZE + self.hash_slots * SLOT_SIZE)
+        h = np.asarray(hashes, np.int64)
+        lo = np.asarray(min_offsets, np.int64)
+        count = min(self.header.index_count, len(entries))
+        cur = slots[h % self.hash_slots]
+        for _ in range(max_hits):
+            live = np.flatnonzero((cur > 0) & (cur < count))
+            if not live.size:
+                break
+            e = entries[cur[live]]
+            off, prev = e["commitlog_offset"].astype(np.int64), e["prev_index"].astype(np.int64)
+            stop = off < lo[live]
+            hit = ~stop & (e["key_hash"] == h[live])
+            for i, o in zip(live[hit], off[hit]):
+                out[i].append(int(o))
+            cur[live] = np.where(stop | (prev >= cur[live]), 0, prev)
+        return out
+
+    def _chain(self, h: int, min_offset: int, max_hits: int) -> List[int]:
         b = os.pread(self.fd, SLOT_SIZE, HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE)
         readstats.add(len(b))
         cur = SLOT.unpack(b)[0] if len(b) == SLOT_SIZE else 0
