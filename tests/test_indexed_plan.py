@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from jobs.indexed_plan import (GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, extremes_of_units,
                                queue_gaps)
@@ -69,3 +70,15 @@ def test_lookup_many_finds_what_lookup_finds(tmp_path):
                 many = r.lookup_many([index_key_hash(k) for k in keys], [floor] * len(keys))
                 assert many == [r.lookup(k, min_offset=floor) for k in keys]
                 assert any(many)
+
+
+@pytest.mark.spark
+def test_spark_extremes_equal_the_driver_ones(spark):
+    """The path for large transaction queues (one Spark aggregation) gives the driver path's rows."""
+    from jobs.indexed_plan import extremes_of_frame
+
+    units = _units([("b", HALF_TOPIC, 0, 7, 700, 10), ("b", HALF_TOPIC, 0, 5, 500, 10),
+                    ("b", HALF_TOPIC, 1, 2, 650, 30), ("c", OP_TOPIC, 0, 0, 900, 20)])
+    key = lambda e: (e["broker"], e["topic"], e["queue_id"])      # noqa: E731
+    assert sorted(extremes_of_frame(spark.createDataFrame(units)), key=key) == \
+        sorted(extremes_of_units(units), key=key)
