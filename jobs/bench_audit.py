@@ -2,7 +2,7 @@
 
     txlog-bench audit [--size-gb N] [--tx-share P] [--dir DIR] [--keep] [--sizes 1,2,4]
                       [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024]
-                      [--no-warmup] [--cold] [--incremental P]
+                      [--no-warmup] [--cold] [--fixed-tx] [--incremental P]
 
 Per size:
 
@@ -40,7 +40,13 @@ Output: a table, then as the LAST line one JSON object::
 
     {"size_gb": ..., "tx_share": ..., "scan_s": ..., "full_s": ..., "indexed_s": ..., "full_over_scan": ...,
      "full_over_indexed": ..., "peak_worker_rss_mb": ..., "full_phases": {...}, "indexed_phases": {...},
-     "small_audit_s": {"full": ..., "indexed": ...} or null, "cold": true|false}
+     "small_audit_s": {"full": ..., "indexed": ...} or null, "cold": true|false,
+     "transactions": ..., "commitlog_bytes": ..., "full_read_bytes": ..., "indexed_read_bytes": ...}
+
+``full_read_bytes`` / ``indexed_read_bytes``: the bytes of store files each timed audit read, counted by the
+readers themselves (``txlog_io.readstats``: every pread / read of a CommitLog, consume queue, index,
+statetable, checkpoint or config file, in the driver and in every Python worker, which report through
+per-process files under ``<dir>/.readstats``); ``commitlog_bytes``: the CommitLog files' size.
 
 With several ``--sizes`` every size is measured in turn (one session) and the last line is
 ``{"sizes_gb": [...], "runs": [<one object as above per size>], "full_s_per_gb": [...], "indexed_s_per_gb":
@@ -49,6 +55,7 @@ With several ``--sizes`` every size is measured in turn (one session) and the la
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -92,6 +99,9 @@ class BenchRun:
     states: dict
     small_audit_s: Optional[dict] = None    # the warm-up store's audit per mode, timed (None: --no-warmup)
     cold: bool = False                      # the page cache was dropped before each timed run
+    commitlog_bytes: int = 0                # CommitLog file bytes on disk
+    full_read_bytes: int = -1               # store bytes each mode's audit read (txlog_io.readstats; -1: not
+    indexed_read_bytes: int = -1            # counted, the counting directory could not be set up)
     incremental: Optional[dict] = None      # --incremental P: jobs.bench_incremental keys
 
     def line(self) -> dict:
@@ -101,7 +111,10 @@ class BenchRun:
                 "full_over_indexed": round(self.full_over_indexed, 2),
                 "peak_worker_rss_mb": round(self.peak_worker_rss_mb, 1),
                 "full_phases": self.full_phases, "indexed_phases": self.indexed_phases,
-                "small_audit_s": self.small_audit_s, "cold": self.cold, **(self.incremental or {})}
+                "small_audit_s": self.small_audit_s, "cold": self.cold,
+                "transactions": self.transactions,
+                "commitlog_bytes": self.commitlog_bytes, "full_read_bytes": self.full_read_bytes,
+                "indexed_read_bytes": self.indexed_read_bytes, **(self.incremental or {})}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -303,6 +316,32 @@ def jvm_scan(spark, commitlog_dir: str) -> tuple:
     return int(n) * SCAN_RECORD, time.monotonic() - t0
 
 
+def read_stats_dir(spark, workdir: Path) -> Optional[str]:
+    """Turn on store-read counting (``txlog_io.readstats``) for this process and the session's Python
+    workers: the directory they write their totals to (None when it cannot be made)."""
+    from txlog_io import readstats
+
+    directory = str(workdir / ".readstats")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:
+        return None
+    os.environ[readstats.ENV] = directory
+    with contextlib.suppress(Exception):     # workers started from now on (already set when we built the JVM)
+        spark.sparkContext.environment[readstats.ENV] = directory
+    return directory
+
+
+def read_bytes_total(directory: Optional[str]) -> int:
+    """Store bytes read so far by this process and every worker that reported into ``directory``."""
+    from txlog_io import readstats
+
+    if directory is None:
+        return -1
+    readstats.flush()
+    return readstats.directory_total(directory)
+
+
 def timed_audit(spark, store: Path, out: Path, mode: str):
     from jobs.audit import run_audit
     from jobs.main import parse_args
@@ -315,7 +354,8 @@ def timed_audit(spark, store: Path, out: Path, mode: str):
 
 
 def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool, msg_bytes: int,
-               file_mb: int, log=print, cold: bool = False, incremental: Optional[float] = None) -> BenchRun:
+               file_mb: int, log=print, cold: bool = False, stats_dir: Optional[str] = None,
+               incremental: Optional[float] = None) -> BenchRun:
     base = workdir / f"store-{size_gb:g}gb-p{tx_share:g}"
     log(f"[{size_gb:g} GiB] generating the store under {base} ...")
     store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep, incremental)
@@ -331,10 +371,13 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         scan_bytes, scan_s = jvm_scan(spark, str(commitlog))
         log(f"[{size_gb:g} GiB] scan {scan_bytes / GIB:.2f} GiB in {scan_s:.1f} s; audit full ...")
         dropped.append(drop_page_cache(cold))
+        read0 = read_bytes_total(stats_dir)
         full_s, full = timed_audit(spark, store, base / "out-full", "full")
+        read1 = read_bytes_total(stats_dir)
         log(f"[{size_gb:g} GiB] full {full_s:.1f} s; audit indexed ...")
         dropped.append(drop_page_cache(cold))
         indexed_s, indexed = timed_audit(spark, store, base / "out-indexed", "indexed")
+        read2 = read_bytes_total(stats_dir)
         log(f"[{size_gb:g} GiB] indexed {indexed_s:.1f} s")
         inc = None
         if incremental:
@@ -358,7 +401,9 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         full_over_indexed=full_s / indexed_s if indexed_s > 0 else math.inf,
         peak_worker_rss_mb=rss.peak_mb,
         full_phases=_phases(full), indexed_phases=_phases(indexed),
-        states=dict(full.states), cold=all(dropped), incremental=inc)
+        states=dict(full.states), cold=all(dropped), commitlog_bytes=cl_bytes,
+        full_read_bytes=read1 - read0 if stats_dir else -1,
+        indexed_read_bytes=read2 - read1 if stats_dir else -1, incremental=inc)
 
 
 def format_table(runs: Sequence[BenchRun]) -> str:
@@ -405,6 +450,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated sizes in GiB, e.g. 1,2,4 (overrides --size-gb)")
     p.add_argument("--tx-share", type=float, default=0.01,
                    help="share of producer messages that are transactional (default 0.01)")
+    p.add_argument("--fixed-tx", action="store_true",
+                   help="with --sizes: scale the share per size so every store holds the transactions of the "
+                        "largest size at --tx-share (share x largest / size): indexed time vs store size")
     p.add_argument("--dir", default=None, help="working directory (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep (and reuse) the generated stores and outputs")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
@@ -451,6 +499,9 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
     workdir.mkdir(parents=True, exist_ok=True)
     own_session = spark is None
     if own_session:
+        from txlog_io import readstats
+
+        os.environ[readstats.ENV] = str(workdir / ".readstats")     # inherited by the JVM and its workers
         from jobs.session import build_session
 
         spark = build_session(app_name="txaudit-bench", master=args.master, extra_conf={
@@ -462,17 +513,28 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
     runs: List[BenchRun] = []
     small = None
     try:
+        stats_dir = read_stats_dir(spark, workdir)
         if not args.no_warmup:
             small = warm_up(spark, args.tx_share, args.msg_bytes, workdir / ".warmup", log=log, cold=args.cold)
         for size in sizes:
-            runs.append(bench_size(spark, size, args.tx_share, workdir, args.keep, args.msg_bytes,
-                                   args.file_mb, log=log, cold=args.cold, incremental=args.incremental))
+            share = args.tx_share * max(sizes) / size if args.fixed_tx else args.tx_share
+            runs.append(bench_size(spark, size, round(share, 9), workdir, args.keep, args.msg_bytes,
+                                   args.file_mb, log=log, cold=args.cold, stats_dir=stats_dir,
+                                   incremental=args.incremental))
             runs[-1].small_audit_s = small
             if not args.keep:
-                shutil.rmtree(workdir / f"store-{size:g}gb-p{args.tx_share:g}", ignore_errors=True)
+                shutil.rmtree(workdir / f"store-{size:g}gb-p{runs[-1].tx_share:g}", ignore_errors=True)
     finally:
         if own_session:
             spark.stop()
+        else:       # the caller's session: counting off again for what it runs next
+            from txlog_io import readstats
+
+            os.environ.pop(readstats.ENV, None)
+            with contextlib.suppress(Exception):
+                spark.sparkContext.environment.pop(readstats.ENV, None)
+        if not args.keep:
+            shutil.rmtree(workdir / ".readstats", ignore_errors=True)
         if not args.keep and own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
     print(format_table(runs))

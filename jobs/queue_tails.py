@@ -5,7 +5,7 @@ or damaged later) reads exactly like a shorter, idle queue: no decoder can tell 
 counts as damage").  The dispatch point (``DISPATCH_LAG``) is the newest unit of *any* queue, so when other
 queues kept going, the records whose units were lost lie before it and indexed mode would never reach them.
 
-``jobs.store_frames.index_gaps`` therefore adds, per transaction system queue (half / op / discard) whose last
+``jobs.indexed_plan.queue_gaps`` therefore adds, per transaction system queue (half / op / discard) whose last
 unit lies before the dispatch point, the range ``[after that unit's record, dispatch point)`` as a
 ``QUEUE_IDLE_TAIL`` gap.  Here those rows are merged into one scan range per broker (the ranges all end at
 the same point; scanning each would read their overlap several times), and the scan's records decide the
@@ -57,7 +57,9 @@ def only_queue_records(scanned, gap_rows: Sequence[tuple], topics: Sequence[str]
         for a, z in pieces:
             cond = (c("broker") == broker) & (c("physical_offset") >= a) & (c("physical_offset") < z)
             inside = cond if inside is None else inside | cond
-    return scanned if inside is None else scanned.where(~inside | c("topic").isin(*topics))
+    # rows without a CommitLog offset (a scan's finding rows) are not records: always kept
+    return scanned if inside is None else scanned.where(F.coalesce(~inside, F.lit(True))
+                                                       | c("topic").isin(*topics))
 
 
 def idle_tail_findings(spark, scanned, idle: Sequence[tuple]):

@@ -44,12 +44,12 @@ Modes
        of those queues whose transaction type is not ``NOT``, *probed* (``decode_at`` reads the 40 header
        bytes up to SYSFLAG and decodes only the non-NOT records);
     4. every transaction-relevant record (type not NOT, or a transaction system topic) in the CommitLog
-       ranges the indexes may miss (:func:`index_gaps`): after the last indexed record (dispatch lag after a
-       crash), before the first unit of a half / op / discard queue that does not start at unit 0 (a queue
-       deleted and rebuilt later), after the last unit of a queue the check service consumed past, after the
-       last unit of an idle half / op / discard queue up to the dispatch point (a zeroed queue tail; only that
-       queue's records are kept from there, ``jobs/queue_tails.py``), and the whole CommitLog when a half
-       queue exists but the op queue does not.  Each such range except the
+       ranges the indexes may miss (``jobs.indexed_plan``): after the last indexed record (dispatch lag
+       after a crash), before the first unit of a half / op / discard queue that does not start at unit 0
+       (a queue deleted and rebuilt later), after the last unit of a queue the check service consumed past,
+       after the last unit of an idle half / op / discard queue up to the dispatch point (a zeroed queue
+       tail; only that queue's records are kept from there, ``jobs/queue_tails.py``), and the whole
+       CommitLog when a half queue exists but the op queue does not.  Each such range except the
        ordinary tail is an ``INDEX_INCOMPLETE`` anomaly naming the reason and the range, so the difference
        from ``full`` is reported, not silent.
 
@@ -61,7 +61,8 @@ Modes
     ``anomalies`` = ``rocketmq_anomalies`` without the CommitLog range scan, plus the anomalies ``decode_at``
     reports for the fetched positions (``CQ_ENTRY_MISMATCH`` when no record starts there, CRC findings, ...)
     and ``MISSING_FILE`` for an offset that falls in no CommitLog file (deleted by retention, or a bad index
-    unit); those come from a second ``mapInArrow`` pass over the same positions, on executors.
+    unit); records and findings come out of the same ``mapInArrow`` pass over the positions
+    (``rocketmq_txscan`` rows, :func:`fetch_scan`), and ``scan`` is that pass united with the gap scan.
 
     A store with no transaction index at all -- no ``RMQ_SYS_TRANS_HALF_TOPIC`` consume queue, no 3.x
     statetable or redolog (:func:`has_transaction_index`) -- is scanned instead: its ``commitlog`` rows are
@@ -86,6 +87,11 @@ import pyarrow as pa
 from jobs.datasources import (
     ANOMALIES_FORMAT, COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT,
     STATETABLE_FORMAT, TX_SCAN_FORMAT, anomalies_batch, prepend_broker, register, tx_scan_batches,
+    tx_scan_rows,
+)
+from jobs.indexed_plan import (
+    DRIVER_FETCH_UNITS, GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, IndexedPlan, driver_positions,
+    plan_indexed,
 )
 from jobs.options import DEFAULT_SPLIT_BYTES, OptionError, SourceOptions, parse_options
 from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL, idle_tail_findings, only_queue_records, split_idle_tails
@@ -124,6 +130,8 @@ class StoreInfo:
     #: end_timestamp); see index_file_gaps
     index_files: tuple = ()
     checkpoint_index_ts: int = 0    # checkpoint indexMsgTimestamp: end time of the last full index file flushed
+    tx_queue_bytes: int = 0         # file bytes of the half / op / discard consume queues
+    tx_table_bytes: int = 0         # file bytes of the 3.x statetable and redolog
 
     @property
     def commitlog_bytes(self) -> int:
@@ -167,7 +175,10 @@ def _store_info(broker: str, root: str, commitlog_dirs) -> StoreInfo:
         abort_present=bool(layout.abort_present), consumequeue_rocksdb=bool(layout.consumequeue_rocksdb),
         discovery_anomalies=len(layout.anomalies),
         queue_tails=tuple(str(files[-1].path) for files in layout.consume_queues.values() if files),
-        index_files=_index_files(root), checkpoint_index_ts=_checkpoint_index_ts(root))
+        index_files=_index_files(root), checkpoint_index_ts=_checkpoint_index_ts(root),
+        tx_queue_bytes=sum(int(f.size) for (topic, _), files in layout.consume_queues.items()
+                           if topic in TX_SYSTEM_TOPICS for f in files),
+        tx_table_bytes=sum(int(f.size) for f in (*layout.statetable, *layout.redolog)))
 
 
 def _index_files(root: str) -> tuple:
@@ -258,18 +269,24 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
             .unionByName(scan_findings)
     else:
-        commitlog, positions = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts,
-                                                 tx_queues=tx_queues)
-        anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
-            .unionByName(fetch_anomalies(spark, positions, info, opts))
-        # what the indexes cannot reach is scanned, not silently missed: the gaps of the indexed stores
-        # (lost / rebuilt / lagging queues), located now in one small job (a few rows per store) so both
-        # passes below and the findings share them, and the whole CommitLog of a store without any index
+        # the fetched records and their findings come out of ONE pass (rocketmq_txscan rows, like the
+        # gap scan's); ``scan`` is the union of both, which the audit persists so nothing is read twice
         indexed = [s for s in info if has_transaction_index(s) and s.commitlog_files]
         unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
-        gap_rows = (index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, indexed, opts,
-                               tx_queues=tx_queues).collect() if indexed else [])
-        gap_rows, idle_tails = split_idle_tails(gap_rows)
+        plan = plan_indexed(indexed, info, lambda fmt, **extra: parse_options(fmt, dict(base, **extra)),
+                            tx_queues, statetable, redolog)
+        if plan.units is not None and plan.units.num_rows <= DRIVER_FETCH_UNITS:
+            # the driver holds the transaction queues' units already (the very rows the data source gives):
+            # the reconstruction's copy comes from there instead of a second read by a Spark job
+            tx_queues = spark.createDataFrame(plan.units, SOURCE_TABLES[CONSUMEQUEUE_FORMAT].spark_schema())
+        scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
+                                 plan=plan)
+        decoders = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store")
+        # what the indexes cannot reach is scanned, not silently missed: the gaps of the indexed stores
+        # (lost / rebuilt / lagging / zeroed-tail queues), located on the driver (jobs.indexed_plan: a few
+        # rows per store) so the scan and the findings share them, and the whole CommitLog of a store
+        # without any index
+        gap_rows, idle_tails = split_idle_tails(list(plan.gaps))
         gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
         gap_rows += [row for s in indexed for row in index_file_gaps(s)]
         # a file cut right after a record (TRUNCATED_FILE) is seen only by walking to its end: every file's last
@@ -283,13 +300,19 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             # a record both fetched and scanned (gaps overlap the indexed ranges) is the same decoded row, and
             # its findings the same rows: de-duplicated after the union (a join against the fetched positions
             # instead would recompute the whole fetch plan)
-            scan = scan_cells(spark, gaps, scanned_stores, opts)
-            scanned, scan_findings = split_tx_scan(scan)
-            scanned = only_queue_records(scanned, gap_rows, TX_SYSTEM_TOPICS, (GAP_FILE_END,))
-            commitlog = commitlog.unionByName(scanned).dropDuplicates(["broker", "physical_offset"])
-            anomalies = anomalies.unionByName(scan_findings).distinct().unionByName(gap_findings(gaps))
+            # both come from the ONE union frame the audit persists (split before the union, each would
+            # re-read the store in every action); an idle queue tail's range keeps only that queue's records
+            gap_scan = only_queue_records(scan_cells(spark, gap_rows, scanned_stores, opts), gap_rows,
+                                          TX_SYSTEM_TOPICS, (GAP_FILE_END,))
+            scan = scan.unionByName(gap_scan)
+            commitlog, findings = split_tx_scan(scan)
+            commitlog = commitlog.dropDuplicates(["broker", "physical_offset"])
+            anomalies = decoders.unionByName(findings).distinct().unionByName(gap_findings(gaps))
             if idle_tails:
-                anomalies = anomalies.unionByName(idle_tail_findings(spark, scanned, idle_tails))
+                anomalies = anomalies.unionByName(idle_tail_findings(spark, commitlog, idle_tails))
+        else:
+            commitlog, findings = split_tx_scan(scan)
+            anomalies = decoders.unionByName(findings)
     if replica_findings:
         rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
         schema = SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema()
@@ -335,8 +358,9 @@ def split_tx_scan(scan):
 # ----------------------------------------------------------------------------------------------------------
 
 def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[StoreInfo],
-                      opts: SourceOptions, tx_queues=None):
-    """(transaction-relevant CommitLog rows, the positions they were fetched from).
+                      opts: SourceOptions, tx_queues=None, plan: Optional[IndexedPlan] = None):
+    """The transaction-relevant CommitLog records and the findings met reading them, as ``rocketmq_txscan``
+    rows of one fetch pass (:func:`fetch_scan`; :func:`split_tx_scan` splits them).
 
     Positions are (broker, commitlog_offset, only_tx) rows, duplicates allowed: ``only_tx`` marks a position
     found through a real topic's consume queue, where a record is kept only if its transaction type is not NOT
@@ -345,6 +369,9 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
     """
     from pyspark.sql import functions as F
 
+    local = None if plan is None else driver_positions(plan, info, _keyed_only)
+    if local is not None:       # worked out on the driver: one narrow fetch pass, no join, no shuffle
+        return fetch_scan_local(spark, local, info, opts)
     key = ["broker", "commitlog_offset"]
     index_positions = (
         (consumequeue if tx_queues is None else tx_queues).where(F.col("topic").isin(*TX_SYSTEM_TOPICS))
@@ -380,51 +407,84 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
             .mapInArrow(_IndexLookup([s for s in info if uses_index_files(s)]),
                         "broker string, commitlog_offset bigint")
         positions = positions.unionByName(hits.withColumn("only_tx", F.lit(True)))
-    return fetch_records(spark, positions, info, opts), positions
+    return fetch_scan(spark, positions, info, opts)
+
+
+def _keyed_only(store: StoreInfo) -> bool:
+    """A store whose transaction records the driver can find alone: IndexFiles, no 3.x files to probe."""
+    return uses_index_files(store) and not store.statetable_files and not store.redolog_files
+
+
+def fetch_scan_local(spark, positions: pa.Table, info: Sequence[StoreInfo], opts: SourceOptions):
+    """:func:`fetch_scan` of positions the driver holds (broker, commitlog_offset, only_tx): each located in
+    its CommitLog file and de-duplicated here, sorted, and handed to the executors as contiguous slices of a
+    parallelized list (one narrow stage)."""
+    import bisect
+
+    files = {s.broker: s.commitlog_files for s in info}
+    merged: dict = {}
+    for b, off, only in zip(positions.column("broker").to_pylist(),
+                            positions.column("commitlog_offset").to_pylist(),
+                            positions.column("only_tx").to_pylist()):
+        merged[(b, off)] = merged.get((b, off), True) and bool(only)
+    rows = []
+    for (b, off), only in merged.items():
+        fl = files.get(b, ())
+        i = bisect.bisect_right([base for _, base, _ in fl], off) - 1
+        path, base = (fl[i][0], fl[i][1]) if i >= 0 and off < fl[i][1] + fl[i][2] else (None, None)
+        rows.append((b, int(off), only, path, base))
+    rows.sort(key=lambda r: (r[0], r[3] or "", r[1]))
+    n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // int(opts.split_bytes)))
+    n = max(1, min(len(rows), n_parts, 4 * spark.sparkContext.defaultParallelism))
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
+                                  "broker string, commitlog_offset bigint, only_tx boolean, path string, "
+                                  "base_offset bigint")
+    fn = _FetchAt(with_body=opts.include_bodies, emit="scan", commitlog_dirs=_commitlog_dirs(info))
+    return frame.mapInArrow(fn, SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
 
 
 class _IndexLookup:
     """mapInArrow body: (broker, real_topic, uniq_key, after) -> the CommitLog offsets the broker's IndexFiles
-    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``).  Positional reads only: a hash
-    slot and its chain per key and index file; files that end before ``after`` are skipped."""
+    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``): a hash slot and its chain per key
+    and index file (positional reads, or the whole file for many keys against a small file); files that end
+    before ``after`` are skipped."""
 
     def __init__(self, stores: Sequence[StoreInfo]):
         self.files = {s.broker: [(f[0], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
                       for s in stores}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from txlog_io.indexfile import IndexFileReader, build_key
+        from txlog_io.indexfile import IndexFileReader, build_key, index_key_hash
+        from txlog_io.readstats import flush
 
-        readers: dict = {}
         try:
             for batch in batches:
+                rows = batch.to_pylist()
                 brokers, offsets = [], []
-                for row in batch.to_pylist():
-                    key = build_key(row["real_topic"], row["uniq_key"])
-                    for path, end, slots, entries in self.files.get(row["broker"], ()):
-                        if end < row["after"]:
+                for broker in dict.fromkeys(r["broker"] for r in rows):
+                    mine = [r for r in rows if r["broker"] == broker]
+                    hashes = [index_key_hash(build_key(r["real_topic"], r["uniq_key"])) for r in mine]
+                    # file by file, every key the file may hold at once (IndexFileReader.lookup_many)
+                    for path, end, slots, entries in self.files.get(broker, ()):
+                        keys = [i for i, r in enumerate(mine) if end >= r["after"]]
+                        if not keys:
                             continue
-                        r = readers.get(path)
-                        if r is None:
-                            r = readers[path] = IndexFileReader(path, slots, entries)
-                        for off in r.lookup(key, min_offset=row["after"] + 1):
-                            brokers.append(row["broker"])
-                            offsets.append(off)
+                        with IndexFileReader(path, slots, entries) as reader:
+                            found = reader.lookup_many([hashes[i] for i in keys],
+                                                       [mine[i]["after"] + 1 for i in keys])
+                        for hits in found:
+                            offsets += hits
+                            brokers += [broker] * len(hits)
                 if offsets:
                     yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()),
                                                       pa.array(offsets, pa.int64())],
                                                      ["broker", "commitlog_offset"])
         finally:
-            for r in readers.values():
-                r.close()
+            flush()
 
 
-#: why indexed mode scans a CommitLog range (INDEX_INCOMPLETE findings name the reason)
-GAP_TAIL = "DISPATCH_LAG"            # after the last record any index points to: not dispatched (yet)
-GAP_HEAD = "QUEUE_HEAD_MISSING"      # a transaction queue's first unit is not unit 0 and lies past the
-                                     # CommitLog's start: its older units were deleted (or rebuilt later)
-GAP_TAIL_UNITS = "QUEUE_TAIL_MISSING"  # consumerOffset.json has consumed past the queue's last unit
-GAP_OP_QUEUE = "OP_QUEUE_MISSING"    # half queue present, op queue absent: ops cannot be found by index
+#: why indexed mode scans a CommitLog range (INDEX_INCOMPLETE findings name the reason); the queue gaps
+#: (GAP_TAIL, GAP_HEAD, GAP_TAIL_UNITS, GAP_OP_QUEUE) are derived by jobs.indexed_plan
 GAP_NO_INDEX = "NO_TRANSACTION_INDEX"  # no transaction index at all (4.0 - 4.2, RocksDB queues): all of it
 #: gaps that are how the store is made, not damage: scanned without an INDEX_INCOMPLETE finding
 GAP_INDEX_HOLE = "INDEX_FILE_MISSING"   # IndexFile coverage has a hole: a deleted or unreadable index file
@@ -500,114 +560,6 @@ def _whole_commitlog_gap(store: StoreInfo) -> tuple:
             "no half-queue consume queue, statetable or redolog", os.path.join(store.root, "consumequeue"))
 
 
-def index_gaps(spark, consumequeue, statetable, redolog, consumer_offsets, info: Sequence[StoreInfo],
-               opts: SourceOptions, tx_queues=None):
-    """CommitLog ranges (broker, start, end, reason, queue, detail) that the transaction indexes may not cover
-    although records there may still matter; indexed mode scans them (``scan_cells``) instead of trusting the
-    indexes to be complete.  All lazy: computed from the per-queue extremes of the units.
-
-    * ``DISPATCH_LAG``: ``[last indexed record end, end of CommitLog)`` per store -- empty on a healthy store
-      (only the zero tail of the newest file), the records a crash left undispatched otherwise;
-    * ``QUEUE_HEAD_MISSING``: a half / op / discard queue whose first unit has queue offset > 0 and lies past
-      the start of the CommitLog: ``[CommitLog start, first unit)`` (a queue deleted and rebuilt by abnormal
-      recovery from a later file; retention of an idle queue looks the same and costs one scan of the range);
-    * ``QUEUE_TAIL_MISSING``: the check service's consume offset (``CID_RMQ_SYS_TRANS``) is past the queue's
-      last unit: ``[after the last unit, end of CommitLog)``;
-    * ``OP_QUEUE_MISSING``: a half queue without any op queue: the whole CommitLog (an operator deleted the
-      op queue; a store whose transactions never ended pays one scan to learn that);
-    * ``QUEUE_IDLE_TAIL``: a half / op / discard queue whose last unit lies before the dispatch point:
-      ``[after the last unit, dispatch point)`` (a zeroed queue tail reads like an idle queue;
-      ``jobs/queue_tails.py``).
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    c = F.col
-    bounds_schema = T.StructType([T.StructField("broker", T.StringType(), False),
-                                  T.StructField("clog_start", T.LongType(), False),
-                                  T.StructField("clog_end", T.LongType(), False),
-                                  T.StructField("half_queue", T.BooleanType(), False),
-                                  T.StructField("queue_dir", T.StringType(), False)])
-    bounds = spark.createDataFrame(
-        [(s.broker, s.commitlog_files[0][1], s.commitlog_files[-1][1] + s.commitlog_files[-1][2],
-          s.tx_half_topic, os.path.join(s.root, "consumequeue")) for s in info], bounds_schema)
-    brokers = [s.broker for s in info]
-    cq = consumequeue.where(c("broker").isin(*brokers))
-    tx_cq = cq if tx_queues is None else tx_queues.where(c("broker").isin(*brokers))
-    queues = tx_cq.groupBy("broker", "topic", "queue_id").agg(
-        F.min("queue_offset").alias("q_first"), F.max("queue_offset").alias("q_last"),
-        F.min_by("commitlog_offset", "queue_offset").alias("p_first"),
-        F.max_by(c("commitlog_offset") + c("size"), "queue_offset").alias("p_after_last"))
-    # the dispatch point: the newest unit of any queue, read backwards from each queue's newest file (a
-    # block per queue instead of every unit of every queue)
-    tail_rows = [(s.broker, path) for s in info for path in s.queue_tails]
-    tails = spark.createDataFrame(tail_rows, "broker string, path string").repartition(
-        max(1, min(len(tail_rows), spark.sparkContext.defaultParallelism)))
-    ends = tails.mapInArrow(_queue_ends, "broker string, p_end long")
-    if any(s.statetable_files or s.redolog_files for s in info):        # 3.x: dispatch writes these too
-        for units in (statetable, redolog):
-            p_end = (c("commitlog_offset") + c("size")).alias("p_end")
-            ends = ends.unionByName(units.select("broker", p_end))
-    ends = ends.groupBy("broker").agg(F.max("p_end").alias("dispatched_end"))
-    b = bounds.join(ends, "broker", "left")
-    dispatched = F.greatest(F.coalesce("dispatched_end", "clog_start"), "clog_start")
-    tail = b.select("broker", dispatched.alias("start"), c("clog_end").alias("end"),
-                    F.lit(GAP_TAIL).alias("reason"), F.lit(None).cast("string").alias("queue"),
-                    F.lit("records after the last one any index points to").alias("detail"))
-    tx_stats = queues.where(c("topic").isin(*TX_SYSTEM_TOPICS)).join(bounds, "broker")
-    queue_name = F.concat_ws("/", "topic", c("queue_id").cast("string"))
-    head = tx_stats.where((c("q_first") > 0) & (c("p_first") > c("clog_start"))).select(
-        "broker", c("clog_start").alias("start"), c("p_first").alias("end"),
-        F.lit(GAP_HEAD).alias("reason"), queue_name.alias("queue"),
-        F.format_string("the queue's first unit is queue offset %d at CommitLog offset %d: the units before "
-                        "it are gone while the CommitLog from %d is retained", "q_first", "p_first",
-                        "clog_start").alias("detail"))
-    consumed = consumer_offsets.where(c("group") == "CID_RMQ_SYS_TRANS").select(
-        "broker", "topic", "queue_id", c("offset").alias("consumed"))
-    tail_units = tx_stats.join(consumed, ["broker", "topic", "queue_id"]).where(
-        c("consumed") > c("q_last") + 1).select(
-        "broker", c("p_after_last").alias("start"), c("clog_end").alias("end"),
-        F.lit(GAP_TAIL_UNITS).alias("reason"), queue_name.alias("queue"),
-        F.format_string("CID_RMQ_SYS_TRANS consumed up to queue offset %d but the queue's last unit is %d",
-                        "consumed", "q_last").alias("detail"))
-    op_queues = queues.where(c("topic") == OP_TOPIC).select("broker").distinct()
-    op_missing = bounds.where(c("half_queue")).join(op_queues, "broker", "left_anti").select(
-        "broker", c("clog_start").alias("start"), c("clog_end").alias("end"),
-        F.lit(GAP_OP_QUEUE).alias("reason"), F.lit(OP_TOPIC).alias("queue"),
-        F.lit("a half queue but no op queue: the op records (commit / rollback ends) cannot be found by "
-              "index").alias("detail"))
-    # a queue whose newest units were zeroed reads like an idle one: [its last unit, dispatch point) is
-    # scanned, and jobs.queue_tails reports the records of that queue found there (no finding otherwise)
-    idle = tx_stats.join(b.select("broker", dispatched.alias("dispatched")), "broker").where(
-        c("p_after_last") < c("dispatched")).select(
-        "broker", c("p_after_last").alias("start"), c("dispatched").alias("end"),
-        F.lit(GAP_QUEUE_IDLE_TAIL).alias("reason"), queue_name.alias("queue"),
-        F.format_string("the queue's last unit is queue offset %d", "q_last").alias("detail"))
-    gaps = tail.unionByName(head).unionByName(tail_units).unionByName(op_missing).unionByName(idle)
-    return gaps.join(bounds.select("broker", "queue_dir"), "broker").where(c("start") < c("end"))
-
-
-def _queue_ends(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: (broker, newest ConsumeQueue file) -> (broker, end of the record its newest unit
-    indexes); an unreadable file or one without a plausible unit gives no row (its queue then says nothing
-    about the dispatch point: the scanned tail can only grow)."""
-    from txlog_io.consumequeue import last_unit_end
-    from txlog_io.errors import TxlogError
-
-    for batch in batches:
-        brokers, ends = [], []
-        for broker, path in zip(batch.column("broker").to_pylist(), batch.column("path").to_pylist()):
-            try:
-                end = last_unit_end(path)
-            except TxlogError:
-                end = None
-            if end is not None:
-                brokers.append(broker)
-                ends.append(end)
-        yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()), pa.array(ends, pa.int64())],
-                                         names=["broker", "p_end"])
-
-
 def gap_findings(gaps):
     """One INDEX_INCOMPLETE anomaly per gap that is damage, not one of ORDINARY_GAPS (broker + ANOMALIES)."""
     from pyspark.sql import functions as F
@@ -623,33 +575,45 @@ def gap_findings(gaps):
         c("start").alias("physical_offset"))
 
 
-def scan_cells(spark, gaps, info: Sequence[StoreInfo], opts: SourceOptions):
-    """Scan the CommitLog ranges of ``gaps``, cut at file and ``split_bytes`` boundaries into pieces (a range
-    owns the records that start in it, so the pieces of one range read each record once; records of
-    overlapping gaps are de-duplicated by the caller).  One pass per piece yields ``rocketmq_txscan`` rows
-    (:func:`split_tx_scan`): the transaction-relevant records (transaction type not NOT, or a transaction
-    system topic) and the decoder's findings in those pieces."""
-    from pyspark.sql import functions as F
+def scan_cells(spark, gap_rows: Sequence[tuple], info: Sequence[StoreInfo], opts: SourceOptions):
+    """Scan the CommitLog ranges of ``gap_rows`` (GAPS_SCHEMA tuples), cut at file and ``split_bytes``
+    boundaries into pieces (a range owns the records that start in it, so the pieces of one range read each
+    record once; records of overlapping gaps are de-duplicated by the caller).  One pass per piece yields
+    ``rocketmq_txscan`` rows (:func:`split_tx_scan`): the transaction-relevant records (transaction type not
+    NOT, or a transaction system topic) and the decoder's findings in those pieces.
 
-    c = F.col
+    The pieces are cut on the driver (a few rows per gap: no join, no shuffle) and handed to the executors as
+    contiguous slices of a parallelized list, so the scan is one narrow stage."""
     split = int(opts.split_bytes)
-    files = commitlog_files_frame(spark, info)
-    g = gaps.select("broker", c("start").alias("g_start"), c("end").alias("g_end"))
-    touched = g.join(F.broadcast(files), "broker").where(
-        (c("g_start") < c("base_offset") + c("size")) & (c("g_end") > c("base_offset")))
-    lo = F.greatest(c("g_start"), c("base_offset")) - c("base_offset")      # file positions
-    hi = F.least(c("g_end"), c("base_offset") + c("size")) - c("base_offset")
-    cell = F.explode(F.sequence(F.floor(lo / F.lit(split)).cast("long"),
-                                F.floor((hi - 1) / F.lit(split)).cast("long")))
-    cells = (touched.select("broker", "path", "base_offset", lo.alias("lo"), hi.alias("hi"),
-                            cell.alias("cell"))
-             .select("broker", "path", "base_offset",
-                     F.greatest(c("lo"), c("cell") * split).alias("start"),
-                     F.least(c("hi"), (c("cell") + 1) * split).alias("end"))
-             .distinct())
+    files: dict = {}
+    for s in info:
+        files.setdefault(s.broker, []).extend(s.commitlog_files)
+    cells = set()
+    for broker, g_start, g_end in _merged_ranges(gap_rows):
+        for path, base, size in files.get(broker, ()):
+            if not (g_start < base + size and g_end > base):
+                continue
+            lo, hi = max(g_start, base) - base, min(g_end, base + size) - base        # file positions
+            for cell in range(lo // split, (hi - 1) // split + 1):
+                cells.add((broker, path, int(base), max(lo, cell * split), min(hi, (cell + 1) * split)))
     n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // split))
-    cells = cells.repartition(min(n_parts, 4 * spark.sparkContext.defaultParallelism), "path", "start")
-    return cells.mapInArrow(_ScanCells(opts.include_bodies), SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
+    n = max(1, min(len(cells), n_parts, 4 * spark.sparkContext.defaultParallelism))
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(sorted(cells), n),
+                                  "broker string, path string, base_offset bigint, start bigint, end bigint")
+    return frame.mapInArrow(_ScanCells(opts.include_bodies), SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
+
+
+def _merged_ranges(gap_rows: Sequence[tuple]) -> list:
+    """(broker, start, end) of the union of the gap ranges: overlapping gaps (e.g. DISPATCH_LAG and
+    INDEX_TAIL, both ending at the CommitLog's end) are read once, as one range owning every record that
+    starts in it."""
+    out: list = []
+    for broker, start, end, *_ in sorted(gap_rows, key=lambda g: (g[0], g[1], g[2])):
+        if out and out[-1][0] == broker and start <= out[-1][2]:
+            out[-1][2] = max(out[-1][2], end)
+        elif start < end:
+            out.append([broker, start, end])
+    return [tuple(r) for r in out]
 
 
 class _ScanCells:
@@ -659,6 +623,11 @@ class _ScanCells:
         self.with_body = with_body
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from txlog_io.readstats import flushing
+
+        return flushing(self._scan(batches))
+
+    def _scan(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
         system = pa.array(TX_SYSTEM_TOPICS, pa.string())
@@ -714,13 +683,17 @@ def fetch_records(spark, positions, info: Sequence[StoreInfo], opts: SourceOptio
         fn, SOURCE_TABLES[COMMITLOG_FORMAT].spark_schema())
 
 
-def fetch_anomalies(spark, positions, info: Sequence[StoreInfo], opts: SourceOptions):
-    """Anomaly rows (``broker`` + ANOMALIES) met while fetching the given positions (a second pass)."""
-    fn = _FetchAt(with_body=False, emit="anomalies",
-                  commitlog_dirs={s.broker: (os.path.dirname(s.commitlog_files[0][0]) if s.commitlog_files
-                                             else os.path.join(s.root, "commitlog")) for s in info})
+def fetch_scan(spark, positions, info: Sequence[StoreInfo], opts: SourceOptions):
+    """``rocketmq_txscan`` rows of ONE pass over the given positions: the records :func:`fetch_records` gives
+    and the findings met reading them (``MISSING_FILE`` for a position no CommitLog file holds)."""
+    fn = _FetchAt(with_body=opts.include_bodies, emit="scan", commitlog_dirs=_commitlog_dirs(info))
     return _located(spark, positions, info, opts.split_bytes).mapInArrow(
-        fn, SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema())
+        fn, SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
+
+
+def _commitlog_dirs(info: Sequence[StoreInfo]) -> dict:
+    return {s.broker: (os.path.dirname(s.commitlog_files[0][0]) if s.commitlog_files
+                       else os.path.join(s.root, "commitlog")) for s in info}
 
 
 class _FetchAt:
@@ -732,6 +705,11 @@ class _FetchAt:
         self.commitlog_dirs = commitlog_dirs or {}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from txlog_io.readstats import flushing
+
+        return flushing(self._fetch(batches))
+
+    def _fetch(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
         import pyarrow.compute as pc
 
@@ -759,7 +737,7 @@ class _FetchAt:
                 chunk, chunk_only = unique[lo:lo + FETCH_CHUNK], only[lo:lo + FETCH_CHUNK]
                 yield from self._decode((key["broker"], key["path"], int(key["base_offset"])), chunk,
                                         chunk[chunk_only])
-        if lost.num_rows and self.emit == "anomalies":
+        if lost.num_rows and self.emit == "scan":
             pairs = dict.fromkeys(zip(lost.column("broker").to_pylist(),
                                       lost.column("commitlog_offset").to_pylist()))
             yield from self._missing(list(pairs))
@@ -774,8 +752,11 @@ class _FetchAt:
             if batch.num_rows:
                 yield prepend_broker(batch, broker, COMMITLOG.arrow_schema(),
                                      SOURCE_TABLES[COMMITLOG_FORMAT].arrow_schema())
-        elif anomalies:
-            yield anomalies_batch(broker, anomalies, "commitlog", path)
+            return
+        if batch.num_rows:
+            yield tx_scan_rows(broker, records=batch)
+        if anomalies:
+            yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, anomalies, "commitlog", path))
 
     def _missing(self, missing: list) -> Iterator[pa.RecordBatch]:
         by_broker: dict = {}
@@ -785,9 +766,11 @@ class _FetchAt:
                 "an index (consume queue / statetable / redolog) points to a CommitLog offset no file holds",
                 "a CommitLog file containing this offset", "no such file", "commitlog", int(offset)))
         for broker, found in by_broker.items():
-            yield anomalies_batch(broker, found, "commitlog", self.commitlog_dirs.get(broker, ""))
+            yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, found, "commitlog",
+                                                                 self.commitlog_dirs.get(broker, "")))
 
 
 __all__ = ["load_store_frames", "StoreFrames", "StoreInfo", "indexed_commitlog", "fetch_records",
-           "fetch_anomalies", "has_transaction_index", "index_gaps", "scan_cells", "gap_findings",
-           "commitlog_files_frame", "split_tx_scan", "TX_SYSTEM_TOPICS", "MODES"]
+           "fetch_scan", "has_transaction_index", "scan_cells", "gap_findings",
+           "commitlog_files_frame", "split_tx_scan", "fetch_scan_local", "TX_SYSTEM_TOPICS", "MODES",
+           "GAP_HEAD", "GAP_OP_QUEUE", "GAP_TAIL", "GAP_TAIL_UNITS"]

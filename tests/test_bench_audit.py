@@ -53,7 +53,8 @@ def test_result_line_single_and_sizes():
     one = B.result_line([_run()])
     assert list(one) == ["size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
                          "full_over_indexed", "peak_worker_rss_mb", "full_phases", "indexed_phases",
-                         "small_audit_s", "cold"]
+                         "small_audit_s", "cold", "transactions", "commitlog_bytes", "full_read_bytes",
+                         "indexed_read_bytes"]
     assert one["full_phases"] == {"read": 1.0} and one["cold"] is False
     many = B.result_line([_run(1.0), _run(2.0)])
     assert many["sizes_gb"] == [1.0, 2.0] and len(many["runs"]) == 2
@@ -72,8 +73,11 @@ def test_tiny_bench_run(spark, tmp_path, capsys):
     last = json.loads(out[-1])
     assert set(last) == {"size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
                          "full_over_indexed", "peak_worker_rss_mb", "full_phases", "indexed_phases",
-                         "small_audit_s", "cold"}
+                         "small_audit_s", "cold", "transactions", "commitlog_bytes", "full_read_bytes",
+                         "indexed_read_bytes"}
     assert last["small_audit_s"] is None and last["cold"] is False     # --no-warmup, no --cold
+    # bytes the readers counted, in the driver and the workers (txlog_io.readstats)
+    assert last["full_read_bytes"] >= last["commitlog_bytes"] * 0.9 > 0 and last["indexed_read_bytes"] > 0
     assert {"plan", "read", "reconstruct", "write"} <= set(last["full_phases"])
     assert last["size_gb"] == 0.004 and last["tx_share"] == 0.02
     assert last["scan_s"] > 0 and last["full_s"] > 0 and last["indexed_s"] > 0

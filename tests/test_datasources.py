@@ -370,8 +370,12 @@ def test_fetch_at_merges_duplicates_filters_plain_records_and_reports_missing_fi
         2, "only_tx", pa.array([True, True]))
     kept = pa.Table.from_batches(list(_FetchAt(with_body=False, emit="records")(iter([only_tx]))))
     assert kept.column("file_position").to_pylist() == [commit]
-    fetch = _FetchAt(False, "anomalies", {"b": "/x/commitlog"})
-    anomalies = pa.Table.from_batches(list(fetch(iter([batch]))))
+    fetch = _FetchAt(False, "scan", {"b": "/x/commitlog"})      # records and findings of one pass
+    scan = pa.Table.from_batches(list(fetch(iter([batch]))))
+    assert sorted(scan.column("row_kind").to_pylist()) == ["anomaly"] + ["record"] * records.num_rows
+    found = scan.filter(pc.equal(scan.column("row_kind"), "anomaly"))
+    anomalies = pa.table({n[len("anomaly_"):] if n.startswith("anomaly_") else n: found.column(n)
+                          for n in ["broker"] + [n for n in found.column_names if n.startswith("anomaly_")]})
     assert anomalies.to_pylist() == [{
         "broker": "b", "kind": "MISSING_FILE", "file": "/x/commitlog", "position": 1 << 40,
         "detail": anomalies.column("detail")[0].as_py(),

@@ -123,6 +123,8 @@ WRITE_SITES_REVIEWED = {
     ("jobs/repair.py", "write_repair_log"),         # --out/repair_log (the store copy: refbroker.repair, --into)
     ("jobs/report.py", "_write"),                   # --out/report/<run_id>.html, index.html
     ("jobs/report.py", "write_report"),
+    ("txlog_io/readstats.py", "flush"),             # per-process byte counts under $TXAUDIT_READ_STATS_DIR
+    ("jobs/bench_audit.py", "read_stats_dir"),      # the bench's <dir>/.readstats
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",
                  "create_table_with_add_actions", "create_write_transaction", "save"}

@@ -21,7 +21,8 @@ rules of ``jobs.reconstruct`` / ``jobs.flags``:
   deleted or rebuilt op queue, dispatch lag, flipped statetable units) and the half / op consume offsets the
   broker persisted (``consumerOffset.json``, read with txlog_io: the ledger does not carry them);
 * indexed mode reaches records through the indexes and scans the CommitLog ranges they may miss
-  (``jobs.store_frames.index_gaps``: op queue deleted, queue rebuilt from a later file, final dispatch lag), so
+  (``jobs.indexed_plan.queue_gaps``: op queue deleted, queue rebuilt from a later file, final dispatch lag),
+  so
   it sees what full mode sees except a record whose consume-queue unit was bit-flipped to point elsewhere
   (``Oracle(indexed=True)``); on healthy stores both modes must agree row for row.
 

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
+from txlog_io import readstats
 from txlog_io.commitlog_rows import SOURCE, anomaly as _anomaly, decode_rows, empty_batch as _empty_batch
 from txlog_io.errors import Anomaly, AnomalyKind, StoreNotFoundError, UnreadableFileError, UsageError
 
@@ -86,7 +87,11 @@ class _Reader:
 
     def pread(self, pos: int, length: int) -> bytes:
         length = max(0, min(length, self.size - pos))
-        return os.pread(self.fd, length, pos) if length else b""
+        if not length:
+            return b""
+        b = os.pread(self.fd, length, pos)
+        readstats.add(len(b))
+        return b
 
     def read_chunk(self, pos: int, length: int) -> np.ndarray:
         """``length`` bytes at ``pos`` followed by zero padding (so header windows may run past the data).
@@ -104,6 +109,7 @@ class _Reader:
                 break
             got += n
         view.release()
+        readstats.add(got)
         if got < length:
             raise UnreadableFileError(self.path, f"short read at {pos + got}: file shrank while reading")
         return buf

@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas import store as store_schemas
+from txlog_io import readstats
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError, UsageError
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -169,6 +170,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
         if 0 < first <= complete_end:
             f.seek(first - unit)
             previous_zero = not any(f.read(unit))
+            readstats.add(unit)
 
         buffer = bytearray(min(chunk_units, max((last_excl - first) // unit, 0)) * unit)
         position = first
@@ -177,6 +179,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
             view = memoryview(buffer)[:count * unit]
             f.seek(position)
             got = f.readinto(view)
+            readstats.add(got or 0)
             if got != count * unit:  # the file shrank while we read it
                 count = got // unit
                 if count == 0:
@@ -204,6 +207,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
         if file_size % unit and first <= complete_end < stop:
             f.seek(complete_end)
             tail = f.read(unit)
+            readstats.add(len(tail))
             state = "non-zero" if any(tail) else "all zero"
             yield _UnitChunk(units=np.empty(0, dtype=dtype), positions=np.empty(0, dtype=np.int64),
                              zero=np.empty(0, dtype=bool), anomalies=[Anomaly(
@@ -316,15 +320,31 @@ def last_unit_end(path, block_bytes: int = 64 * 1024) -> Optional[int]:
     from the end of the file (files are preallocated and zero-filled: the data ends at the last non-zero
     unit), so finding a queue's dispatch point costs a block, not the whole queue.  None when the file holds
     no plausible unit (empty, only pre-blank units, or a last unit with impossible values: the caller then
-    knows less, never more)."""
+    knows less, never more).
+
+    Where the zero-filled tail starts is found by bisection on single units first (~20 reads of 20 bytes
+    instead of reading megabytes of zeros backwards): units are written from the start, so a unit is zero
+    only after the last one written.  A zero hole inside the data can only move the answer earlier (the
+    caller then scans a longer tail), never later."""
     unit = CQ_UNIT_DTYPE.itemsize
     with _open_read_only(path) as fh:
         size = os.fstat(fh.fileno()).st_size
-        end = size - size % unit
+        lo, hi = 0, size // unit            # the first all-zero unit lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            raw = os.pread(fh.fileno(), unit, mid * unit)
+            readstats.add(len(raw))
+            if any(raw):
+                lo = mid + 1
+            else:
+                hi = mid
+        end = lo * unit
         while end > 0:
             start = max(0, end - max(unit, block_bytes - block_bytes % unit))
             fh.seek(start)
-            units = np.frombuffer(fh.read(end - start), dtype=CQ_UNIT_DTYPE)
+            raw = fh.read(end - start)
+            readstats.add(len(raw))
+            units = np.frombuffer(raw, dtype=CQ_UNIT_DTYPE)
             real = np.flatnonzero((units["commitlog_offset"] != 0) | (units["size"] != 0)
                                   | (units["tags_code"] != 0))
             real = real[units["size"][real] != PRE_BLANK_SIZE]
@@ -538,6 +558,7 @@ def read_cq_ext_unit(files: Sequence, tags_code: int) -> Optional[CqExtUnit]:
             with _open_read_only(mf.path) as f:
                 f.seek(pos)
                 head = f.read(CQ_EXT_MIN_UNIT_SIZE)
+                readstats.add(len(head))
                 if len(head) < 2:
                     return None
                 (size,) = _INT16.unpack_from(head, 0)
@@ -545,6 +566,7 @@ def read_cq_ext_unit(files: Sequence, tags_code: int) -> Optional[CqExtUnit]:
                     return None
                 f.seek(pos)
                 raw = f.read(size)
+                readstats.add(len(raw))
             unit, _, anomaly = _cq_ext_unit_at(raw, 0, len(raw), str(mf.path), mf.base_offset + pos,
                                                "consumequeue_ext")
             if unit is None or anomaly is not None:

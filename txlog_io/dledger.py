@@ -55,6 +55,7 @@ import pyarrow as pa
 
 from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
+from txlog_io import readstats
 from txlog_io.commitlog_decode import DEFAULT_CHUNK_BYTES, ScanSummary, decode_records_in, file_base_offset
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
 
@@ -198,7 +199,11 @@ class _File:
 
     def pread(self, pos: int, length: int) -> bytes:
         length = max(0, min(length, self.size - pos))
-        return os.pread(self.fd, length, pos) if length > 0 else b""
+        if length <= 0:
+            return b""
+        b = os.pread(self.fd, length, pos)
+        readstats.add(len(b))
+        return b
 
     def __enter__(self):
         return self
@@ -313,6 +318,7 @@ def _read_chunk(f: _File, pos: int, length: int) -> np.ndarray:
             raise UnreadableFileError(f.path, f"short read at {pos + got}: file shrank while reading")
         got += n
     view.release()
+    readstats.add(got)
     return buf
 
 

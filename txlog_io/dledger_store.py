@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from txlog_io import readstats
 from txlog_io.dledger import (
     COMMITTED_INDEX_KEY, CHECKPOINT_FILE, CURRTERM_FILE, END_INDEX_KEY, ENTRY_HEADER_SIZE, INDEX_UNIT,
     INDEX_UNIT_SIZE, MAGIC_1, SOURCE, _anomaly, is_dledger_data_file, scan_entries,
@@ -30,6 +31,7 @@ def decode_index(files: Sequence, *, unit_file_size: Optional[int] = None) -> tu
     units, anomalies = [], []
     for mf in files:
         data = np.fromfile(str(mf.path), np.uint8) if mf.size else np.zeros(0, np.uint8)
+        readstats.add(data.size)
         whole = data.size - data.size % INDEX_UNIT_SIZE
         if whole != data.size:
             anomalies.append(_anomaly(AnomalyKind.FILE_SIZE_MISMATCH, mf.path, whole, mf.base_offset,
@@ -55,7 +57,9 @@ def read_properties_file(path) -> tuple:
         if not candidate.is_file():
             continue
         try:
-            text = candidate.read_bytes().decode("utf-8")
+            raw = candidate.read_bytes()
+            readstats.add(len(raw))
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             anomalies.append(_anomaly(AnomalyKind.BAD_CHECKPOINT, candidate, 0, 0, f"unreadable: {exc}",
                                       "UTF-8 key=value text", "unreadable"))

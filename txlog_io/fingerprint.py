@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Iterator, Tuple
 
+from txlog_io import readstats
+
 EDGE_BYTES = 64 << 10
 
 
@@ -30,11 +32,14 @@ def _edge_hash(path: str, size: int) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         if size <= 2 * EDGE_BYTES:
-            h.update(f.read())
+            parts = [f.read()]
         else:
-            h.update(f.read(EDGE_BYTES))
+            parts = [f.read(EDGE_BYTES)]
             f.seek(size - EDGE_BYTES)
-            h.update(f.read(EDGE_BYTES))
+            parts.append(f.read(EDGE_BYTES))
+    for part in parts:
+        readstats.add(len(part))
+        h.update(part)
     return h.hexdigest()
 
 

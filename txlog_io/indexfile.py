@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.index import INDEX_ENTRIES
+from txlog_io import readstats
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
 from txlog_io.properties import java_string_hash
 
@@ -46,6 +47,8 @@ SLOT_SIZE = SLOT.size                          # 4
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("commitlog_offset", ">i8"), ("time_diff_s", ">i4"),
                         ("prev_index", ">i4")])
 ENTRY = struct.Struct(">iqii")
+#: index files up to this size are read whole by IndexFileReader.lookup_many (the refbroker's 1.4 MB files)
+WHOLE_LOOKUP_BYTES = 4 << 20
 ENTRY_SIZE = ENTRY.size                        # 20
 assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
 DEFAULT_HASH_SLOTS = 5_000_000
@@ -114,6 +117,7 @@ def _read_all(path: str) -> bytes:
         chunks, got = [], 0
         while got < size:
             b = os.pread(fd, min(64 << 20, size - got), got)
+            readstats.add(len(b))
             if not b:
                 break
             chunks.append(b)
@@ -331,6 +335,7 @@ class IndexFileReader:
         self.hash_slots = self.index_num = None
         self.problem: Optional[str] = None
         head = os.pread(self.fd, HEADER_SIZE, 0)
+        readstats.add(len(head))
         if len(head) < HEADER_SIZE:
             self.problem = f"shorter than its {HEADER_SIZE}-byte header ({self.size} bytes)"
             return
@@ -342,7 +347,9 @@ class IndexFileReader:
         geometry = next((g for g in candidates if file_size_for(*g) == self.size
                          and (self.header.index_count <= 1 or self._ends_match(g[0]))), None)
         if geometry is None and self.size <= WHOLE_READ_LIMIT:
-            geometry = derive_geometry(os.pread(self.fd, self.size, 0), self.header)
+            whole = os.pread(self.fd, self.size, 0)
+            readstats.add(len(whole))
+            geometry = derive_geometry(whole, self.header)
         if geometry is None:
             self.problem = ("cannot place its entries (truncated, damaged, or a slot/entry count other than the "
                             f"defaults; {self.size} bytes, indexCount {self.header.index_count})")
@@ -357,6 +364,7 @@ class IndexFileReader:
 
     def _entry(self, slots: int, i: int) -> Tuple[int, int, int, int]:
         b = os.pread(self.fd, ENTRY_SIZE, HEADER_SIZE + slots * SLOT_SIZE + i * ENTRY_SIZE)
+        readstats.add(len(b))
         return ENTRY.unpack(b) if len(b) == ENTRY_SIZE else (0, -1, -1, 0)
 
     def _ends_match(self, slots: int) -> bool:
@@ -369,8 +377,46 @@ class IndexFileReader:
         newest entry down (entries are written in CommitLog order), so it stops at the first older offset."""
         if not self.usable or self.header.index_count <= 1:
             return []
-        h = index_key_hash(key)
+        return self._chain(index_key_hash(key), min_offset, max_hits)
+
+    def lookup_many(self, hashes: Sequence[int], min_offsets: Sequence[int],
+                    max_hits: int = 4096) -> List[list]:
+        """:meth:`lookup` of many keys at once, given their ``index_key_hash`` (per key: the offsets found).
+
+        Many keys against a small file (the whole file is no bigger than the pages their chains would touch
+        one read at a time) read the file once and walk every chain together in numpy, one entry per key per
+        step; otherwise each chain is walked by positional reads as :meth:`lookup` does.  Same results."""
+        out: List[list] = [[] for _ in hashes]
+        if not self.usable or self.header.index_count <= 1 or not len(hashes):
+            return out
+        if self.size > max(WHOLE_LOOKUP_BYTES, len(hashes) * 5 * 4096):
+            return [self._chain(int(h), int(m), max_hits) for h, m in zip(hashes, min_offsets)]
+        data = os.pread(self.fd, self.size, 0)
+        readstats.add(len(data))
+        slots = np.frombuffer(data, ">i4", self.hash_slots, HEADER_SIZE).astype(np.int64)
+        entries = np.frombuffer(data, ENTRY_DTYPE, min(self.index_num, (len(data) - HEADER_SIZE
+                                                       - self.hash_slots * SLOT_SIZE) // ENTRY_SIZE),
+                                HEADER_SIZE + self.hash_slots * SLOT_SIZE)
+        h = np.asarray(hashes, np.int64)
+        lo = np.asarray(min_offsets, np.int64)
+        count = min(self.header.index_count, len(entries))
+        cur = slots[h % self.hash_slots]
+        for _ in range(max_hits):
+            live = np.flatnonzero((cur > 0) & (cur < count))
+            if not live.size:
+                break
+            e = entries[cur[live]]
+            off, prev = e["commitlog_offset"].astype(np.int64), e["prev_index"].astype(np.int64)
+            stop = off < lo[live]
+            hit = ~stop & (e["key_hash"] == h[live])
+            for i, o in zip(live[hit], off[hit]):
+                out[i].append(int(o))
+            cur[live] = np.where(stop | (prev >= cur[live]), 0, prev)
+        return out
+
+    def _chain(self, h: int, min_offset: int, max_hits: int) -> List[int]:
         b = os.pread(self.fd, SLOT_SIZE, HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE)
+        readstats.add(len(b))
         cur = SLOT.unpack(b)[0] if len(b) == SLOT_SIZE else 0
         out: List[int] = []
         steps = 0
@@ -401,4 +447,5 @@ def read_index_header(path) -> Optional[IndexHeader]:
     """The 40-byte header alone (None when the file is shorter): what a driver lists before planning."""
     with open(path, "rb") as f:
         head = f.read(HEADER_SIZE)
+    readstats.add(len(head))
     return IndexHeader(*HEADER.unpack(head)) if len(head) == HEADER_SIZE else None

@@ -1,0 +1,84 @@
+"""Indexed mode's queue gaps, derived on the driver (jobs.indexed_plan): Spark-free, on hand-made inputs."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from jobs.indexed_plan import (GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, extremes_of_units,
+                               queue_gaps)
+from jobs.store_frames import StoreInfo
+from jobs.txparams import HALF_TOPIC, OP_TOPIC
+
+CLOG = 1 << 20
+
+
+def _store(broker="b", half=True) -> StoreInfo:
+    return StoreInfo(broker=broker, root="/s", commitlog_files=(("/s/commitlog/0", 0, CLOG),),
+                     consume_queues=2, tx_half_topic=half, statetable_files=0, redolog_files=0,
+                     abort_present=False, consumequeue_rocksdb=False, discovery_anomalies=0)
+
+
+def _units(rows):
+    return pa.table({"broker": [r[0] for r in rows], "topic": [r[1] for r in rows],
+                     "queue_id": pa.array([r[2] for r in rows], pa.int32()),
+                     "queue_offset": pa.array([r[3] for r in rows], pa.int64()),
+                     "commitlog_offset": pa.array([r[4] for r in rows], pa.int64()),
+                     "size": pa.array([r[5] for r in rows], pa.int32())})
+
+
+def test_extremes_take_the_first_and_last_unit_by_queue_offset():
+    ext = extremes_of_units(_units([("b", HALF_TOPIC, 0, 7, 700, 10), ("b", HALF_TOPIC, 0, 5, 500, 10),
+                                    ("b", HALF_TOPIC, 0, 6, 600, 30), ("b", OP_TOPIC, 0, 0, 900, 20)]))
+    by = {(e["topic"], e["queue_id"]): e for e in ext}
+    assert by[(HALF_TOPIC, 0)] == {"broker": "b", "topic": HALF_TOPIC, "queue_id": 0, "q_first": 5,
+                                   "q_last": 7, "p_first": 500, "p_after_last": 710}
+    assert by[(OP_TOPIC, 0)]["p_after_last"] == 920
+
+
+def test_healthy_queues_leave_only_the_undispatched_tail():
+    ext = extremes_of_units(_units([("b", HALF_TOPIC, 0, 0, 0, 100), ("b", OP_TOPIC, 0, 0, 100, 50)]))
+    assert queue_gaps([_store()], ext, {"b": CLOG}, {}) == []
+    (gap,) = queue_gaps([_store()], ext, {"b": 150}, {("b", HALF_TOPIC, 0): 1})
+    assert gap[:5] == ("b", 150, CLOG, GAP_TAIL, None)
+
+
+def test_each_damage_names_its_queue_and_range():
+    ext = extremes_of_units(_units([("b", HALF_TOPIC, 0, 40, 4000, 100)]))       # rebuilt: starts at unit 40
+    gaps = {g[3]: g for g in queue_gaps([_store()], ext, {"b": CLOG}, {("b", HALF_TOPIC, 0): 60})}
+    assert gaps[GAP_HEAD][1:3] == (0, 4000) and gaps[GAP_HEAD][4] == f"{HALF_TOPIC}/0"
+    assert gaps[GAP_TAIL_UNITS][1:3] == (4100, CLOG)
+    assert "consumed up to queue offset 60" in gaps[GAP_TAIL_UNITS][5]
+    assert gaps[GAP_OP_QUEUE][1:3] == (0, CLOG)                                   # no op queue at all
+    assert GAP_TAIL not in gaps
+
+
+def test_lookup_many_finds_what_lookup_finds(tmp_path):
+    """The whole-file, all-chains-at-once walk (small files, many keys) against the positional one."""
+    import refbroker
+    from txlog_io.commitlog import decode_range
+    from txlog_io.indexfile import IndexFileReader, index_key_hash, index_keys, list_index_files
+
+    refbroker.generate("5.1+", "clean", 40, 7, tmp_path, background_messages=300, commitlog_file_mb=1)
+    keys = ["TopicOrders#no-such-key"]
+    for f in sorted((tmp_path / "store" / "commitlog").iterdir()):
+        for batch, _ in decode_range(f):
+            for r in batch.select(["topic", "uniq_key", "keys", "transaction_type"]).to_pylist():
+                keys += index_keys(r["topic"], r["uniq_key"], r["keys"], r["transaction_type"])
+    for path in list_index_files(tmp_path / "store"):
+        with IndexFileReader(path) as r:
+            for floor in (0, r.header.begin_phy_offset + 1, r.header.end_phy_offset):
+                many = r.lookup_many([index_key_hash(k) for k in keys], [floor] * len(keys))
+                assert many == [r.lookup(k, min_offset=floor) for k in keys]
+                assert any(many)
+
+
+@pytest.mark.spark
+def test_spark_extremes_equal_the_driver_ones(spark):
+    """The path for large transaction queues (one Spark aggregation) gives the driver path's rows."""
+    from jobs.indexed_plan import extremes_of_frame
+
+    units = _units([("b", HALF_TOPIC, 0, 7, 700, 10), ("b", HALF_TOPIC, 0, 5, 500, 10),
+                    ("b", HALF_TOPIC, 1, 2, 650, 30), ("c", OP_TOPIC, 0, 0, 900, 20)])
+    key = lambda e: (e["broker"], e["topic"], e["queue_id"])      # noqa: E731
+    assert sorted(extremes_of_frame(spark.createDataFrame(units)), key=key) == \
+        sorted(extremes_of_units(units), key=key)
