@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 AS_OF = "2026-11-23T00:00:00Z"
-#: small cells and files: the resume offset lands mid-file and in later files, retention deletes whole files
-CONF = "split.bytes=65536\n"
+#: the default settings (a small split.bytes would also cut every consume-queue file into hundreds of tasks);
+#: small CommitLog files instead: the resume offset lands in later files, retention deletes whole files
+CONF = "# defaults\n"
 COMPARED = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies", "profiles")
 
 
@@ -74,7 +75,7 @@ def test_incremental_equals_full(spark, tmp_path, profile, scenario, n_tx):
     from refbroker.generate import generate
 
     gen = generate(profile, scenario, n_tx, 7, tmp_path / "gen", snapshot_every=n_tx // 3,
-                   commitlog_file_size=96 << 10, msg_bytes=256)
+                   commitlog_file_size=32 << 10, msg_bytes=256)
     snaps = sorted((tmp_path / "gen" / "snapshots").iterdir())
     assert len(snaps) >= 2
     states = [s / "store" for s in snaps] + [gen.store_dir]
