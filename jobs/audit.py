@@ -462,7 +462,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
 
                 with _phase(phases, "write.audit_state", spark):
                     for wr in write_state(spark, incremental, options, records, op_bodies, scan_findings,
-                                          frames.layout_info, run_date, writer):
+                                          frames.layout_info, run_date, writer, local=arrow is not None):
                         name = os.path.basename(wr.path)
                         tables[name] = TableOutput(name, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
 
@@ -481,7 +481,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             "config_json": json.dumps(dict(config_document(options, params_doc, override),
                                            shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
                                            commitlog_files=commitlog_files(frames.layout_info),
-                                           **({"incremental": incremental.describe()} if incremental else {})),
+                                           **({"incremental": incremental.describe()}
+                                              if incremental else {})),
                                       sort_keys=True, default=str),
             "store_fingerprint": fingerprint, "store_files": store_files, "store_bytes": store_bytes,
             "commitlog_bytes": commitlog_bytes, "transactions": n_tx, "state_counts": states,
@@ -497,7 +498,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         if incremental is not None:
             from jobs.incremental import retire_previous
 
-            retire_previous(incremental)        # the previous run's state: superseded now that this one is done
+            retire_previous(incremental)        # the previous run's state: superseded by this one
 
         summary = AuditSummary(
             run_id=options.run_id, as_of=options.as_of, out=options.out, mode=options.mode,

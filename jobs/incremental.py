@@ -1,7 +1,7 @@
-"""``audit --incremental``: continue from the previous completed run instead of re-reading the whole CommitLog.
+"""``audit --incremental``: continue from the previous completed run instead of re-reading all the CommitLog.
 
-What the reducer (jobs/txreduce.py) reads is small evidence: the transaction-relevant CommitLog records, the op
-bodies, the decoder findings, the transaction consume queues, statetable, redolog, consumer offsets and the
+What the reducer (jobs/txreduce.py) reads is small evidence: the transaction-relevant CommitLog records, the
+op bodies, the decoder findings, the transaction consume queues, statetable, redolog, consumer offsets and the
 store listing.  Only the CommitLog part costs a scan.  An incremental run therefore
 
 1. re-reads the small inputs whole (consume queues, statetable, redolog, offsets, the non-CommitLog findings:
@@ -42,13 +42,14 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
+from jobs.delta_tables import read_table
 from schemas.state import (
     AUDIT_STATE, STATE_FINDINGS, STATE_FORMAT_VERSION, STATE_OP_BODIES, STATE_RECORDS, STATE_TABLES,
 )
 from txlog_io.errors import AnomalyKind, UsageError
 
 NO_PREVIOUS_RUN = "NO_PREVIOUS_RUN"        # no completed run under --out
-STATE_MISSING = "STATE_MISSING"            # the previous run wrote no audit_state (not incremental, or killed)
+STATE_MISSING = "STATE_MISSING"            # the previous run wrote no audit_state (it was not incremental)
 STATE_FORMAT = "STATE_FORMAT"              # audit_state of another STATE_FORMAT_VERSION
 BROKERS_CHANGED = "BROKERS_CHANGED"        # the previous run audited other broker names
 STORE_MOVED = "STORE_MOVED"                # a broker's store root is another directory
@@ -56,8 +57,8 @@ CONFIG_CHANGED = "CONFIG_CHANGED"          # mode, split bytes, bodies, profile 
 STORE_TRUNCATED = "STORE_TRUNCATED"        # the CommitLog now ends below the resume offset
 STORE_REWRITTEN = "STORE_REWRITTEN"        # CommitLog bytes below the resume offset differ (replaced store)
 MODE_UNSUPPORTED = "MODE_UNSUPPORTED"      # indexed mode, or a DLedger store
-FALLBACK_REASONS = (NO_PREVIOUS_RUN, STATE_MISSING, STATE_FORMAT, BROKERS_CHANGED, STORE_MOVED, CONFIG_CHANGED,
-                    STORE_TRUNCATED, STORE_REWRITTEN, MODE_UNSUPPORTED)
+FALLBACK_REASONS = (NO_PREVIOUS_RUN, STATE_MISSING, STATE_FORMAT, BROKERS_CHANGED, STORE_MOVED,
+                    CONFIG_CHANGED, STORE_TRUNCATED, STORE_REWRITTEN, MODE_UNSUPPORTED)
 PREFIX_BYTES = 64 << 10
 #: config_document keys that do not change a result (output names, where the settings came from)
 _NOT_SEMANTIC = ("tables", "conf_file", "config_sources", "delta_writer")
@@ -132,7 +133,7 @@ def plan_incremental(options, layout_info: Sequence, doc: dict) -> Plan:
 
     plan = Plan(out=options.out, run_id=options.run_id, hash=config_hash(doc))
     runs_name = options.config.table_names.get(RUNS_TABLE, RUNS_TABLE)
-    runs = delta_sink.read_rows(delta_sink.table_path(options.out, named_table(AUDIT_RUNS, runs_name)))
+    runs = read_table(delta_sink.table_path(options.out, named_table(AUDIT_RUNS, runs_name)))
     done = [r for r in (runs.to_pylist() if runs is not None else []) if r["status"] == "COMPLETE"]
     if not done:
         return _fallback(plan, NO_PREVIOUS_RUN, f"no completed audit run under {options.out}")
@@ -150,8 +151,9 @@ def plan_incremental(options, layout_info: Sequence, doc: dict) -> Plan:
         return _fallback(plan, MODE_UNSUPPORTED, f"DLedger store(s) {', '.join(dledger)} are not continued")
     if sorted(prev["brokers"]) != sorted(options.brokers):
         return _fallback(plan, BROKERS_CHANGED, f"previous run {prev['run_id']} audited brokers "
-                                                f"{sorted(prev['brokers'])}, this run {sorted(options.brokers)}")
-    state = delta_sink.read_rows(delta_sink.table_path(options.out, AUDIT_STATE), run_id=prev["run_id"])
+                                                f"{sorted(prev['brokers'])}, this run "
+                                                f"{sorted(options.brokers)}")
+    state = read_table(delta_sink.table_path(options.out, AUDIT_STATE), run_id=prev["run_id"])
     headers = {r["broker"]: r for r in (state.to_pylist() if state is not None else [])}
     if set(headers) != set(options.brokers):
         return _fallback(plan, STATE_MISSING, f"previous run {prev['run_id']} wrote no audit_state for "
@@ -171,12 +173,13 @@ def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
 
     b = store.broker
     if h["format_version"] != STATE_FORMAT_VERSION:
-        return STATE_FORMAT, f"{b}: audit_state format {h['format_version']}, this build {STATE_FORMAT_VERSION}"
+        return STATE_FORMAT, f"{b}: audit_state format {h['format_version']}, this build " \
+                             f"{STATE_FORMAT_VERSION}"
     if h["store_root"] != store.root:
         return STORE_MOVED, f"{b}: store root was {h['store_root']}, now {store.root}"
     if h["config_hash"] != plan.hash:
-        return CONFIG_CHANGED, f"{b}: the settings changed since the previous run (mode, split bytes, bodies, " \
-                               f"profile, broker overrides or parameters)"
+        return CONFIG_CHANGED, f"{b}: the settings changed since the previous run (mode, split bytes, " \
+                               f"bodies, profile, broker overrides or parameters)"
     resume, end = int(h["resume_offset"]), _commitlog_end(store)
     if end < resume:
         return STORE_TRUNCATED, f"{b}: the CommitLog ends at {end}, below the previous run's resume offset " \
@@ -333,10 +336,12 @@ def _carried(spark, plan: Plan, table, offset_col: Optional[str]):
 # writing the state
 # ------------------------------------------------------------------------------------------------------------
 
-def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer) -> list:
+def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
+                local: bool = False) -> list:
     """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
-    ``delta_sink.WriteResult``s.  Skipped (empty list) when the run cannot be continued (indexed mode,
-    DLedger) or has no CommitLog scan findings frame."""
+    ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver.
+    Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog scan
+    findings frame."""
     from pyspark.sql import functions as F
 
     from jobs import delta_sink
@@ -344,10 +349,23 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
     if options.mode != "full" or findings is None or any(_is_dledger(s) for s in layout_info):
         return []
     split = int(options.config.split_bytes)
-    stats = {r["broker"]: (r["last"], r["n"]) for r in records.groupBy("broker").agg(
-        F.max("physical_offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
-    n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
-        F.count(F.lit(1)).alias("n")).collect()}
+    if local:
+        # few rows (the reduction ran on the driver): one collect per table, counted and written by the
+        # driver -- no Spark write jobs (those cost more than the whole incremental read on a small store)
+        records, findings = (df.select(*t.names).toArrow() for df, t in ((records, STATE_RECORDS),
+                                                                         (findings, STATE_FINDINGS)))
+        op_bodies = op_bodies.select(*STATE_OP_BODIES.names).toArrow() if op_bodies is not None else None
+        agg = records.group_by("broker").aggregate([("physical_offset", "max"), ([], "count_all")])
+        stats = {b: (m, n) for b, m, n in zip(agg.column("broker").to_pylist(),
+                                               agg.column("physical_offset_max").to_pylist(),
+                                               agg.column("count_all").to_pylist())}
+        counted = findings.group_by("broker").aggregate([([], "count_all")])
+        n_findings = dict(zip(counted.column("broker").to_pylist(), counted.column("count_all").to_pylist()))
+    else:
+        stats = {r["broker"]: (r["last"], r["n"]) for r in records.groupBy("broker").agg(
+            F.max("physical_offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
+        n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
+            F.count(F.lit(1)).alias("n")).collect()}
     headers = [_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash)
                for s in layout_info]
     outs = []
@@ -383,7 +401,8 @@ def _header(store, last_and_n, n_findings: int, split: int, digest: str) -> dict
             "store_root": store.root, "resume_offset": int(resume),
             "resume_file": rel(holder[0]) if holder else None,
             "resume_file_base": int(holder[1]) if holder else None,
-            "resume_prefix_sha256": _prefix_sha(holder[0], resume - holder[1]) if holder else _prefix_sha("", 0),
+            "resume_prefix_sha256": (_prefix_sha(holder[0], resume - holder[1]) if holder
+                                     else _prefix_sha("", 0)),
             "below_files_json": json.dumps(below, sort_keys=True),
             "commitlog_end": int(_commitlog_end(store)), "records": int(n), "findings": int(n_findings)}
 

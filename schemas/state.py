@@ -51,7 +51,8 @@ STATE_FINDINGS = ANOMALIES_SOURCE.with_columns("audit_state_findings")
 STATE_OP_BODIES = Table.of("audit_state_op_bodies", [
     BROKER,
     *(C(n, COMMITLOG.column(n).type, True, COMMITLOG.column(n).comment)
-      for n in ("queue_id", "physical_offset", "queue_offset", "store_timestamp", "total_size", "body_crc_ok")),
+      for n in ("queue_id", "physical_offset", "queue_offset", "store_timestamp", "total_size",
+                "body_crc_ok")),
     C("body", _str, True, "op message body as text (the half queue offsets it marks)"),
 ], "Op message bodies carried for the next incremental run")
 
