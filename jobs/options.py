@@ -25,6 +25,8 @@ Options (all optional except a path):
                     and ``topic`` itself (needs ``spark.sql.python.filterPushdown.enabled``).  Off by
                     default: Spark 4.2 shares one planned reader among all scans of a loaded DataFrame, so
                     a DataFrame read with pushdown must be used by one scan only (see jobs.datasources)
+``task_bytes``      txscan source only: CommitLog bytes per task (consecutive ``split_bytes`` cells of one
+                    file, each decoded on its own exactly as in a task of its own); default = ``split_bytes``
 ``sources``         anomalies source only: which decoders to run, comma-separated subset of
                     ``commitlog,consumequeue,statetable,redolog,config,store`` (default: all)
 ==================  ==========================================================================================
@@ -58,7 +60,7 @@ FORMAT_KEYS = {
     "rocketmq_redolog": frozenset(),
     "rocketmq_consumer_offsets": frozenset(),
     "rocketmq_anomalies": frozenset({"sources"}),
-    "rocketmq_txscan": frozenset({"include_bodies"}),
+    "rocketmq_txscan": frozenset({"include_bodies", "task_bytes"}),
 }
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -95,6 +97,7 @@ class SourceOptions:
     topics: Optional[frozenset] = None       # None = every topic
     sources: frozenset = frozenset(ANOMALY_SOURCES)
     pushdown: bool = False
+    task_bytes: int = 0                      # txscan: bytes of cells per task (0 = one cell per task)
 
     @property
     def stores(self) -> tuple:
@@ -224,6 +227,7 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
     split_bytes = DEFAULT_SPLIT_BYTES
     if "split_bytes" in opts:
         split_bytes = parse_split_bytes(fmt, opts["split_bytes"])
+    task_bytes = parse_split_bytes(fmt, opts["task_bytes"]) if "task_bytes" in opts else 0
     include_bodies = _parse_bool(fmt, "include_bodies", opts["include_bodies"]) if "include_bodies" in opts \
         else False
 
@@ -247,7 +251,7 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
 
     return SourceOptions(format=fmt, paths=paths, brokers=brokers, commitlog_dirs=commitlog_dirs,
                          split_bytes=split_bytes, include_bodies=include_bodies, topics=topics,
-                         sources=sources, pushdown=pushdown)
+                         sources=sources, pushdown=pushdown, task_bytes=task_bytes)
 
 
 __all__ = ["SourceOptions", "OptionError", "NotAStoreError", "parse_options", "parse_split_bytes",

@@ -214,12 +214,13 @@ def _checkpoint_index_ts(root: str) -> int:
 SCAN_TASKS_PER_CORE = 3
 
 
-def scan_split_bytes(info: Sequence[StoreInfo], split_bytes: int, cores: int) -> int:
-    """Byte range per task of the full-mode scan: ``split_bytes`` at least, larger when the CommitLog would
-    give more than ``SCAN_TASKS_PER_CORE`` tasks per core.  Each task costs ~0.25 s of fixed cost here and
-    streams its range in 4 MiB chunks (memory does not grow with the range): measured on a 2 GiB CommitLog,
-    2 cores, 128 MiB splits (16 tasks) counted in 6.7-7.2 s, 512 MiB (4 tasks) in 3.6-4.4 s -- about the
-    JVM's own binaryRecords scan (3.2 s).  Ranges never cross a CommitLog file."""
+def scan_task_bytes(info: Sequence[StoreInfo], split_bytes: int, cores: int) -> int:
+    """CommitLog bytes per task of the full-mode scan (txscan ``task_bytes``): one ``split_bytes`` cell at
+    least, more when the CommitLog would give more than ``SCAN_TASKS_PER_CORE`` tasks per core.  Each task
+    costs ~0.25 s of fixed cost here and streams its cells in 4 MiB chunks (memory does not grow with the
+    task): measured on a 2 GiB CommitLog, 2 cores, 128 MiB per task (16 tasks) counted in 6.7-7.2 s, 512 MiB
+    (4 tasks) in 3.6-4.4 s -- about the JVM's own binaryRecords scan (3.2 s).  The cells themselves stay
+    ``split_bytes`` long (the same rows whatever the grouping; incremental audits resume at a cell)."""
     total = sum(s.commitlog_bytes for s in info)
     per_task = -(-total // max(1, SCAN_TASKS_PER_CORE * max(1, int(cores or 1))))
     return int(max(split_bytes, per_task))
@@ -264,7 +265,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     if mode == "full":
         scan = spark.read.format(TX_SCAN_FORMAT).options(**dict(
             base, include_bodies=str(bool(include_bodies)).lower(),
-            split_bytes=str(scan_split_bytes(info, split_bytes, spark.sparkContext.defaultParallelism)))).load()
+            task_bytes=str(scan_task_bytes(info, split_bytes, spark.sparkContext.defaultParallelism)))).load()
         commitlog, scan_findings = split_tx_scan(scan)
         anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
             .unionByName(scan_findings)

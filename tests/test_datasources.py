@@ -443,3 +443,29 @@ def test_full_mode_frames(rs, commitlog_tables):
     assert frames.redolog.where("broker = 'old'").count() == 77
     with pytest.raises(OptionError, match="option 'mode'"):
         load_store_frames(rs, store_of("rocketmq-3.1.4"), mode="fast")
+
+
+def test_txscan_cells_grouped_per_task_give_the_same_rows(rs, damaged_store):
+    """``task_bytes`` groups consecutive split cells of one file into one task; each cell is still decoded on
+    its own, so rows and findings are those of one task per cell -- on a damaged store too."""
+    from jobs.datasources import CommitLogCells, CommitLogRange, plan_partitions
+
+    def scan(root, **extra):
+        return rs.read.format("rocketmq_txscan").options(path=root, split_bytes="64k", **extra).load().toArrow()
+
+    opts = parse_options("rocketmq_txscan", {"path": damaged_store["root"], "split_bytes": "64k",
+                                             "task_bytes": "256k"})
+    parts = plan_partitions("rocketmq_txscan", opts)
+    assert parts and all(isinstance(p, CommitLogCells) for p in parts)
+    assert all(len(p.cells) <= 4 and p.cells[-1][1] - p.cells[0][0] <= 256 << 10 for p in parts)
+    single = plan_partitions("rocketmq_txscan", parse_options("rocketmq_txscan", {
+        "path": damaged_store["root"], "split_bytes": "64k"}))
+    assert all(isinstance(p, CommitLogRange) for p in single)
+    assert sorted((p.path, c) for p in parts for c in p.cells) == sorted((p.path, (p.start, p.end))
+                                                                         for p in single)
+    for root in (damaged_store["root"], store_of("rocketmq-5.3.3")):
+        one, grouped = scan(root), scan(root, task_bytes="256k")
+        assert grouped.num_rows == one.num_rows > 0
+        keys = [("row_kind", "ascending"), ("physical_offset", "ascending"), ("anomaly_file", "ascending"),
+                ("anomaly_position", "ascending"), ("anomaly_kind", "ascending"), ("anomaly_detail", "ascending")]
+        assert grouped.sort_by(keys).equals(one.sort_by(keys))
