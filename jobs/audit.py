@@ -57,15 +57,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pyarrow as pa
 
 from jobs import delta_sink
+from jobs.audit_inputs import RUNS_TABLE, bodies_frame, named_table, op_bodies_for, relevant_records
 from jobs.guard import kill_point
 from jobs.summary import AuditSummary, TableOutput, format_summary
-from schemas.core import Table
 
 #: partition columns of every output but audit_runs (the sink appends run_id)
 _TX_PARTS = ("run_date", "broker")
 #: logical tables always written (their directory names: ``table.<logical>`` of the config)
 REQUIRED_TABLES = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies")
-RUNS_TABLE = "audit_runs"
 BODIES_TABLE = "message_bodies"
 
 #: reconstruction profile (jobs.reconstruct.PROFILES) -> broker profile of conf/broker-defaults.json whose
@@ -170,11 +169,6 @@ def config_document(options, params_doc: dict, override: Optional[str]) -> dict:
     }
 
 
-def named_table(table: Table, name: str) -> Table:
-    """``table`` under another directory name (the sink writes ``<out>/<table.name>``)."""
-    return table if table.name == name else Table.of(name, table.columns, table.comment, table.partition_by)
-
-
 @contextlib.contextmanager
 def _phase(phases: Dict[str, float], name: str, spark=None):
     if spark is not None:
@@ -190,62 +184,6 @@ def _phase(phases: Dict[str, float], name: str, spark=None):
 # ------------------------------------------------------------------------------------------------------------
 # Spark side
 # ------------------------------------------------------------------------------------------------------------
-
-def relevant_records(frames):
-    """The CommitLog rows the reconstruction needs (see the module docstring); in indexed mode all of them."""
-    from pyspark.sql import functions as F
-
-    from jobs.reconstruct import TX_SYSTEM_TOPICS
-
-    if frames.mode != "full":
-        return frames.commitlog
-    c = F.col
-    return frames.commitlog.where(c("topic").isin(*TX_SYSTEM_TOPICS) | (c("transaction_type") != "NOT")
-                                  | (c("magic_version") == 2))
-
-
-def op_bodies_for(spark, records, frames, options):
-    """Op message bodies (the ``op_bodies`` input of ``reconstruct``) fetched by position for the op records
-    in ``records`` -- or None when ``records`` already carry bodies."""
-    if options.include_bodies:
-        return None
-    from pyspark.sql import functions as F
-
-    from jobs.datasources import COMMITLOG_FORMAT
-    from jobs.options import parse_options
-    from jobs.reconstruct import OP_TOPIC, op_bodies_from_commitlog
-    from jobs.store_frames import fetch_records
-
-    opts = parse_options(COMMITLOG_FORMAT, {
-        "paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
-        "split_bytes": str(int(options.config.split_bytes)), "include_bodies": "true"})
-    positions = records.where(F.col("topic") == OP_TOPIC).select(
-        "broker", F.col("physical_offset").alias("commitlog_offset"))
-    return op_bodies_from_commitlog(fetch_records(spark, positions, frames.layout_info, opts))
-
-
-def bodies_frame(transactions, records):
-    """``message_bodies`` rows: per transaction the body of its first copy, else first COMMIT, else
-    discard."""
-    from pyspark.sql import functions as F
-
-    from jobs.reconstruct import HALF_QUEUE, conform
-    from schemas.runs import MESSAGE_BODIES
-
-    c = F.col
-    first_commit = F.array_min(c("commit_offsets"))
-    offset = F.coalesce(c("first_copy_commitlog_offset"), first_commit, c("discard_commitlog_offset"))
-    record = (F.when(c("first_copy_commitlog_offset").isNotNull(),
-                     F.when(c("mechanism") == HALF_QUEUE, F.lit("HALF")).otherwise(F.lit("PREPARED")))
-              .when(first_commit.isNotNull(), F.lit("COMMIT"))
-              .otherwise(F.lit("DISCARD")))
-    picks = transactions.select("broker", "transaction_key", offset.alias("commitlog_offset"),
-                                record.alias("record")).where(c("commitlog_offset").isNotNull())
-    recs = records.select("broker", c("physical_offset").alias("commitlog_offset"),
-                          F.coalesce(c("real_topic"), c("topic")).alias("topic"), "compression", "body_size",
-                          "body_crc_ok", "body")
-    return conform(picks.join(recs, ["broker", "commitlog_offset"]), MESSAGE_BODIES)
-
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 MAX_AUTO_SHUFFLE_PARTITIONS = 200

@@ -135,7 +135,8 @@ class CommitLogCells(InputPartition):
 
 
 def group_cells(ranges: Sequence[CommitLogRange], task_bytes: int) -> list:
-    """``ranges`` (one file's cells in order, then the next file's...) grouped per file up to ``task_bytes``."""
+    """``ranges`` (one file's cells in order, then the next file's...) grouped per file, up to
+    ``task_bytes`` a group."""
     out: list = []
     group: list = []
 
@@ -420,8 +421,8 @@ class StoreReader(DataSourceReader):
         if self.fmt == TX_SCAN_FORMAT:
             if isinstance(partition, CommitLogCells):
                 return (b for start, end in partition.cells
-                        for b in tx_scan_batches(partition.broker, partition.path, partition.base_offset, start,
-                                                 end, self.opts.include_bodies))
+                        for b in tx_scan_batches(partition.broker, partition.path, partition.base_offset,
+                                                 start, end, self.opts.include_bodies))
             return tx_scan_batches(partition.broker, partition.path, partition.base_offset, partition.start,
                                    partition.end, self.opts.include_bodies) \
                 if isinstance(partition, CommitLogRange) else iter(())
@@ -662,7 +663,8 @@ def register(spark) -> None:
     _REGISTERED[spark] = env
 
 
-__all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "CommitLogCells", "group_cells", "UnitSlice", "UnitFiles", "StoreFiles",
+__all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "CommitLogCells", "group_cells",
+           "UnitSlice", "UnitFiles", "StoreFiles",
            "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch",
            "prepend_broker", "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT",
            "STATETABLE_FORMAT", "REDOLOG_FORMAT", "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT", "TX_SCAN_FORMAT",

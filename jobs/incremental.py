@@ -128,7 +128,7 @@ def plan_incremental(options, layout_info: Sequence, doc: dict) -> Plan:
     continued for today's stores.  ``doc``: ``jobs.audit.config_document`` of this run.  Raises UsageError
     when this run's id is the previous run's (the state would be replaced by the run continuing from it)."""
     from jobs import delta_sink
-    from jobs.audit import RUNS_TABLE, named_table
+    from jobs.audit_inputs import RUNS_TABLE, named_table
     from schemas.runs import AUDIT_RUNS
 
     plan = Plan(out=options.out, run_id=options.run_id, hash=config_hash(doc))
@@ -231,7 +231,7 @@ def evidence(spark, plan: Plan, frames, options, persist):
     """(records, op_bodies or None, anomalies, scan_findings) for ``jobs.audit``: the whole store's when the
     plan falls back, else the carried rows below ``read_from`` plus a scan of the CommitLog from there.
     ``scan_findings``: the CommitLog decoder findings (what the state carries)."""
-    from jobs.audit import op_bodies_for, relevant_records
+    from jobs.audit_inputs import op_bodies_for, relevant_records
     from jobs.store_frames import split_tx_scan
 
     if not plan.continuing:

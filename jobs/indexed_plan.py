@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +32,7 @@ from jobs.datasources import (
 )
 from jobs.options import SourceOptions
 from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL
-from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
+from jobs.txparams import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, TX_SYSTEM_TOPICS
 from schemas.sources import SOURCE_TABLES
 
 #: why indexed mode scans a CommitLog range because of the queues (INDEX_INCOMPLETE findings name the reason)
@@ -119,7 +119,8 @@ def dispatch_ends(stores) -> Dict[str, int]:
 
 def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dict[tuple, int]) -> List[tuple]:
     """``store_frames.GAPS_SCHEMA`` rows of the indexed ``stores``: DISPATCH_LAG, QUEUE_HEAD_MISSING,
-    QUEUE_TAIL_MISSING, QUEUE_IDLE_TAIL, OP_QUEUE_MISSING (see ``store_frames.load_store_frames``).  ``consumed``:
+    QUEUE_TAIL_MISSING, QUEUE_IDLE_TAIL, OP_QUEUE_MISSING (see ``store_frames.load_store_frames``).
+    ``consumed``:
     (broker, topic, queue_id) -> CID_RMQ_SYS_TRANS's next offset."""
     rows: List[tuple] = []
     for s in stores:
@@ -204,8 +205,7 @@ def driver_positions(plan: IndexedPlan, all_stores, keyed) -> Optional[pa.Table]
     store needs its real topics' consume queues probed (``keyed``: every store with a transaction index has
     IndexFiles and no 3.x files).  Then the driver reads the half / op / discard records' headers by position
     (``decode_at``, no bodies), looks their ``REAL_TOPIC#UNIQ_KEY`` up in the IndexFiles (the executors'
-    ``_IndexLookup``, run here) and hands the executors one flat list of positions to fetch."""
-    from jobs.store_frames import DISCARD_TOPIC, HALF_TOPIC, _IndexLookup
+    ``IndexLookup``, run here) and hands the executors one flat list of positions to fetch."""
 
     if plan.units is None or plan.units.num_rows > DRIVER_FETCH_UNITS:
         return None
@@ -233,7 +233,7 @@ def driver_positions(plan: IndexedPlan, all_stores, keyed) -> Optional[pa.Table]
     if keys:        # ONE call: each index file is searched for all its keys at once (lookup_many)
         batch = pa.RecordBatch.from_pylist([{"broker": b, "real_topic": t, "uniq_key": u, "after": a}
                                             for (b, t, u), a in keys.items()])
-        for hits in _IndexLookup([s for s in all_stores if keyed(s)])(iter([batch])):
+        for hits in IndexLookup([s for s in all_stores if keyed(s)])(iter([batch])):
             brokers += hits.column("broker").to_pylist()
             found += hits.column("commitlog_offset").to_pylist()
             only_tx += [True] * hits.num_rows
@@ -281,6 +281,48 @@ def records_at(store, offsets: Sequence[int]) -> List[dict]:
     return out
 
 
-__all__ = ["plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
+
+class IndexLookup:
+    """mapInArrow body: (broker, real_topic, uniq_key, after) -> the CommitLog offsets the broker's IndexFiles
+    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``): a hash slot and its chain per key
+    and index file (positional reads, or the whole file for many keys against a small file); files that end
+    before ``after`` are skipped."""
+
+    def __init__(self, stores: Sequence):
+        self.files = {s.broker: [(f[0], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
+                      for s in stores}
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from txlog_io.indexfile import IndexFileReader, build_key, index_key_hash
+        from txlog_io.readstats import flush
+
+        try:
+            for batch in batches:
+                rows = batch.to_pylist()
+                brokers, offsets = [], []
+                for broker in dict.fromkeys(r["broker"] for r in rows):
+                    mine = [r for r in rows if r["broker"] == broker]
+                    hashes = [index_key_hash(build_key(r["real_topic"], r["uniq_key"])) for r in mine]
+                    # file by file, every key the file may hold at once (IndexFileReader.lookup_many)
+                    for path, end, slots, entries in self.files.get(broker, ()):
+                        keys = [i for i, r in enumerate(mine) if end >= r["after"]]
+                        if not keys:
+                            continue
+                        with IndexFileReader(path, slots, entries) as reader:
+                            found = reader.lookup_many([hashes[i] for i in keys],
+                                                       [mine[i]["after"] + 1 for i in keys])
+                        for hits in found:
+                            offsets += hits
+                            brokers += [broker] * len(hits)
+                if offsets:
+                    yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()),
+                                                      pa.array(offsets, pa.int64())],
+                                                     ["broker", "commitlog_offset"])
+        finally:
+            flush()
+
+
+__all__ = ["IndexLookup",
+           "plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
            "extremes_of_frame", "driver_table", "dispatch_ends", "units_end", "DRIVER_READ_BYTES",
            "DRIVER_FETCH_UNITS", "GAP_TAIL", "GAP_HEAD", "GAP_TAIL_UNITS", "GAP_OP_QUEUE"]

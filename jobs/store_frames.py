@@ -34,7 +34,8 @@ Modes
     3. the COMMIT records of the 4.3+ transactions (they live in the real topic, with PREPARED_TRANSACTION_OFFSET
        back to the half): for a store with IndexFiles (``index/``), each half's ``REAL_TOPIC#UNIQ_KEY`` is
        looked up as RocketMQ's query by key does (``IndexService.buildIndex`` indexes NOT, PREPARED and
-       COMMIT records under ``topic#UNIQ_KEY``; ``_IndexLookup``: a hash slot and its chain per key and file,
+       COMMIT records under ``topic#UNIQ_KEY``; ``jobs.indexed_plan.IndexLookup``: a hash slot and its chain per
+       key and file,
        positional reads, files ending before the half skipped), so ordinary messages are never touched; the
        CommitLog ranges no usable index file covers are scanned (:func:`index_file_gaps`: a missing or
        unreadable index file, files lost after the checkpoint's indexMsgTimestamp, an index lagging after an
@@ -90,8 +91,8 @@ from jobs.datasources import (
     tx_scan_rows,
 )
 from jobs.indexed_plan import (
-    DRIVER_FETCH_UNITS, GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, IndexedPlan, driver_positions,
-    plan_indexed,
+    DRIVER_FETCH_UNITS, GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, IndexedPlan, IndexLookup,
+    driver_positions, plan_indexed,
 )
 from jobs.options import DEFAULT_SPLIT_BYTES, OptionError, SourceOptions, parse_options
 from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL, idle_tail_findings, only_queue_records, split_idle_tails
@@ -405,7 +406,7 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
                                     & c("real_topic").isNotNull())
                 .groupBy("broker", "real_topic", "uniq_key").agg(F.min("physical_offset").alias("after")))
         hits = keys.repartition(max(1, min(len(keyed) * 4, spark.sparkContext.defaultParallelism)), "broker") \
-            .mapInArrow(_IndexLookup([s for s in info if uses_index_files(s)]),
+            .mapInArrow(IndexLookup([s for s in info if uses_index_files(s)]),
                         "broker string, commitlog_offset bigint")
         positions = positions.unionByName(hits.withColumn("only_tx", F.lit(True)))
     return fetch_scan(spark, positions, info, opts)
@@ -442,46 +443,6 @@ def fetch_scan_local(spark, positions: pa.Table, info: Sequence[StoreInfo], opts
                                   "base_offset bigint")
     fn = _FetchAt(with_body=opts.include_bodies, emit="scan", commitlog_dirs=_commitlog_dirs(info))
     return frame.mapInArrow(fn, SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
-
-
-class _IndexLookup:
-    """mapInArrow body: (broker, real_topic, uniq_key, after) -> the CommitLog offsets the broker's IndexFiles
-    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``): a hash slot and its chain per key
-    and index file (positional reads, or the whole file for many keys against a small file); files that end
-    before ``after`` are skipped."""
-
-    def __init__(self, stores: Sequence[StoreInfo]):
-        self.files = {s.broker: [(f[0], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
-                      for s in stores}
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from txlog_io.indexfile import IndexFileReader, build_key, index_key_hash
-        from txlog_io.readstats import flush
-
-        try:
-            for batch in batches:
-                rows = batch.to_pylist()
-                brokers, offsets = [], []
-                for broker in dict.fromkeys(r["broker"] for r in rows):
-                    mine = [r for r in rows if r["broker"] == broker]
-                    hashes = [index_key_hash(build_key(r["real_topic"], r["uniq_key"])) for r in mine]
-                    # file by file, every key the file may hold at once (IndexFileReader.lookup_many)
-                    for path, end, slots, entries in self.files.get(broker, ()):
-                        keys = [i for i, r in enumerate(mine) if end >= r["after"]]
-                        if not keys:
-                            continue
-                        with IndexFileReader(path, slots, entries) as reader:
-                            found = reader.lookup_many([hashes[i] for i in keys],
-                                                       [mine[i]["after"] + 1 for i in keys])
-                        for hits in found:
-                            offsets += hits
-                            brokers += [broker] * len(hits)
-                if offsets:
-                    yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()),
-                                                      pa.array(offsets, pa.int64())],
-                                                     ["broker", "commitlog_offset"])
-        finally:
-            flush()
 
 
 #: why indexed mode scans a CommitLog range (INDEX_INCOMPLETE findings name the reason); the queue gaps
