@@ -210,12 +210,15 @@ def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
 
 
 def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, float]):
-    """``jobs.reconstruct.reconstruct``: on the driver when the transaction-relevant rows are few (``n_rows``;
-    the other inputs -- transaction queue units, findings -- are of the same order), else per broker on the
-    executors with the outputs materialized once."""
+    """``jobs.reconstruct.reconstruct``: on the driver when the transaction-relevant rows are at most
+    ``LOCAL_MAX_ROWS`` (``n_rows``; with the transaction queue units and findings, a few hundred MB of Arrow
+    at most), else per broker on the executors with the outputs materialized once.  One broker is one
+    reducer task either way, so the driver is no slower and skips the shuffle, the checkpoint and the
+    executor-side writes: a 4 GiB store with 28,887 transactions (idle machine, warm) spent 7.1 s reducing on
+    the executors at the former bound of LOCAL_MAX_ROWS // 4."""
     from jobs.reconstruct import LOCAL_MAX_ROWS, reconstruct
 
-    return reconstruct(inputs, params, override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS // 4,
+    return reconstruct(inputs, params, override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS,
                        timings=phases)
 
 
