@@ -27,7 +27,6 @@ irregular positions (damage, BLANK, zero tail, range end) are decided by the Pyt
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +37,9 @@ import pyarrow as pa
 
 from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
-from txlog_io import readstats
 from txlog_io.commitlog_rows import SOURCE, anomaly as _anomaly, decode_rows, empty_batch as _empty_batch
-from txlog_io.errors import Anomaly, AnomalyKind, StoreNotFoundError, UnreadableFileError, UsageError
+from txlog_io.errors import Anomaly, AnomalyKind, UsageError
+from txlog_io.positional import PositionalFile
 
 # 4 MiB: the chunk, its field matrix and its output columns stay in the L3 cache while the kernels pass over
 # them (measured, 1 KiB records, CPU time: 2 MiB 1769 MB/s, 4 MiB 1869, 8 MiB 1738, 16 MiB 1130)
@@ -61,61 +60,7 @@ def file_base_offset(path: str, base_offset: Optional[int] = None) -> int:
     raise UsageError(f"{path}: file name is not a 20-digit offset; pass base_offset explicitly")
 
 
-class _Reader:
-    """Read-only positional reads of one file (never mmap'd: memory stays bounded by the chunk size)."""
-
-    def __init__(self, path: str):
-        self.path = str(path)
-        try:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise StoreNotFoundError(self.path, "CommitLog file") from None
-        except OSError as exc:
-            raise UnreadableFileError(self.path, exc.strerror or str(exc)) from None
-        self.size = os.fstat(self.fd).st_size
-
-    def close(self):
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def pread(self, pos: int, length: int) -> bytes:
-        length = max(0, min(length, self.size - pos))
-        if not length:
-            return b""
-        b = os.pread(self.fd, length, pos)
-        readstats.add(len(b))
-        return b
-
-    def read_chunk(self, pos: int, length: int) -> np.ndarray:
-        """``length`` bytes at ``pos`` followed by zero padding (so header windows may run past the data).
-
-        A fresh uninitialised array each time (no zero-fill pass; batches never alias it, but a caller may
-        keep several frames alive)."""
-        length = max(0, min(length, self.size - pos))
-        buf = np.empty(length + _PAD, np.uint8)
-        buf[length:] = 0
-        view = memoryview(buf)
-        got = 0
-        while got < length:
-            n = os.preadv(self.fd, [view[got:length]], pos + got)
-            if n <= 0:
-                break
-            got += n
-        view.release()
-        readstats.add(got)
-        if got < length:
-            raise UnreadableFileError(self.path, f"short read at {pos + got}: file shrank while reading")
-        return buf
-
-
-def _self_verifies(reader: _Reader, pos: int, base_offset: int) -> bool:
+def _self_verifies(reader: PositionalFile, pos: int, base_offset: int) -> bool:
     """Is there a record at ``pos`` whose own fields prove it starts there (see module docstring)?"""
     head = reader.pread(pos, 8)
     if len(head) < 8:
@@ -131,11 +76,11 @@ def _self_verifies(reader: _Reader, pos: int, base_offset: int) -> bool:
     return bool(K.shape_ok_at(np.frombuffer(rec + bytes(_PAD), np.uint8), 0, total))
 
 
-def next_boundary(reader: _Reader, pos: int, base_offset: int, limit: Optional[int] = None) -> Optional[int]:
+def next_boundary(reader: PositionalFile, pos: int, base_offset: int, limit: Optional[int] = None) -> Optional[int]:
     """First self-verifying record (or BLANK header) at or after ``pos``, searching up to ``limit``."""
     limit = reader.size if limit is None else min(limit, reader.size)
     while pos < limit:
-        buf = reader.read_chunk(pos, min(DEFAULT_CHUNK_BYTES, limit - pos) + 8)
+        buf = reader.read_chunk(pos, min(DEFAULT_CHUNK_BYTES, limit - pos) + 8, _PAD)
         n = buf.size - _PAD
         if n < 8:
             return None
@@ -151,7 +96,7 @@ def next_boundary(reader: _Reader, pos: int, base_offset: int, limit: Optional[i
     return None
 
 
-def _first_nonzero(reader: _Reader, pos: int, limit: int) -> Optional[int]:
+def _first_nonzero(reader: PositionalFile, pos: int, limit: int) -> Optional[int]:
     while pos < limit:
         block = reader.pread(pos, min(DEFAULT_CHUNK_BYTES, limit - pos))
         if not block:
@@ -193,7 +138,7 @@ def scan_range(path: str, *, base_offset: Optional[int] = None, start: int = 0, 
                chunk_bytes: int = DEFAULT_CHUNK_BYTES, summary: Optional[ScanSummary] = None) -> Iterator[Frame]:
     """Frame the records of ``path`` owned by ``[start, end)``; see the module docstring for the rules."""
     base = file_base_offset(path, base_offset)
-    with _Reader(path) as reader:
+    with PositionalFile(path, "CommitLog file") as reader:
         size = reader.size
         end = size if end is None else max(0, min(end, size))
         summary = summary if summary is not None else ScanSummary(str(path), start, end)
@@ -208,7 +153,7 @@ def scan_range(path: str, *, base_offset: Optional[int] = None, start: int = 0, 
         yield from _walk(reader, base, pos, end, chunk_bytes, summary)
 
 
-def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
+def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: int,
           summary: ScanSummary) -> Iterator[Frame]:
     size = reader.size
     path = reader.path
@@ -223,7 +168,7 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
             first_total = _HEADER.unpack(head)[0]
             if first_total > want and pos + first_total <= size:
                 want = first_total          # one record larger than a chunk: read exactly that record
-        buf = reader.read_chunk(pos, want)
+        buf = reader.read_chunk(pos, want, _PAD)
         n = len(buf) - _PAD
         found = np.empty(n // min_size + 2, np.int64)
         count = 0
@@ -309,7 +254,7 @@ def _walk(reader: _Reader, base: int, pos: int, end: int, chunk_bytes: int,
         pos = next_pos
 
 
-def _recover_inside(reader: _Reader, base: int, fp: int, claimed: int, end: int) -> list:
+def _recover_inside(reader: PositionalFile, base: int, fp: int, claimed: int, end: int) -> list:
     """File positions of self-verifying records inside ``(fp, fp + claimed)`` that a range ending at ``end``
     owns: the chain skipped them because the record at ``fp`` carries a wrong TOTALSIZE."""
     found = []
@@ -416,7 +361,7 @@ def decode_at(path: str, positions: Sequence[int], *, base_offset: Optional[int]
                   else np.zeros(wanted.size, bool))
     parts: list = []
     file_pos: list = []
-    with _Reader(path) as reader:
+    with PositionalFile(path, "CommitLog file") as reader:
         i, n = 0, wanted.size
         while i < n:
             j = max(i + 1, int(np.searchsorted(wanted, wanted[i] + FETCH_WINDOW, "left")))
@@ -447,7 +392,7 @@ def _no_record(path: str, p: int, base: int, actual: str) -> Anomaly:
                     "position", "record header", actual)
 
 
-def _fetch_one(reader: _Reader, base: int, p: int, probe_only: bool, parts: list, file_pos: list,
+def _fetch_one(reader: PositionalFile, base: int, p: int, probe_only: bool, parts: list, file_pos: list,
                anomalies: list) -> None:
     head = reader.pread(p, _PROBE) if 0 <= p < reader.size else b""
     total, magic = _HEADER.unpack_from(head) if len(head) >= 8 else (0, 0)
@@ -460,7 +405,7 @@ def _fetch_one(reader: _Reader, base: int, p: int, probe_only: bool, parts: list
     file_pos.append(p)
 
 
-def _fetch_window(reader: _Reader, base: int, pos: np.ndarray, probe_only: np.ndarray, parts: list,
+def _fetch_window(reader: PositionalFile, base: int, pos: np.ndarray, probe_only: np.ndarray, parts: list,
                   file_pos: list, anomalies: list) -> None:
     """``pos`` (sorted, within FETCH_WINDOW of each other) through one read of their span."""
     inside = (pos >= 0) & (pos < reader.size)
@@ -471,7 +416,7 @@ def _fetch_window(reader: _Reader, base: int, pos: np.ndarray, probe_only: np.nd
         anomalies.extend(a for a in outside if a.position >= 0)
         return
     start = int(pos[0])
-    buf = reader.read_chunk(start, int(pos[-1]) - start + 64 * 1024)   # zero padding covers every probe
+    buf = reader.read_chunk(start, int(pos[-1]) - start + 64 * 1024, _PAD)   # zero padding covers every probe
     data_len = buf.size - _PAD
     rel = pos - start
     heads = buf[rel[:, None] + np.arange(_PROBE)].view(_PROBE_DT).ravel()

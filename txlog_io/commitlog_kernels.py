@@ -5,7 +5,7 @@ store/.../CommitLog.java (checkMessageAndReturnSize, calMsgLength), common/.../m
 (string2messageProperties, createMessageId) and java.lang.String.hashCode (5.3.3).
 
 Every kernel works on one chunk of file bytes (a ``uint8`` array padded with zeros, see
-``commitlog_decode._Reader.read_chunk``) and record positions relative to it, and fills flat numpy arrays
+``positional.PositionalFile.read_chunk``) and record positions relative to it, and fills flat numpy arrays
 (per-record values, or Arrow-style ``int32`` offsets + ``uint8`` data) that ``commitlog_decode`` wraps into Arrow
 arrays without copying them.  No kernel allocates per record or calls back into Python.
 

@@ -44,7 +44,6 @@ queues and CommitLog ranges speak in, so split ranges yield every record once.
 from __future__ import annotations
 
 import functools
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,9 +54,9 @@ import pyarrow as pa
 
 from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
-from txlog_io import readstats
 from txlog_io.commitlog_decode import DEFAULT_CHUNK_BYTES, ScanSummary, decode_records_in, file_base_offset
-from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
+from txlog_io.errors import Anomaly, AnomalyKind, EncodeError
+from txlog_io.positional import PositionalFile
 
 SOURCE = "dledger"
 MAGIC_1 = 1
@@ -185,34 +184,8 @@ class DataLog:
             (root / (name + ".bak")).write_bytes(text)
 
 
-# ------------------------------------------------------------------------------------------------ file access
-class _File:
-    def __init__(self, path):
-        self.path = str(path)
-        try:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise StoreNotFoundError(self.path, "DLedger data file") from None
-        except OSError as exc:
-            raise UnreadableFileError(self.path, exc.strerror or str(exc)) from None
-        self.size = os.fstat(self.fd).st_size
-
-    def pread(self, pos: int, length: int) -> bytes:
-        length = max(0, min(length, self.size - pos))
-        if length <= 0:
-            return b""
-        b = os.pread(self.fd, length, pos)
-        readstats.add(len(b))
-        return b
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
-def _plausible(f: _File, fp: int, base: int) -> bool:
+# ---------------------------------------------------------------------------------------------- entry framing
+def _plausible(f: PositionalFile, fp: int, base: int) -> bool:
     head = f.pread(fp, ENTRY_HEADER_SIZE)
     if len(head) < ENTRY_HEADER_SIZE:
         return False
@@ -220,7 +193,7 @@ def _plausible(f: _File, fp: int, base: int) -> bool:
     return magic == MAGIC_1 and size >= MIN_ENTRY_SIZE and fp + size <= f.size and pos == base + fp
 
 
-def next_entry(f: _File, fp: int, base: int, limit: Optional[int] = None) -> Optional[int]:
+def next_entry(f: PositionalFile, fp: int, base: int, limit: Optional[int] = None) -> Optional[int]:
     """First plausible entry header at or after file position ``fp`` (searching up to ``limit``)."""
     limit = f.size if limit is None else min(limit, f.size)
     fp = max(0, fp)
@@ -292,7 +265,7 @@ def scan_entries(path, *, base_offset: Optional[int] = None, start: int = 0, end
                  summary: Optional[ScanSummary] = None) -> Iterator[EntryFrame]:
     """Frame the entries of a data file whose message starts in ``[start, end)``; one EntryFrame per chunk."""
     base = file_base_offset(str(path), base_offset)
-    with _File(path) as f:
+    with PositionalFile(path, "DLedger data file") as f:
         end = f.size if end is None else max(0, min(end, f.size))
         summary = summary if summary is not None else ScanSummary(str(path), start, end)
         summary.file, summary.start, summary.end = str(path), start, end
@@ -306,23 +279,7 @@ def scan_entries(path, *, base_offset: Optional[int] = None, start: int = 0, end
         yield from _walk(f, base, fp, end, chunk_bytes, summary)
 
 
-def _read_chunk(f: _File, pos: int, length: int) -> np.ndarray:
-    length = max(0, min(length, f.size - pos))
-    buf = np.empty(length + _PAD, np.uint8)      # only the padding needs zeros
-    buf[length:] = 0
-    view = memoryview(buf)
-    got = 0
-    while got < length:
-        n = os.preadv(f.fd, [view[got:length]], pos + got)
-        if n <= 0:
-            raise UnreadableFileError(f.path, f"short read at {pos + got}: file shrank while reading")
-        got += n
-    view.release()
-    readstats.add(got)
-    return buf
-
-
-def _walk(f: _File, base: int, fp: int, end: int, chunk_bytes: int,
+def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
           summary: ScanSummary) -> Iterator[EntryFrame]:
     path, size = f.path, f.size
     stop_at = end - ENTRY_HEADER_SIZE      # an entry at or past this owns a message at or past ``end``
@@ -334,7 +291,7 @@ def _walk(f: _File, base: int, fp: int, end: int, chunk_bytes: int,
             magic0, size0 = END_MARKER.unpack(first)
             if magic0 == MAGIC_1 and chunk_bytes < size0 and fp + size0 <= size:
                 want = size0               # one entry larger than a chunk: read exactly that entry
-        buf = _read_chunk(f, fp, want)
+        buf = f.read_chunk(fp, want, _PAD)
         n = buf.size - _PAD
         anomalies: list = []
         fast, odd = K.entry_chain(buf, n, base + fp, stop_at - fp, MIN_ENTRY_SIZE, _GATHER)
@@ -455,7 +412,7 @@ def _frame(buf: np.ndarray, fp: int, all_positions: np.ndarray, base: int, path:
     return EntryFrame(buf, fp, all_positions, all_positions[keep] + ENTRY_HEADER_SIZE, anomalies)
 
 
-def _resync(f: _File, base, at, stop_at, anomalies, summary, kind, detail, expected, actual, search_from: int,
+def _resync(f: PositionalFile, base, at, stop_at, anomalies, summary, kind, detail, expected, actual, search_from: int,
             prev_at: Optional[int]) -> Optional[int]:
     nxt = next_entry(f, search_from, base)
     if nxt is not None and nxt < at:
@@ -475,7 +432,7 @@ def _resync(f: _File, base, at, stop_at, anomalies, summary, kind, detail, expec
     return nxt if nxt < stop_at else None
 
 
-def _zero_tail(f: _File, base, at, stop_at, anomalies, summary, search_from: int) -> Optional[int]:
+def _zero_tail(f: PositionalFile, base, at, stop_at, anomalies, summary, search_from: int) -> Optional[int]:
     pos = at
     while pos < f.size:
         block = np.frombuffer(f.pread(pos, DEFAULT_CHUNK_BYTES), np.uint8)

@@ -25,7 +25,6 @@ Layout, big-endian (offsets come from the struct/dtype definitions below):
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,8 @@ import pyarrow as pa
 
 from schemas.index import INDEX_ENTRIES
 from txlog_io import readstats
-from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError
+from txlog_io.errors import Anomaly, AnomalyKind, EncodeError
+from txlog_io.positional import PositionalFile
 from txlog_io.properties import java_string_hash
 
 SOURCE = "index"
@@ -106,25 +106,8 @@ def _anomaly(kind: str, path: str, pos: int, detail: str, expected=None, actual=
 
 
 def _read_all(path: str) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise StoreNotFoundError(path, "index file") from None
-    except OSError as exc:
-        raise UnreadableFileError(path, exc.strerror or str(exc)) from None
-    try:
-        size = os.fstat(fd).st_size
-        chunks, got = [], 0
-        while got < size:
-            b = os.pread(fd, min(64 << 20, size - got), got)
-            readstats.add(len(b))
-            if not b:
-                break
-            chunks.append(b)
-            got += len(b)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    with PositionalFile(path, "index file") as f:
+        return f.read_all()
 
 
 def derive_geometry(data: bytes, header: IndexHeader) -> Optional[Tuple[int, int]]:
@@ -323,19 +306,13 @@ class IndexFileReader:
     range must then be reached another way."""
 
     def __init__(self, path, hash_slots: Optional[int] = None, index_num: Optional[int] = None):
-        self.path = str(path)
-        try:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise StoreNotFoundError(self.path, "index file") from None
-        except OSError as exc:
-            raise UnreadableFileError(self.path, exc.strerror or str(exc)) from None
-        self.size = os.fstat(self.fd).st_size
+        self.file = PositionalFile(path, "index file")
+        self.path, self.size = self.file.path, self.file.size
+        self.whole: Optional[bytes] = None      # the file's bytes, once read whole (geometry or lookup_many)
         self.header: Optional[IndexHeader] = None
         self.hash_slots = self.index_num = None
         self.problem: Optional[str] = None
-        head = os.pread(self.fd, HEADER_SIZE, 0)
-        readstats.add(len(head))
+        head = self.file.pread(0, HEADER_SIZE)
         if len(head) < HEADER_SIZE:
             self.problem = f"shorter than its {HEADER_SIZE}-byte header ({self.size} bytes)"
             return
@@ -347,9 +324,8 @@ class IndexFileReader:
         geometry = next((g for g in candidates if file_size_for(*g) == self.size
                          and (self.header.index_count <= 1 or self._ends_match(g[0]))), None)
         if geometry is None and self.size <= WHOLE_READ_LIMIT:
-            whole = os.pread(self.fd, self.size, 0)
-            readstats.add(len(whole))
-            geometry = derive_geometry(whole, self.header)
+            self.whole = self.file.read_all()
+            geometry = derive_geometry(self.whole, self.header)
         if geometry is None:
             self.problem = ("cannot place its entries (truncated, damaged, or a slot/entry count other than the "
                             f"defaults; {self.size} bytes, indexCount {self.header.index_count})")
@@ -363,8 +339,7 @@ class IndexFileReader:
         return self.problem is None
 
     def _entry(self, slots: int, i: int) -> Tuple[int, int, int, int]:
-        b = os.pread(self.fd, ENTRY_SIZE, HEADER_SIZE + slots * SLOT_SIZE + i * ENTRY_SIZE)
-        readstats.add(len(b))
+        b = self.file.pread(HEADER_SIZE + slots * SLOT_SIZE + i * ENTRY_SIZE, ENTRY_SIZE)
         return ENTRY.unpack(b) if len(b) == ENTRY_SIZE else (0, -1, -1, 0)
 
     def _ends_match(self, slots: int) -> bool:
@@ -391,8 +366,9 @@ class IndexFileReader:
             return out
         if self.size > max(WHOLE_LOOKUP_BYTES, len(hashes) * 5 * 4096):
             return [self._chain(int(h), int(m), max_hits) for h, m in zip(hashes, min_offsets)]
-        data = os.pread(self.fd, self.size, 0)
-        readstats.add(len(data))
+        if self.whole is None:
+            self.whole = self.file.read_all()
+        data = self.whole
         slots = np.frombuffer(data, ">i4", self.hash_slots, HEADER_SIZE).astype(np.int64)
         entries = np.frombuffer(data, ENTRY_DTYPE, min(self.index_num, (len(data) - HEADER_SIZE
                                                        - self.hash_slots * SLOT_SIZE) // ENTRY_SIZE),
@@ -415,8 +391,7 @@ class IndexFileReader:
         return out
 
     def _chain(self, h: int, min_offset: int, max_hits: int) -> List[int]:
-        b = os.pread(self.fd, SLOT_SIZE, HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE)
-        readstats.add(len(b))
+        b = self.file.pread(HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE, SLOT_SIZE)
         cur = SLOT.unpack(b)[0] if len(b) == SLOT_SIZE else 0
         out: List[int] = []
         steps = 0
@@ -432,9 +407,7 @@ class IndexFileReader:
         return out
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.file.close()
 
     def __enter__(self):
         return self

@@ -1,0 +1,83 @@
+"""Read-only positional access to one store file: ``os.pread`` / ``os.preadv`` on a descriptor opened
+``O_RDONLY`` (never mmap'd, so memory stays bounded by what a caller asks for), every byte counted by
+``txlog_io.readstats``.  The CommitLog and DLedger framers and the IndexFile reader all read through it, so
+opening errors, short reads and byte accounting are decided in one place."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from txlog_io import readstats
+from txlog_io.errors import StoreNotFoundError, UnreadableFileError
+
+#: bytes per pread of read_all (one pread call is limited to ~2 GiB on Linux)
+_READ_ALL_STEP = 64 << 20
+
+
+class PositionalFile:
+    """One file opened read-only; ``what`` names it in a missing-file error ("CommitLog file", ...)."""
+
+    def __init__(self, path, what: str = "file"):
+        self.path = str(path)
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise StoreNotFoundError(self.path, what) from None
+        except OSError as exc:
+            raise UnreadableFileError(self.path, exc.strerror or str(exc)) from None
+        self.size = os.fstat(self.fd).st_size
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def pread(self, pos: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``pos`` (fewer at the end of the file, none past it)."""
+        length = max(0, min(length, self.size - pos))
+        if not length:
+            return b""
+        b = os.pread(self.fd, length, pos)
+        readstats.add(len(b))
+        return b
+
+    def read_all(self) -> bytes:
+        chunks, got = [], 0
+        while got < self.size:
+            b = self.pread(got, _READ_ALL_STEP)
+            if not b:
+                break
+            chunks.append(b)
+            got += len(b)
+        return b"".join(chunks)
+
+    def read_chunk(self, pos: int, length: int, pad: int) -> np.ndarray:
+        """``length`` bytes at ``pos`` (fewer at the end of the file) followed by ``pad`` zero bytes, so fixed
+        header windows may run past the data.  A fresh uninitialised array each time (no zero-fill pass of the
+        data part; batches never alias it, but a caller may keep several frames alive).  A file that shrinks
+        while being read is an UnreadableFileError, never a short chunk."""
+        length = max(0, min(length, self.size - pos))
+        buf = np.empty(length + pad, np.uint8)
+        buf[length:] = 0
+        view = memoryview(buf)
+        got = 0
+        while got < length:
+            n = os.preadv(self.fd, [view[got:length]], pos + got)
+            if n <= 0:
+                break
+            got += n
+        view.release()
+        readstats.add(got)
+        if got < length:
+            raise UnreadableFileError(self.path, f"short read at {pos + got}: file shrank while reading")
+        return buf
+
+
+__all__ = ["PositionalFile"]
