@@ -23,6 +23,7 @@ from txlog_io.errors import AnomalyKind, EncodeError, StoreNotFoundError
 from txlog_io.msgid import create_uniq_key, decode_offset_msg_id, offset_msg_id, parse_host, parse_uniq_key
 
 from conftest import FIXTURES, FIXTURE_VERSIONS
+from truth_frames import truth_record_fields
 
 
 def decode_all(path, **kw):
@@ -51,18 +52,7 @@ def test_every_record_equals_rocketmq_own_decode(version):
     assert anomalies == []
     assert len(rows) == len(truth)
     for got, t in zip(rows, truth):
-        expected = {
-            "file_position": t["filePos"], "physical_offset": t["physicalOffset"], "total_size": t["storeSize"],
-            "magic_version": 1 if t["magicCode"] == "0xDAA320A7" else 2, "body_crc": t["bodyCRC"],
-            "body_crc_ok": t["bodyCrcMatches"], "queue_id": t["queueId"], "flag": t["flag"],
-            "queue_offset": t["queueOffset"], "stored_physical_offset": t["physicalOffsetField"],
-            "sys_flag": t["sysFlag"], "born_timestamp": t["bornTimestamp"], "born_host": t["bornHost"][1:],
-            "store_timestamp": t["storeTimestamp"], "store_host": t["storeHost"][1:],
-            "reconsume_times": t["reconsumeTimes"], "prepared_transaction_offset": t["preparedTransactionOffset"],
-            "body_size": t["bodyLength"], "topic": t["topic"], "msg_id": t["msgId"], "uniq_key": t.get("uniqKey"),
-            "body": base64.b64decode(t.get("body_b64", "")),
-            "transaction_type": {0: "NOT", 4: "PREPARED", 8: "COMMIT", 12: "ROLLBACK"}[t["tranType"]],
-        }
+        expected = truth_record_fields(t)
         actual = {k: got[k] for k in expected}
         assert actual == expected, t["filePos"]
         assert dict(got["properties"]) == t["properties"]

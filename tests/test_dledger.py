@@ -2,7 +2,6 @@
 range splits, converted stores."""
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import random
@@ -18,6 +17,7 @@ from txlog_io.commitlog import Message, encode_record
 from txlog_io.errors import AnomalyKind, UsageError
 
 from conftest import FIXTURES
+from truth_frames import truth_record_fields
 
 DLEDGER = FIXTURES / "rocketmq-4.9.8-dledger"
 STORES = ("clean", "crashed")
@@ -52,20 +52,8 @@ def test_records_equal_rocketmq_and_dledger_own_decode(store):
     truth = _jsonl(DLEDGER / "truth" / store / "commitlog.jsonl.gz")
     assert len(rows) == len(truth)
     for got, t in zip(rows, truth):
-        expected = {
-            "file": str(_data_files(store)[0].parent / t["file"]),
-            "file_position": t["filePos"], "physical_offset": t["physicalOffset"], "total_size": t["storeSize"],
-            "magic_version": 1 if t["magicCode"] == "0xDAA320A7" else 2, "body_crc": t["bodyCRC"],
-            "body_crc_ok": t["bodyCrcMatches"], "queue_id": t["queueId"], "flag": t["flag"],
-            "queue_offset": t["queueOffset"], "stored_physical_offset": t["physicalOffsetField"],
-            "sys_flag": t["sysFlag"], "born_timestamp": t["bornTimestamp"], "born_host": t["bornHost"][1:],
-            "store_timestamp": t["storeTimestamp"], "store_host": t["storeHost"][1:],
-            "reconsume_times": t["reconsumeTimes"], "prepared_transaction_offset": t["preparedTransactionOffset"],
-            "body_size": t["bodyLength"], "topic": t["topic"], "msg_id": t["msgId"], "uniq_key": t.get("uniqKey"),
-            "body": base64.b64decode(t.get("body_b64", "")),
-            "transaction_type": {0: "NOT", 4: "PREPARED", 8: "COMMIT", 12: "ROLLBACK"}[t["tranType"]],
-            "properties": t["properties"],
-        }
+        expected = dict(truth_record_fields(t), file=str(_data_files(store)[0].parent / t["file"]),
+                        properties=t["properties"])
         actual = {k: got[k] for k in expected}
         actual["properties"] = dict(actual["properties"])
         assert actual == expected, t["filePos"]

@@ -7,6 +7,7 @@ until (and besides) jobs/store_frames.py decodes the real stores.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import re
@@ -60,6 +61,22 @@ def _compression(sys_flag: int) -> str:
 def _schema(table, exclude=()) -> pa.Schema:
     s = table.arrow_schema(exclude)
     return pa.schema([pa.field("broker", pa.string(), False), *s])
+
+
+def truth_record_fields(t: Mapping) -> dict:
+    """The decoded CommitLog columns one ``commitlog.jsonl`` truth line fixes (RocketMQ's own decode)."""
+    return {
+        "file_position": t["filePos"], "physical_offset": t["physicalOffset"], "total_size": t["storeSize"],
+        "magic_version": 1 if t["magicCode"] == "0xDAA320A7" else 2, "body_crc": t["bodyCRC"],
+        "body_crc_ok": t["bodyCrcMatches"], "queue_id": t["queueId"], "flag": t["flag"],
+        "queue_offset": t["queueOffset"], "stored_physical_offset": t["physicalOffsetField"],
+        "sys_flag": t["sysFlag"], "born_timestamp": t["bornTimestamp"], "born_host": t["bornHost"][1:],
+        "store_timestamp": t["storeTimestamp"], "store_host": t["storeHost"][1:],
+        "reconsume_times": t["reconsumeTimes"], "prepared_transaction_offset": t["preparedTransactionOffset"],
+        "body_size": t["bodyLength"], "topic": t["topic"], "msg_id": t["msgId"], "uniq_key": t.get("uniqKey"),
+        "body": base64.b64decode(t.get("body_b64", "")),
+        "transaction_type": {0: "NOT", 4: "PREPARED", 8: "COMMIT", 12: "ROLLBACK"}[t["tranType"]],
+    }
 
 
 def commitlog_rows(fixture: Path, broker: str, bodies: str = "ops") -> list:
