@@ -263,14 +263,16 @@ def _tail_scan(spark, plan: Plan, layout_info, options):
     """``rocketmq_txscan`` rows of the CommitLog from ``plan.read_from``: the cells a full scan has there
     (files cut at ``split_bytes`` from their start; read_from is a cell start), decoded by the same
     one-pass reader."""
-    from jobs.datasources import TX_SCAN_FORMAT, register
+    from jobs.datasources import TX_SCAN_FORMAT, FileInfo, commitlog_ranges, register
     from schemas.sources import SOURCE_TABLES
 
     register(spark)
     split = int(options.config.split_bytes)
-    cells = [(s.broker, path, base, start, min(start + split, size))
-             for s in layout_info for path, base, size in s.commitlog_files
-             for start in range(0, size, split) if base + start >= plan.read_from.get(s.broker, 0)]
+    # the very cells of a full scan (datasources.commitlog_ranges), from the resume cell on
+    cells = [(r.broker, r.path, r.base_offset, r.start, r.end)
+             for s in layout_info
+             for r in commitlog_ranges(s.broker, [FileInfo(*f) for f in s.commitlog_files], split)
+             if r.base_offset + r.start >= plan.read_from.get(s.broker, 0)]
     schema = SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema()
     if not cells:
         return spark.createDataFrame([], schema)
