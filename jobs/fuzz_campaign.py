@@ -102,8 +102,10 @@ def _rows_config(path: str):
     return {k: (None, None, v) for k, v in items.items()}, anomalies
 
 
-def decode_case(kind: str, directory: str, target_name: str, topic: str, queue_id: int) -> dict:
-    """Run every decoder of ``kind`` over the case directory; rows keyed by (file name, record key)."""
+def decode_case(kind: str, directory: str, target_name: str, topic: str, queue_id: int,
+                commitlog: tuple = ()) -> dict:
+    """Run every decoder of ``kind`` over the case directory; rows keyed by (file name, record key).
+    ``commitlog``: the store's ``CommitLogBounds`` for the unit-chain check, as the audit passes them."""
     from txlog_io.mappedfile import is_offset_name, list_mapped_files
 
     rows: Dict[tuple, tuple] = {}
@@ -112,9 +114,10 @@ def decode_case(kind: str, directory: str, target_name: str, topic: str, queue_i
         files, found = list_mapped_files(directory, source=kind)
         anomalies.extend(found)
         if kind in UNIT:
-            from txlog_io.unitchain import check_unit_chain
+            from txlog_io.unitchain import CommitLogBounds, check_unit_chain
 
-            anomalies.extend(check_unit_chain(files, kind))
+            bounds = CommitLogBounds(*commitlog) if commitlog else None
+            anomalies.extend(check_unit_chain(files, kind, bounds=bounds))
         names = sorted(n for n in os.listdir(directory) if is_offset_name(n)
                        and os.path.isfile(os.path.join(directory, n)))
     else:
@@ -187,7 +190,7 @@ class Runner:
     def case(self, t: "Target", case_dir: Path, m: "Mutant") -> Tuple[Counter, Optional[str], float]:
         """Decode and judge one case directory; (counters, error text, seconds)."""
         sizes = {p.name: p.stat().st_size for p in case_dir.iterdir() if p.is_file()}
-        job = (t.kind, str(case_dir), Path(t.path).name, t.topic, t.queue_id)
+        job = (t.kind, str(case_dir), Path(t.path).name, t.topic, t.queue_id, t.commitlog)
         status, payload, secs = self.run(("case", job, t, m, sizes))
         if status == "hang":
             return Counter(cases=1, hangs=1), f"no answer within {self.timeout} s", secs
@@ -249,16 +252,19 @@ def _copy(src: Path, dst: Path, limit: Optional[int] = None) -> None:
 def build_corpus(work: Path, stores: List[Tuple[str, Path]]) -> List[Target]:
     """Copy every decodable file of ``stores`` into ``work/corpus`` and describe it."""
     from txlog_io.mappedfile import discover_store
+    from txlog_io.unitchain import commitlog_bounds
 
     targets: List[Target] = []
     for label, root in stores:
         layout = discover_store(root)
         dst_root = work / "corpus" / label
+        bounds = tuple(commitlog_bounds(layout))
 
         def add(kind, src: Path, rel: str, limit=None, **kw):
             dst = dst_root / rel
             _copy(src, dst, limit)
-            targets.append(Target(kind, str(dst), f"{label}/{rel}", data_end=_data_end(dst), **kw))
+            targets.append(Target(kind, str(dst), f"{label}/{rel}", data_end=_data_end(dst), commitlog=bounds,
+                                  **kw))
 
         for mf in layout.commitlog[:2]:
             end = _data_end(mf.path)
@@ -319,7 +325,7 @@ def remember_all(runner: Runner, targets: List[Target], scratch: Path) -> None:
         d = scratch / str(i)
         d.mkdir(parents=True)
         shutil.copyfile(t.path, d / name)
-        status, payload = runner.remember(t.path, (t.kind, str(d), name, t.topic, t.queue_id))
+        status, payload = runner.remember(t.path, (t.kind, str(d), name, t.topic, t.queue_id, t.commitlog))
         if status != "ok":
             raise RuntimeError(f"the unmutated copy of {t.label} does not decode: {payload}")
         bak = Path(t.path + ".bak")
@@ -332,7 +338,11 @@ def remember_all(runner: Runner, targets: List[Target], scratch: Path) -> None:
 
 
 def campaign(targets: List[Target], cases: int, seed: int, timeout: float, scratch: Path,
-             progress: bool = True, examples: Optional[dict] = None) -> Tuple[dict, dict, float]:
+             progress: bool = True, examples: Optional[dict] = None,
+             replay: Optional[set] = None, keep: Optional[Path] = None) -> Tuple[dict, dict, float]:
+    """``replay``: only these case numbers are decoded and judged (each printed, its directory copied to
+    ``keep/c<case>``); the others are still mutated, because a case's random stream depends on every case
+    before it."""
     rng = random.Random(seed)
     by_class: Dict[str, Counter] = defaultdict(Counter)
     by_kind: Dict[str, Counter] = defaultdict(Counter)
@@ -347,7 +357,17 @@ def campaign(targets: List[Target], cases: int, seed: int, timeout: float, scrat
             cls = rng.choice(_classes_for(t.kind))
             case_dir = scratch / f"c{i}"
             m = mutate(t, case_dir, rng, cls)
+            if replay is not None and i not in replay:
+                shutil.rmtree(case_dir, ignore_errors=True)
+                continue
             c, error, secs = runner.case(t, case_dir, m)
+            if replay is not None:
+                verdict = {k: v for k, v in c.items() if v}
+                print(f"case {i}: {t.label} {cls}({m.note}) damaged={m.damaged[:3]} {verdict}"
+                      + (f": {error[:300]}" if error else ""), flush=True)
+                if keep is not None:
+                    shutil.rmtree(keep / f"c{i}", ignore_errors=True)
+                    shutil.copytree(case_dir, keep / f"c{i}")
             max_case_s = max(max_case_s, secs)
             by_class[cls].update(c)
             by_kind[t.kind].update(c)
@@ -391,10 +411,19 @@ def main(argv=None) -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
     p.add_argument("--work", help="work directory (default: a temporary one, removed afterwards)")
     p.add_argument("--table-md", action="store_true", help="also print the tables as Markdown")
+    p.add_argument("--replay", help="comma-separated case numbers: judge only these cases of --seed (the "
+                   "cases before them are mutated but not decoded), print each verdict and keep its "
+                   "directory under <work>/replay (use with --work)")
     args = p.parse_args(argv)
     kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
     if args.cases < 1 or not kinds <= set(KINDS):
         p.error(f"--cases must be >= 1 and --kinds a subset of {','.join(KINDS)}")
+    try:
+        replay = None if args.replay is None else {int(x) for x in args.replay.split(",") if x.strip()}
+    except ValueError:
+        p.error(f"--replay takes comma-separated case numbers, got {args.replay!r}")
+    if replay:
+        args.cases = max(replay) + 1
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="txlog-fuzz-"))
     scratch_base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     scratch = Path(tempfile.mkdtemp(prefix="txlog-fuzz-cases-", dir=scratch_base))
@@ -406,7 +435,7 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         examples: dict = {}
         by_class, by_kind, max_case = campaign(targets, args.cases, args.seed, args.timeout, scratch,
-                                               examples=examples)
+                                               examples=examples, replay=replay, keep=work / "replay")
         secs = time.monotonic() - t0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -54,6 +54,7 @@ class Target:
     topic: str = ""
     queue_id: int = 0
     data_end: int = 0      # bytes up to the last non-zero byte
+    commitlog: tuple = ()  # the store's txlog_io.unitchain.CommitLogBounds (its CommitLog file listing)
 
 
 # ------------------------------------------------------------------------------------------------ mutations

@@ -11,7 +11,7 @@ import pytest
 from refbroker.generate import generate
 from txlog_io.errors import AnomalyKind
 from txlog_io.mappedfile import discover_store, list_mapped_files, offset_to_file_name
-from txlog_io.unitchain import check_store_unit_chains, check_unit_chain
+from txlog_io.unitchain import CommitLogBounds, check_store_unit_chains, check_unit_chain, commitlog_bounds
 
 from conftest import FIXTURES
 
@@ -28,6 +28,7 @@ def stores(tmp_path_factory):
 
 def test_real_and_reference_stores_report_nothing(stores):
     roots = [FIXTURES / v / "store" for v in ("rocketmq-3.1.4", "rocketmq-4.9.8", "rocketmq-5.3.3")]
+    roots += [FIXTURES / "rocketmq-4.9.8-dledger" / s for s in ("store-clean", "store-crashed")]
     for root in roots + list(stores.values()):
         layout = discover_store(root)
         assert check_store_unit_chains(layout) == [], root
@@ -97,3 +98,35 @@ def test_plausible_unit_born_after_the_data_is_reported(stores, tmp_path):
     assert [(a.kind, Path(a.file).name, a.position) for a in found] == \
         [(AnomalyKind.UNIT_OUT_OF_ORDER, newest.name, end)]
     assert found[0].actual == "commitlog_offset=0"
+
+
+@pytest.mark.parametrize("unit,expected", [
+    ((1 << 62, 300, -1797392022), "commitlog_offset + size <= "),    # fuzz seed 21 case 83554: forward
+    ((4096, 1 << 20, 0), "size <= "),                                # bigger than a CommitLog file
+    ((4096, 50, 0), "size >= 91"),                                   # smaller than any record
+])
+def test_impossible_unit_born_after_the_data_is_reported(stores, tmp_path, unit, expected):
+    """Random bytes after the data can make a unit that points *forward* (the order cannot show it): its
+    record would lie past the newest CommitLog file, or be larger than one, or smaller than any record.
+    One finding for it, and it does not make the next file look out of order."""
+    from txlog_io.consumequeue import encode_cq_unit
+
+    layout = discover_store(stores["5.1+"])
+    bounds = commitlog_bounds(layout)
+    assert bounds == CommitLogBounds(max(mf.base_offset for mf in layout.commitlog) + 256 * 1024, 256 * 1024)
+    src_dir, files = _queue_dir(layout, "consumequeue")
+    work = tmp_path / "q"
+    shutil.copytree(src_dir, work)
+    victim = work / files[-2].name                       # not the newest file: a file follows it
+    data = bytearray(victim.read_bytes())
+    end = -(-len(data.rstrip(b"\0")) // 20) * 20
+    if end == len(data):                                 # a full file: damage its last unit instead
+        end -= 20
+    data[end:end + 20] = encode_cq_unit(*unit)
+    victim.write_bytes(bytes(data))
+    listed = list_mapped_files(work, source="consumequeue")[0]
+    found = check_unit_chain(listed, "consumequeue", bounds=bounds)
+    assert [(a.kind, Path(a.file).name, a.position) for a in found] == \
+        [(AnomalyKind.IMPOSSIBLE_UNIT, victim.name, end)]
+    assert found[0].expected.startswith(expected), found[0]
+    assert found[0].actual == f"commitlog_offset={unit[0]} size={unit[1]}"

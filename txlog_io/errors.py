@@ -86,6 +86,7 @@ class AnomalyKind:
     BAD_STATETABLE_UNIT = "BAD_STATETABLE_UNIT"
     UNIT_FILE_OUT_OF_ORDER = "UNIT_FILE_OUT_OF_ORDER"  # unit file whose CommitLog offsets go back: misplaced
     UNIT_OUT_OF_ORDER = "UNIT_OUT_OF_ORDER"        # a file's last unit points before the one preceding it
+    IMPOSSIBLE_UNIT = "IMPOSSIBLE_UNIT"            # unit pointing at a record no CommitLog of the store can hold
     BAD_REDOLOG_UNIT = "BAD_REDOLOG_UNIT"
     BAD_JSON = "BAD_JSON"                          # config JSON that cannot be parsed even leniently
     BAD_CHECKPOINT = "BAD_CHECKPOINT"

@@ -17,8 +17,14 @@ after the last unit of the nearest non-empty file before it.  A file breaking th
 ``UNIT_FILE_OUT_OF_ORDER`` at its first unit (file, position, expected vs actual).  Within a file, the same
 invariant is checked for the last unit only (``UNIT_OUT_OF_ORDER``): a plausible unit born in the unwritten
 space right after the data (a flipped bit, stray bytes) is not preceded by a zero unit, so only the order
-shows it.  Other units of a file are left to the decoders (a bad value there is a change no checksum covers;
-the audit cross-checks units against the CommitLog).
+shows it.  The same units are checked against the CommitLog's geometry (file names and sizes, not its
+bytes): a unit whose record is smaller than the smallest record (``MIN_RECORD_SIZE``), larger than one
+CommitLog file (``doAppend`` moves a record that does not fit to the next file: END_OF_FILE), or ending past
+the newest CommitLog file (RocketMQ's recovery deletes such units, ``CommitLog.recoverNormally /
+recoverAbnormally -> truncateDirtyLogicFiles``) is ``IMPOSSIBLE_UNIT``; it is then left out of the order
+checks, so one bad unit is one finding.  A random block in the unwritten space after the data makes such a
+unit pointing *forward*, which the order alone cannot show.  Other units of a file are left to the decoders
+(a bad value there is a change no checksum covers; the audit cross-checks units against the CommitLog).
 
 Cost: the first, the last and the one before the last real unit of each file, found by bounded block reads
 from each end (a preallocated file is zeros after its data).  Files are opened read-only.
@@ -26,10 +32,11 @@ from each end (a preallocated file is zeros after its data).  Files are opened r
 from __future__ import annotations
 
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from txlog_io.commitlog_layout import MIN_RECORD_SIZE
 from txlog_io.consumequeue import CQ_UNIT_DTYPE, PRE_BLANK_SIZE, REDOLOG_UNIT_DTYPE, STATETABLE_UNIT_DTYPE
 from txlog_io.errors import Anomaly, AnomalyKind, TxlogError
 
@@ -39,6 +46,37 @@ _BLOCK_BYTES = 64 * 1024
 
 # (position, CommitLog offset, size) of one real unit
 Unit = Tuple[int, int, int]
+
+
+class CommitLogBounds(NamedTuple):
+    """What a store's CommitLog file listing says about any record in it (None: not known)."""
+    end: Optional[int]            # just past the newest CommitLog file (its start offset + its file size)
+    file_size: Optional[int]      # the largest CommitLog file: no record is larger
+
+
+def commitlog_bounds(layout) -> CommitLogBounds:
+    """Bounds from a ``StoreLayout``'s CommitLog (or DLedger data) files; nominal sizes, so a file cut short
+    by a half-copied backup does not make the units written before the cut look impossible."""
+    files = list(layout.commitlog)
+    if not files:
+        return CommitLogBounds(None, None)
+    nominal = max([layout.commitlog_file_size or 0] + [mf.size for mf in files])
+    return CommitLogBounds(max(mf.base_offset for mf in files) + nominal, nominal)
+
+
+def _impossible(unit: Unit, bounds: Optional[CommitLogBounds]) -> Optional[Tuple[str, str]]:
+    """(expected, why) when no CommitLog of the store can hold the unit's record, else None."""
+    _, offset, size = unit
+    if size < MIN_RECORD_SIZE:
+        return f"size >= {MIN_RECORD_SIZE}", "smaller than the smallest CommitLog record"
+    if bounds is None:
+        return None
+    if bounds.file_size is not None and size > bounds.file_size:
+        return f"size <= {bounds.file_size}", "larger than a CommitLog file (a record never spans two)"
+    if bounds.end is not None and offset + size > bounds.end:
+        return f"commitlog_offset + size <= {bounds.end}", \
+            "past the end of the newest CommitLog file (RocketMQ's recovery deletes such units)"
+    return None
 
 
 def _real(units: np.ndarray) -> np.ndarray:
@@ -88,9 +126,12 @@ def file_ends(path, dtype: np.dtype) -> Optional[Tuple[Unit, Optional[Unit], Uni
         return first, last_before(last[0], first[0]), last
 
 
-def check_unit_chain(files: Sequence, kind: str, label: str = "") -> List[Anomaly]:
+def check_unit_chain(files: Sequence, kind: str, label: str = "",
+                     bounds: Optional[CommitLogBounds] = None) -> List[Anomaly]:
     """Findings for the files of one queue (``MappedFile``s in name order) whose units do not continue the
-    CommitLog offsets of the files before them.  ``label`` names the queue in the detail."""
+    CommitLog offsets of the files before them, or whose first / last units no CommitLog can hold (``bounds``
+    from :func:`commitlog_bounds`; None checks only the smallest record size).  ``label`` names the queue in
+    the detail."""
     dtype = UNIT_DTYPE_BY_KIND[kind]
     found: List[Anomaly] = []
     previous = None                                  # (file name, last unit) of the nearest non-empty file
@@ -101,8 +142,19 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "") -> List[Anomal
             continue                                 # unreadable: the decoders report it
         if ends is None:
             continue
+        plausible = {}
+        for unit in dict.fromkeys(u for u in ends if u is not None):
+            why = _impossible(unit, bounds)
+            plausible[unit] = why is None
+            if why is not None:
+                found.append(Anomaly(
+                    AnomalyKind.IMPOSSIBLE_UNIT, str(mf.path), unit[0],
+                    f"this {kind} unit points at a record {why[1]}: RocketMQ cannot have written it (damaged "
+                    "bytes, or a unit born in the unwritten space after the data)",
+                    why[0], f"commitlog_offset={unit[1]} size={unit[2]}", kind, mf.base_offset + unit[0]))
         first, before_last, last = ends
-        if before_last is not None and last[1] < before_last[1] + before_last[2]:
+        if before_last is not None and plausible[before_last] and plausible[last] \
+                and last[1] < before_last[1] + before_last[2]:
             # a plausible unit in the unwritten space right after the data (a flipped bit, stray bytes): no
             # zero unit precedes it, so only the order betrays it
             found.append(Anomaly(
@@ -111,7 +163,7 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "") -> List[Anomal
                 "RocketMQ writes a queue's CommitLog offsets in increasing order",
                 f"commitlog_offset >= {before_last[1] + before_last[2]}", f"commitlog_offset={last[1]}",
                 kind, mf.base_offset + last[0]))
-        if previous is not None:
+        if previous is not None and plausible[first]:
             name, (_, p_offset, p_size) = previous
             if first[1] < p_offset + p_size:
                 queue = f" of {label}" if label else ""
@@ -122,19 +174,24 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "") -> List[Anomal
                     "RocketMQ writes a queue's CommitLog offsets in increasing order",
                     f"commitlog_offset >= {p_offset + p_size}", f"commitlog_offset={first[1]}", kind,
                     mf.base_offset + first[0]))
-        previous = (mf.name, last)
+        if plausible[last]:
+            previous = (mf.name, last)
+        elif plausible[first]:
+            previous = (mf.name, first)
     return found
 
 
 def check_store_unit_chains(layout) -> List[Anomaly]:
     """``check_unit_chain`` over every consume queue, the statetable and the redolog of a ``StoreLayout``."""
     found: List[Anomaly] = []
+    bounds = commitlog_bounds(layout)
     queues: Iterable = sorted(layout.consume_queues.items())
     for (topic, queue_id), files in queues:
-        found.extend(check_unit_chain(files, "consumequeue", f"{topic}/{queue_id}"))
+        found.extend(check_unit_chain(files, "consumequeue", f"{topic}/{queue_id}", bounds))
     for kind in ("statetable", "redolog"):
-        found.extend(check_unit_chain(getattr(layout, kind), kind))
+        found.extend(check_unit_chain(getattr(layout, kind), kind, bounds=bounds))
     return found
 
 
-__all__ = ["check_unit_chain", "check_store_unit_chains", "file_ends", "UNIT_DTYPE_BY_KIND"]
+__all__ = ["check_unit_chain", "check_store_unit_chains", "commitlog_bounds", "CommitLogBounds", "file_ends",
+           "UNIT_DTYPE_BY_KIND"]
