@@ -21,6 +21,9 @@ Guarantees (delta-rs writer; the Spark writer gives the same through Delta's own
 
 * Every table has ``run_id`` (and ``run_date``) columns; ``run_id`` is always a partition column.  Writing the
   same ``run_id`` again REPLACES that run's rows; another ``run_id`` is added next to the existing ones.
+* A table written by an older version whose schema lacks a nullable column this version has (e.g.
+  ``audit_anomalies.length``) takes the new run's rows: the commit carries the new schema, the older files
+  read that column as null.  Any other schema difference is refused (``SinkError``).
 * A run killed after writing data files but before its commit leaves the table exactly as it was (readers only
   see committed files); the stray files are never referenced and a ``VACUUM`` removes them.  The next run
   commits normally.
@@ -462,6 +465,16 @@ def _same_fields(a: pa.Schema, b: pa.Schema) -> bool:
     return [(f.name, f.type) for f in a] == [(f.name, f.type) for f in b]
 
 
+def _only_added_nullable(existing: pa.Schema, new: pa.Schema) -> bool:
+    """Schema evolution the sink accepts: ``new`` keeps every existing column with its type and adds only
+    nullable ones (a table written by an older version: its files read the new columns as null, as Delta
+    specifies for columns missing from a data file)."""
+    old = {f.name: f.type for f in existing}
+    names = {f.name for f in new}
+    return (all(n in names for n in old)
+            and all(old[f.name] == f.type if f.name in old else f.nullable for f in new))
+
+
 def _commit_files(root: str, table: Table, run_id: str, partition_by: Sequence[str],
                   files: Sequence[_FileMeta],
                   extra_commit_info: Optional[Mapping[str, object]] = None) -> int:
@@ -494,7 +507,8 @@ def _commit_files(root: str, table: Table, run_id: str, partition_by: Sequence[s
         raise SinkError(f"table {root} is partitioned by {existing_parts}, "
                         f"this write by {list(partition_by)}")
     existing = pa.schema(dt.schema().to_arrow())
-    if not _same_fields(pa.schema(DeltaSchema.from_arrow(schema).to_arrow()), existing):
+    new = pa.schema(DeltaSchema.from_arrow(schema).to_arrow())
+    if not _same_fields(new, existing) and not _only_added_nullable(existing, new):
         raise SinkError(f"table {root} has a different schema than {table.name}: "
                         f"existing {existing.names}, new {schema.names}")
     dt.create_write_transaction(adds, mode="overwrite", schema=delta_schema, partition_by=list(partition_by),
@@ -552,6 +566,7 @@ def _write_with_spark(df, root: str, table: Table, run_id: str, partition_by: Se
     (frame.write.format("delta")
      .mode("overwrite")
      .option("replaceWhere", f"{RUN_ID} = {_sql_string(run_id)}")
+     .option("mergeSchema", "true")            # a table written before a nullable column was added
      .option("userMetadata", json.dumps({"txaudit.run_id": run_id, "txaudit.table": table.name}))
      .partitionBy(*partition_by)
      .save(root))

@@ -223,7 +223,7 @@ def fallback_findings(spark, plan: Plan, brokers: Sequence[str]):
 
     rows = [(b, AnomalyKind.INCREMENTAL_FALLBACK, os.path.join(plan.out, AUDIT_STATE.name), 0,
              f"--incremental ran a full audit: {plan.detail}", "a completed incremental run to continue from",
-             plan.reason, "audit", None) for b in brokers]
+             plan.reason, "audit", None, None) for b in brokers]
     return spark.createDataFrame(rows, ANOMALIES_SOURCE.spark_schema())
 
 

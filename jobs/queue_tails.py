@@ -88,7 +88,7 @@ def idle_tail_findings(spark, scanned, idle: Sequence[tuple]):
                         "g_end").alias("detail"),
         F.lit("a unit for every record of the queue").alias("expected"),
         F.format_string("%d records without a unit", "n").alias("actual"), F.lit("index").alias("source"),
-        c("first").alias("physical_offset"))
+        c("first").alias("physical_offset"), F.lit(None).cast("long").alias("length"))
 
 
 __all__ = ["GAP_QUEUE_IDLE_TAIL", "split_idle_tails", "only_queue_records", "idle_tail_findings"]

@@ -534,7 +534,7 @@ def gap_findings(gaps):
                         "detail", "start", "end").alias("detail"),
         F.lit("an index of every retained record of the queue").alias("expected"),
         c("reason").alias("actual"), F.lit("index").alias("source"),
-        c("start").alias("physical_offset"))
+        c("start").alias("physical_offset"), F.lit(None).cast("long").alias("length"))
 
 
 def scan_cells(spark, gap_rows: Sequence[tuple], info: Sequence[StoreInfo], opts: SourceOptions):

@@ -301,7 +301,7 @@ def _uncommitted_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
 def _reconstruct_finding(broker, code, physical_offset, queue_id, queue_offset, detail, topic=OP_TOPIC):
     return {"broker": broker, "code": code, "source": "reconstruct", "physical_offset": physical_offset,
             "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "transaction_key": None,
-            "file": None, "position": None, "detail": detail}
+            "file": None, "position": None, "length": None, "detail": detail}
 
 
 def _decoder_finding(a: dict) -> dict:
@@ -310,7 +310,8 @@ def _decoder_finding(a: dict) -> dict:
     detail = ": ".join(s for s in (a["detail"], tail) if s is not None)
     return {"broker": a["broker"], "code": a["kind"], "source": a["source"],
             "physical_offset": a["physical_offset"], "topic": None, "queue_id": None, "queue_offset": None,
-            "transaction_key": None, "file": a["file"], "position": a["position"], "detail": detail}
+            "transaction_key": None, "file": a["file"], "position": a["position"], "length": a["length"],
+            "detail": detail}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -371,8 +372,8 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
                 if e.tx is not None:
                     for code in codes_at.get((e.broker, e.physical_offset), ()):
                         problems.append((e.broker, e.tx, code))
-    anomalies = _rows(table, "anomaly", ("kind", "source", "physical_offset", "file", "position", "detail",
-                                         "expected", "actual"))
+    anomalies = _rows(table, "anomaly", ("kind", "source", "physical_offset", "file", "position", "length",
+                                         "detail", "expected", "actual"))
     problems.extend((b, tx, "CORRUPT_RECORD") for b, tx in _corrupt_hits(rows, anomalies))
     problems.extend((b, tx, "EVIDENCE_NOT_COMMITTED") for b, tx in _uncommitted_hits(rows, anomalies))
     for b, tx, code in problems:

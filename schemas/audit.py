@@ -233,6 +233,7 @@ AUDIT_ANOMALIES = Table.of(
         C("transaction_key", _str, True, "transaction the finding was attached to (null = not attributable)"),
         C("file", _str, True, "file (decoder findings)"),
         C("position", _i64, True, "byte position in that file (decoder findings)"),
+        C("length", _i64, True, "bytes of the damaged range that starts at position (null: not a byte range)"),
         C("detail", _str, False, "human-readable reason"),
     ],
     "Findings: decoder anomalies, plus evidence no transaction could be attached to",

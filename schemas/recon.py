@@ -24,7 +24,7 @@ _INPUT_SOURCES = {
     STATETABLE: ("index", "state"),
     REDOLOG: ("tags_code", "kind"),
     CONSUMER_OFFSETS: ("group", "offset"),
-    ANOMALIES: ("file", "position", "detail", "expected", "actual", "source"),
+    ANOMALIES: ("file", "position", "length", "detail", "expected", "actual", "source"),
 }
 
 

@@ -95,6 +95,7 @@ ANOMALIES = Table.of("anomalies", [
     C("actual", _str, True, "what was found"),
     C("source", _str, False, "decoder that found it (commitlog, consumequeue, statetable, redolog, config, store)"),
     C("physical_offset", _i64, True, "global offset when known"),
+    C("length", _i64, True, "bytes of the damaged range that starts at position (null: not about a byte range)"),
 ], "Integrity findings met while decoding")
 
 STORE_TABLES = {t.name: t for t in (COMMITLOG, CONSUMEQUEUE, STATETABLE, REDOLOG, CONSUMER_OFFSETS, ANOMALIES)}

@@ -334,3 +334,36 @@ def test_arrow_table_written_by_the_driver_same_table_as_the_executors(spark, tm
     with pytest.raises(SinkError, match="NOT NULL"):
         bad = _arrow(_rows(2)).set_column(1, "tx_id", pa.array([None, "x"], pa.string()))
         write_table(bad, tmp_path, TINY, "run-c", spark=spark, run_date=RUN_DAY)
+
+
+def test_table_without_a_new_nullable_column_takes_the_new_rows(spark, tmp_path):
+    """audit_anomalies written before its ``length`` column existed: the next run's rows (driver and executor
+    writers) land next to the old ones, which read ``length`` as null; any other schema change is refused."""
+    from schemas.audit import AUDIT_ANOMALIES
+
+    old = Table.of(AUDIT_ANOMALIES.name, [c for c in AUDIT_ANOMALIES.columns if c.name != "length"],
+                   AUDIT_ANOMALIES.comment)
+    row = {"broker": "b", "code": "RESYNC", "source": "commitlog", "physical_offset": 10, "topic": None,
+           "queue_id": None, "queue_offset": None, "transaction_key": None, "file": "f", "position": 10,
+           "detail": "d"}
+    write_table(pa.Table.from_pylist([row], schema=old.arrow_schema()), tmp_path, old, "old", spark=spark,
+                run_date=RUN_DAY)
+    new_rows = [dict(row, length=123)]
+    write_table(pa.Table.from_pylist(new_rows, schema=AUDIT_ANOMALIES.arrow_schema()), tmp_path,
+                AUDIT_ANOMALIES, "new-driver", spark=spark, run_date=RUN_DAY)
+    df = spark.createDataFrame(pa.Table.from_pylist(new_rows, schema=AUDIT_ANOMALIES.arrow_schema()).to_pandas(),
+                               AUDIT_ANOMALIES.spark_schema())
+    write_table(df, tmp_path, AUDIT_ANOMALIES, "new-executors", spark=spark, run_date=RUN_DAY)
+    got = {r[RUN_ID]: r["length"] for r in _read(tmp_path / AUDIT_ANOMALIES.name).to_pylist()}
+    assert got == {"old": None, "new-driver": 123, "new-executors": 123}
+    assert "length" in DeltaTable(str(tmp_path / AUDIT_ANOMALIES.name)).schema().to_arrow().names
+    # rewriting the old run id with the old schema would drop a column: refused, table unchanged
+    with pytest.raises(SinkError, match="different schema"):
+        write_table(pa.Table.from_pylist([row], schema=old.arrow_schema()), tmp_path, old, "old", spark=spark,
+                    run_date=RUN_DAY)
+    retyped = Table.of(AUDIT_ANOMALIES.name, [C(c.name, pa.int32(), True, c.comment) if c.name == "length"
+                                              else c for c in AUDIT_ANOMALIES.columns], AUDIT_ANOMALIES.comment)
+    with pytest.raises(SinkError, match="different schema"):
+        write_table(pa.Table.from_pylist(new_rows, schema=retyped.arrow_schema()), tmp_path, retyped, "x",
+                    spark=spark, run_date=RUN_DAY)
+    assert len(_read(tmp_path / AUDIT_ANOMALIES.name)) == 3

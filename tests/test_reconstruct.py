@@ -425,6 +425,7 @@ def test_output_schemas(truth_audit):
         "transaction_key",
         "file",
         "position",
+        "length",
         "detail",
     ]
 

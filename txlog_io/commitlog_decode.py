@@ -188,7 +188,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
                 if nz is not None:
                     anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, fp, base,
                                               "fewer than 8 bytes left for a record header",
-                                              "8 bytes", f"{size - fp} bytes"))
+                                              "8 bytes", f"{size - fp} bytes", size - fp))
                 elif fp > pos or count:
                     # the broker always leaves >= END_FILE_MIN_BLANK_LENGTH (8) bytes after a record and fills
                     # them with a BLANK header or zeros: a file that ends right after a record was cut there
@@ -221,7 +221,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
                 if fp + total != size:
                     anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, fp, base,
                                               "BLANK end-of-file header length does not reach the file end",
-                                              size - fp, total))
+                                              size - fp, total, size - fp))
                 summary.valid_end, summary.stop_reason = fp, "BLANK end-of-file filler"
                 break
             if total == 0 and magic == 0:
@@ -277,13 +277,13 @@ def _resync(reader, base, fp, end, anomalies, summary, kind, detail, expected, a
     if nxt is None:
         anomalies.append(_anomaly(kind, reader.path, fp, base,
                                   f"{detail}; no valid record follows (bytes {fp}..{reader.size} unreadable)",
-                                  expected, actual))
+                                  expected, actual, reader.size - fp))
         summary.skipped_bytes += reader.size - fp
         summary.stop_reason = f"{kind} with no valid record after it"
         return None
     anomalies.append(_anomaly(kind, reader.path, fp, base,
                               f"{detail}; resynchronised at file position {nxt} ({nxt - fp} bytes skipped)",
-                              expected, actual))
+                              expected, actual, nxt - fp))
     summary.skipped_bytes += nxt - fp
     return nxt if nxt < end else None
 
@@ -300,12 +300,13 @@ def _check_zero_tail(reader, base, fp, end, anomalies, summary) -> Optional[int]
     nxt = next_boundary(reader, max(fp, nz - 3), base)
     if nxt is None:
         anomalies.append(_anomaly(AnomalyKind.GARBAGE_AFTER_END, reader.path, nz, base,
-                                  f"non-zero bytes after the end of data at {fp}", "zeros", "non-zero bytes"))
+                                  f"non-zero bytes after the end of data at {fp}", "zeros", "non-zero bytes",
+                                  reader.size - nz))
         summary.skipped_bytes += reader.size - nz
         return None
     anomalies.append(_anomaly(AnomalyKind.RESYNC, reader.path, fp, base,
                               f"zero gap {fp}..{nxt} inside the data; records resume at {nxt}",
-                              "contiguous records", f"{nxt - fp} zero/garbage bytes"))
+                              "contiguous records", f"{nxt - fp} zero/garbage bytes", nxt - fp))
     summary.skipped_bytes += nxt - fp
     return nxt if nxt < end else None
 

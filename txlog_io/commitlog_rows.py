@@ -38,11 +38,12 @@ _TX_TOPICS = K.pack_strings(L.TX_SYSTEM_TOPICS)
 _NO_TOPICS = K.pack_strings([])
 
 
-def anomaly(kind, file, pos, base, detail, expected=None, actual=None) -> Anomaly:
+def anomaly(kind, file, pos, base, detail, expected=None, actual=None, length=None) -> Anomaly:
+    """A CommitLog finding at ``pos``; ``length``: bytes of the damaged range (a record, skipped bytes)."""
     return Anomaly(kind=kind, file=str(file), position=int(pos), detail=detail,
                    expected=None if expected is None else str(expected),
                    actual=None if actual is None else str(actual), source=SOURCE,
-                   physical_offset=int(base + pos))
+                   physical_offset=int(base + pos), length=None if length is None else int(length))
 
 
 def empty_batch() -> pa.RecordBatch:
@@ -104,21 +105,22 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
         for i in np.flatnonzero(~ok).tolist():
             anomalies.append(anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, int(file_pos[i]), base,
                                      "field lengths do not add up to TOTALSIZE (calMsgLength); record dropped",
-                                     int(f[K.F_TOTAL, i]), "body/topic/properties lengths inconsistent"))
+                                     int(f[K.F_TOTAL, i]), "body/topic/properties lengths inconsistent",
+                                     int(f[K.F_TOTAL, i])))
     # every well-formed record is checked, whether it becomes a row or not
     phys = file_pos + base
     stored_phys = f[K.F_STORED_PHYS]
     for i in np.flatnonzero(ok & (stored_phys != phys)).tolist():
         anomalies.append(anomaly(AnomalyKind.PHYSICAL_OFFSET_MISMATCH, path, int(file_pos[i]), base,
                                  "stored PHYSICALOFFSET differs from the record's location",
-                                 int(phys[i]), int(stored_phys[i])))
+                                 int(phys[i]), int(stored_phys[i]), int(f[K.F_TOTAL, i])))
     if verify_crc:
         computed = K.body_crcs(u8, f[K.F_BODY_AT], np.where(ok, f[K.F_BODY_SIZE], 0))
         crc_ok = computed == f[K.F_BODY_CRC]
         for i in np.flatnonzero(ok & ~crc_ok).tolist():
             anomalies.append(anomaly(AnomalyKind.BODY_CRC_MISMATCH, path, int(file_pos[i]), base,
                                      "BODYCRC does not match the stored body", int(f[K.F_BODY_CRC, i]),
-                                     int(computed[i])))
+                                     int(computed[i]), int(f[K.F_TOTAL, i])))
     else:
         crc_ok = np.ones(pos.size, bool)
     status, actual = K.prop_crcs(u8, pos, f[K.F_TOTAL], ok, f[K.F_PROPS_AT], K.CRC_MARKER)
@@ -126,7 +128,8 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
         t = int(pos[i] + f[K.F_TOTAL, i]) - K.PROP_CRC_RESERVED + len(K.CRC_MARKER)
         anomalies.append(anomaly(AnomalyKind.PROPERTY_CRC_MISMATCH, path, int(file_pos[i]), base,
                                  "__CRC32# property does not match the record bytes before it",
-                                 bytes(u8[t:t + 10]).decode("utf-8", "replace"), str(int(actual[i]))))
+                                 bytes(u8[t:t + 10]).decode("utf-8", "replace"), str(int(actual[i])),
+                                 int(f[K.F_TOTAL, i])))
     if topics is not None or tx_relevant:
         names, off = topics if topics is not None else _TX_TOPICS
         keep = K.relevant(u8, f, names, off, tx_relevant)

@@ -199,7 +199,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
                     detail=f"non-zero unit after an all-zero unit at {pos - unit}; RocketMQ's recovery stops at the "
                            "zero unit and would not serve this one",
                     expected="all-zero unit", actual=units[i:i + 1].tobytes().hex(),
-                    source=source, physical_offset=base_offset + pos))
+                    source=source, physical_offset=base_offset + pos, length=unit))
             previous_zero = bool(zero[-1])
             yield _UnitChunk(units=units, positions=positions, zero=zero, anomalies=anomalies)
             position += count * unit
@@ -214,7 +214,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
                                  kind=AnomalyKind.TRUNCATED_RECORD, file=file_str, position=complete_end,
                                  detail=f"file ends {len(tail)} bytes into a {unit}-byte unit ({state})",
                                  expected=f"{unit} bytes", actual=f"{len(tail)} bytes", source=source,
-                                 physical_offset=base_offset + complete_end)])
+                                 physical_offset=base_offset + complete_end, length=len(tail))])
 
 
 def _constant_string(value: str, n: int) -> pa.Array:
@@ -227,9 +227,10 @@ def _constant_string(value: str, n: int) -> pa.Array:
 
 
 def _unit_anomaly(kind: str, file_str: str, source: str, base_offset: int, pos: int, detail: str, expected: str,
-                  actual: str) -> Anomaly:
+                  actual: str, length: int = CQ_UNIT_SIZE) -> Anomaly:
+    """A finding about the one unit at ``pos`` (``length``: the unit size)."""
     return Anomaly(kind=kind, file=file_str, position=pos, detail=detail, expected=expected, actual=actual,
-                   source=source, physical_offset=base_offset + pos)
+                   source=source, physical_offset=base_offset + pos, length=length)
 
 
 def _by_position(anomaly: Anomaly) -> int:
@@ -474,7 +475,7 @@ def _cq_ext_unit_at(buf, pos: int, limit: int, file_str: str, base: int, source:
         if pos < limit and any(buf[pos:limit]):
             return None, None, Anomaly(AnomalyKind.TRUNCATED_RECORD, file_str, pos,
                                        "file ends inside an ext unit's size field", "2 bytes",
-                                       f"{limit - pos} bytes", source, base + pos)
+                                       f"{limit - pos} bytes", source, base + pos, limit - pos)
         return None, None, None
     (size,) = _INT16.unpack_from(buf, pos)
     if size == 0 or size == -1:
@@ -482,18 +483,18 @@ def _cq_ext_unit_at(buf, pos: int, limit: int, file_str: str, base: int, source:
     if size < CQ_EXT_MIN_UNIT_SIZE:
         return None, None, Anomaly(AnomalyKind.BAD_CQ_EXT_UNIT, file_str, pos,
                                    "impossible ext unit size; cannot find the next unit", f">= {CQ_EXT_MIN_UNIT_SIZE}",
-                                   str(size), source, base + pos)
+                                   str(size), source, base + pos, limit - pos)
     if pos + size > limit:
         return None, None, Anomaly(AnomalyKind.TRUNCATED_RECORD, file_str, pos,
                                    "ext unit runs past the end of the file", f"{size} bytes",
-                                   f"{limit - pos} bytes", source, base + pos)
+                                   f"{limit - pos} bytes", source, base + pos, limit - pos)
     _, tags, store_time, bitmap_size = CQ_EXT_UNIT_HEADER.unpack_from(buf, pos)
     if max(bitmap_size, 0) + CQ_EXT_MIN_UNIT_SIZE != size:
         # RocketMQ's recovery steps over `size` bytes regardless, so do we.
         return None, pos + size, Anomaly(AnomalyKind.BAD_CQ_EXT_UNIT, file_str, pos,
                                          "ext unit size disagrees with its bitmap size",
                                          f"size = 20 + bitMapSize ({CQ_EXT_MIN_UNIT_SIZE + max(bitmap_size, 0)})",
-                                         str(size), source, base + pos)
+                                         str(size), source, base + pos, size)
     bitmap = bytes(buf[pos + CQ_EXT_MIN_UNIT_SIZE:pos + size])
     unit = CqExtUnit(file=file_str, file_position=pos, address=ext_address(base + pos), size=size, tags_code=tags,
                      msg_store_time=store_time, filter_bitmap=bitmap)
@@ -543,7 +544,7 @@ def iter_cq_ext_units(path, *, base_offset: Optional[int] = None, anomalies: Opt
                     if garbage is not None:
                         found.append(Anomaly(AnomalyKind.GARBAGE_AFTER_END, file_str, garbage,
                                              f"non-zero bytes after the end of ext data at {pos}", "zero bytes",
-                                             f"0x{buf[garbage]:02x}", source, base + garbage))
+                                             f"0x{buf[garbage]:02x}", source, base + garbage, limit - garbage))
 
 
 def read_cq_ext_unit(files: Sequence, tags_code: int) -> Optional[CqExtUnit]:
@@ -615,7 +616,8 @@ def decode_statetable(path, *, base_offset: Optional[int] = None, start: int = 0
             anomalies.append(_unit_anomaly(
                 AnomalyKind.BAD_STATETABLE_UNIT, file_str, source, base, pos,
                 f"{detail} (index {(base + pos) // STATETABLE_UNIT_SIZE})", expected,
-                f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} state={int(states[i])}"))
+                f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} state={int(states[i])}",
+                STATETABLE_UNIT_SIZE))
         n = int(keep.sum())
         if n == 0 and not anomalies:
             continue

@@ -253,11 +253,11 @@ class EntryFrame:
         return list(zip((self.positions + self.file_pos).tolist(), *(h[n].tolist() for n in ENTRY_FIELDS[1:])))
 
 
-def _anomaly(kind, path, fp, base, detail, expected=None, actual=None, source=SOURCE) -> Anomaly:
+def _anomaly(kind, path, fp, base, detail, expected=None, actual=None, source=SOURCE, length=None) -> Anomaly:
     return Anomaly(kind=kind, file=str(path), position=int(fp), detail=detail,
                    expected=None if expected is None else str(expected),
                    actual=None if actual is None else str(actual), source=source,
-                   physical_offset=int(base + fp))
+                   physical_offset=int(base + fp), length=None if length is None else int(length))
 
 
 def scan_entries(path, *, base_offset: Optional[int] = None, start: int = 0, end: Optional[int] = None,
@@ -309,7 +309,7 @@ def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
                 if at < size and any(f.pread(at, size - at)):
                     anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, at, base,
                                               "fewer than 8 bytes left for an entry header", "8 bytes",
-                                              f"{size - at} bytes"))
+                                              f"{size - at} bytes", length=size - at))
                 summary.valid_end, summary.stop_reason = at, "end of file"
                 break
             if rel + END_MARKER.size > n:
@@ -326,7 +326,7 @@ def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
                 if esize != size - at:
                     anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, at, base,
                                               "DLedger end-of-file marker length does not reach the file end",
-                                              size - at, esize))
+                                              size - at, esize, length=size - at))
                 summary.valid_end, summary.stop_reason = at, "DLedger end-of-file marker"
                 break
             if magic == 0 and esize == 0:
@@ -418,16 +418,17 @@ def _resync(f: PositionalFile, base, at, stop_at, anomalies, summary, kind, deta
     if nxt is not None and nxt < at:
         anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, f.path, prev_at, base,
                                   f"the entry's size leads to {at}, where {detail.lower()}; the next entry "
-                                  f"starts at {nxt}: resynchronised there", nxt - prev_at, at - prev_at))
+                                  f"starts at {nxt}: resynchronised there", nxt - prev_at, at - prev_at,
+                                  length=nxt - prev_at))
         return nxt if nxt < stop_at else None
     if nxt is None:
         anomalies.append(_anomaly(kind, f.path, at, base, f"{detail}; no entry follows (bytes {at}..{f.size} "
-                                  "unreadable)", expected, actual))
+                                  "unreadable)", expected, actual, length=f.size - at))
         summary.skipped_bytes += f.size - at
         summary.stop_reason = f"{kind} with no entry after it"
         return None
     anomalies.append(_anomaly(kind, f.path, at, base, f"{detail}; resynchronised at file position {nxt} "
-                              f"({nxt - at} bytes skipped)", expected, actual))
+                              f"({nxt - at} bytes skipped)", expected, actual, length=nxt - at))
     summary.skipped_bytes += nxt - at
     return nxt if nxt < stop_at else None
 
@@ -442,12 +443,13 @@ def _zero_tail(f: PositionalFile, base, at, stop_at, anomalies, summary, search_
             if nxt is None:
                 anomalies.append(_anomaly(AnomalyKind.GARBAGE_AFTER_END, f.path, nz, base,
                                           f"non-zero bytes after the end of data at {at}", "zeros",
-                                          "non-zero bytes"))
+                                          "non-zero bytes", length=f.size - nz))
                 summary.skipped_bytes += f.size - nz
                 return None
             anomalies.append(_anomaly(AnomalyKind.RESYNC, f.path, at, base,
                                       f"zero gap {at}..{nxt} inside the data; entries resume at {nxt}",
-                                      "contiguous entries", f"{nxt - at} zero/garbage bytes"))
+                                      "contiguous entries", f"{nxt - at} zero/garbage bytes",
+                                      length=max(0, nxt - at)))
             summary.skipped_bytes += max(0, nxt - at)
             return nxt if nxt < stop_at else None
         pos += block.size

@@ -115,6 +115,7 @@ class Anomaly:
     actual: Optional[str] = None
     source: str = ""            # which decoder found it: commitlog, consumequeue, statetable, ...
     physical_offset: Optional[int] = None  # global offset (CommitLog / logical queue offset bytes) if known
+    length: Optional[int] = None           # bytes of the damaged range starting at position; None: not a range
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -136,11 +136,12 @@ def check_mapped_files(files: Sequence[MappedFile], file_size: Optional[int], so
             anomalies.append(Anomaly(AnomalyKind.FILE_GAP, str(current.path), 0,
                                      f"bytes [{expected_next}, {current.base_offset}) are missing after "
                                      f"{previous.name}", str(expected_next), str(current.base_offset), source,
-                                     expected_next))
+                                     expected_next, current.base_offset - expected_next))   # no file holds them
         elif current.base_offset < expected_next:
             anomalies.append(Anomaly(AnomalyKind.FILE_OVERLAP, str(current.path), 0,
                                      f"starts inside the range of {previous.path}", str(expected_next),
-                                     str(current.base_offset), source, current.base_offset))
+                                     str(current.base_offset), source, current.base_offset,
+                                     expected_next - current.base_offset))
     return anomalies
 
 

@@ -151,7 +151,8 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "",
                     AnomalyKind.IMPOSSIBLE_UNIT, str(mf.path), unit[0],
                     f"this {kind} unit points at a record {why[1]}: RocketMQ cannot have written it (damaged "
                     "bytes, or a unit born in the unwritten space after the data)",
-                    why[0], f"commitlog_offset={unit[1]} size={unit[2]}", kind, mf.base_offset + unit[0]))
+                    why[0], f"commitlog_offset={unit[1]} size={unit[2]}", kind, mf.base_offset + unit[0],
+                    dtype.itemsize))
         first, before_last, last = ends
         if before_last is not None and plausible[before_last] and plausible[last] \
                 and last[1] < before_last[1] + before_last[2]:
@@ -162,7 +163,7 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "",
                 f"the last unit of this {kind} file points back before the unit at {before_last[0]}: "
                 "RocketMQ writes a queue's CommitLog offsets in increasing order",
                 f"commitlog_offset >= {before_last[1] + before_last[2]}", f"commitlog_offset={last[1]}",
-                kind, mf.base_offset + last[0]))
+                kind, mf.base_offset + last[0], dtype.itemsize))
         if previous is not None and plausible[first]:
             name, (_, p_offset, p_size) = previous
             if first[1] < p_offset + p_size:
@@ -173,7 +174,7 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "",
                     "CommitLog offsets that file already indexes (a copied or stale file under this name); "
                     "RocketMQ writes a queue's CommitLog offsets in increasing order",
                     f"commitlog_offset >= {p_offset + p_size}", f"commitlog_offset={first[1]}", kind,
-                    mf.base_offset + first[0]))
+                    mf.base_offset + first[0], last[0] + dtype.itemsize - first[0]))   # the file's units
         if plausible[last]:
             previous = (mf.name, last)
         elif plausible[first]:
