@@ -34,6 +34,7 @@ from jobs.txparams import (
 )
 from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES as PROFILES_TABLE, RECOVERY, TRANSACTIONS
 from schemas.recon import RECON_INPUT
+from txlog_io.unitchain import drop_misplaced_units
 
 SOURCES = ("commitlog", "op_body", "consumequeue", "statetable", "redolog", "consumer_offsets", "anomaly",
            "bounds")
@@ -358,9 +359,11 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
 
     findings: List[dict] = []
     problems: List[tuple] = []
+    anomalies = _rows(table, "anomaly", ("kind", "source", "physical_offset", "file", "position", "length",
+                                         "detail", "expected", "actual"))
     if _has_src(table, "consumequeue"):
-        units = _rows(table, "consumequeue",
-                      ("topic", "queue_id", "queue_offset", "commitlog_offset", "size"))
+        units = drop_misplaced_units(_rows(table, "consumequeue", ("topic", "queue_id", "queue_offset",
+                                                                   "commitlog_offset", "size")), anomalies)
         cqm = _cq_mismatches(records, units, facts)
         findings.extend(_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
                                              m["queue_offset"], m["detail"], m["topic"]) for m in cqm)
@@ -372,8 +375,6 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
                 if e.tx is not None:
                     for code in codes_at.get((e.broker, e.physical_offset), ()):
                         problems.append((e.broker, e.tx, code))
-    anomalies = _rows(table, "anomaly", ("kind", "source", "physical_offset", "file", "position", "length",
-                                         "detail", "expected", "actual"))
     problems.extend((b, tx, "CORRUPT_RECORD") for b, tx in _corrupt_hits(rows, anomalies))
     problems.extend((b, tx, "EVIDENCE_NOT_COMMITTED") for b, tx in _uncommitted_hits(rows, anomalies))
     for b, tx, code in problems:

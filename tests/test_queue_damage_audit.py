@@ -3,8 +3,10 @@
 * the half consume queue's newest units zeroed (refbroker.repair_scenarios.cq_truncated: it reads like an idle
   queue): indexed mode scans after the queue's last unit (jobs/queue_tails.py), finds every transaction full
   mode finds (30/30) and reports INDEX_INCOMPLETE for the queue; the intact store reports nothing of the kind;
-* the half consume queue's file copied under the next file's name: UNIT_FILE_OUT_OF_ORDER at that file, and
-  every transaction keeps the intact store's state, in both modes."""
+* the half consume queue's file copied under the next file's name: UNIT_FILE_OUT_OF_ORDER at that file
+  (covering its units), and every transaction keeps the intact store's state and flags, in both modes: the
+  copy's units are not cross-checked (RocketMQ's recovery would keep them, its writer never wrote them; they
+  would be 30 CQ_MISMATCH findings flagging 30 intact transactions)."""
 from __future__ import annotations
 
 import shutil
@@ -35,7 +37,8 @@ def stores(tmp_path_factory):
     last = sorted(dq.iterdir())[-1]
     copy = dq / offset_to_file_name(int(last.name) + last.stat().st_size)
     shutil.copyfile(last, copy)
-    return {"intact": str(intact), "trunc": str(truncated), "dup": str(dup)}, copy.name
+    units = len(copy.read_bytes().rstrip(b"\0")) // 20 + (len(copy.read_bytes().rstrip(b"\0")) % 20 > 0)
+    return {"intact": str(intact), "trunc": str(truncated), "dup": str(dup)}, copy.name, units
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def audits(spark, stores):
     from jobs.reconstruct import reconstruct
     from jobs.store_frames import load_store_frames
 
-    roots, _ = stores
+    roots, _, _ = stores
     out = {}
     for mode in ("full", "indexed"):
         frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
@@ -54,6 +57,10 @@ def audits(spark, stores):
 
 def _states(audit, broker):
     return {t["transaction_key"]: t["state"] for t in audit["transactions"] if t["broker"] == broker}
+
+
+def _flags(audit, broker):
+    return {t["transaction_key"]: sorted(t["flags"]) for t in audit["transactions"] if t["broker"] == broker}
 
 
 def _codes(audit, broker, code):
@@ -72,10 +79,13 @@ def test_zeroed_half_queue_tail_costs_no_transaction_in_indexed_mode(audits):
 
 
 def test_duplicated_half_queue_file_is_reported_and_changes_nothing(audits, stores):
-    _, copy_name = stores
+    _, copy_name, _ = stores
     for mode, audit in audits.items():
         assert _states(audit, "dup") == _states(audits["full"], "intact"), mode
         found = _codes(audit, "dup", "UNIT_FILE_OUT_OF_ORDER")
         assert [Path(a["file"]).name for a in found] == [copy_name], mode
         assert found[0]["position"] == 0, mode
+        assert found[0]["length"] == stores[2] * 20, mode           # every unit of the copy
         assert not _codes(audit, "intact", "UNIT_FILE_OUT_OF_ORDER"), mode
+        assert _flags(audit, "dup") == _flags(audit, "intact"), mode
+        assert not _codes(audit, "dup", "CQ_MISMATCH"), mode

@@ -130,3 +130,25 @@ def test_impossible_unit_born_after_the_data_is_reported(stores, tmp_path, unit,
         [(AnomalyKind.IMPOSSIBLE_UNIT, victim.name, end)]
     assert found[0].expected.startswith(expected), found[0]
     assert found[0].actual == f"commitlog_offset={unit[0]} size={unit[1]}"
+
+
+def test_units_of_a_misplaced_queue_file_are_dropped_from_the_cross_checks(stores, tmp_path):
+    """drop_misplaced_units: the units of the file a UNIT_FILE_OUT_OF_ORDER finding covers (its queue offsets,
+    from the finding's logical offset and length), and only those, of that broker and queue."""
+    from txlog_io.unitchain import drop_misplaced_units
+
+    src_dir, files = _queue_dir(discover_store(stores["5.1+"]), "consumequeue")
+    queue = tmp_path / "consumequeue" / "T" / "3"
+    shutil.copytree(src_dir, queue)
+    copy = queue / offset_to_file_name(files[-1].base_offset + files[-1].size)
+    shutil.copyfile(queue / files[-1].name, copy)
+    (a,) = check_unit_chain(list_mapped_files(queue, source="consumequeue")[0], "consumequeue")
+    finding = dict(a.to_dict(), broker="b")
+    first, n = int(copy.name) // 20, a.length // 20
+    assert n > 1
+    units = [{"broker": b, "topic": t, "queue_id": q, "queue_offset": o} for b in ("b", "other")
+             for t, q in (("T", 3), ("T", 4)) for o in (first - 1, first, first + n - 1, first + n)]
+    kept = drop_misplaced_units(units, [finding])
+    assert [u for u in units if u not in kept] == [
+        {"broker": "b", "topic": "T", "queue_id": 3, "queue_offset": o} for o in (first, first + n - 1)]
+    assert drop_misplaced_units(units, [dict(finding, kind="UNIT_OUT_OF_ORDER")]) is units

@@ -32,12 +32,13 @@ from each end (a preallocated file is zeros after its data).  Files are opened r
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from txlog_io.commitlog_layout import MIN_RECORD_SIZE
-from txlog_io.consumequeue import CQ_UNIT_DTYPE, PRE_BLANK_SIZE, REDOLOG_UNIT_DTYPE, STATETABLE_UNIT_DTYPE
+from txlog_io.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, REDOLOG_UNIT_DTYPE, STATETABLE_UNIT_DTYPE
 from txlog_io.errors import Anomaly, AnomalyKind, TxlogError
 
 UNIT_DTYPE_BY_KIND = {"consumequeue": CQ_UNIT_DTYPE, "redolog": REDOLOG_UNIT_DTYPE,
@@ -172,7 +173,8 @@ def check_unit_chain(files: Sequence, kind: str, label: str = "",
                     AnomalyKind.UNIT_FILE_OUT_OF_ORDER, str(mf.path), first[0],
                     f"the {kind} file{queue} does not continue {name}: its first unit points back into the "
                     "CommitLog offsets that file already indexes (a copied or stale file under this name); "
-                    "RocketMQ writes a queue's CommitLog offsets in increasing order",
+                    "RocketMQ writes a queue's CommitLog offsets in increasing order, but its recovery would "
+                    "keep these units and serve them again; the audit does not use them as evidence",
                     f"commitlog_offset >= {p_offset + p_size}", f"commitlog_offset={first[1]}", kind,
                     mf.base_offset + first[0], last[0] + dtype.itemsize - first[0]))   # the file's units
         if plausible[last]:
@@ -194,5 +196,32 @@ def check_store_unit_chains(layout) -> List[Anomaly]:
     return found
 
 
-__all__ = ["check_unit_chain", "check_store_unit_chains", "commitlog_bounds", "CommitLogBounds", "file_ends",
+def drop_misplaced_units(units: Sequence[dict], findings: Iterable[dict]) -> Sequence[dict]:
+    """``units`` (dicts with broker, topic, queue_id, queue_offset) without those of the consume-queue files
+    reported ``UNIT_FILE_OUT_OF_ORDER`` in ``findings`` (dicts with broker, kind, source, file,
+    physical_offset = the first unit's logical byte offset, length = bytes of the file's units).
+
+    RocketMQ's recovery would keep such units (``ConsumeQueue.recover`` checks units one by one) and serve
+    them; its writer would never have written them (``putMessagePositionInfo`` skips a unit whose CommitLog
+    offset does not grow).  Their queue offsets come from a name their content does not belong to, so they
+    are no evidence about any record: cross-checked, every one of them would be a CQ_MISMATCH and flag an
+    intact transaction.  The one finding on the file reports them instead."""
+    ranges: dict = {}
+    for a in findings:
+        if a["kind"] != AnomalyKind.UNIT_FILE_OUT_OF_ORDER or a["source"] != "consumequeue" \
+                or a["length"] is None or a["physical_offset"] is None:
+            continue
+        queue_dir = Path(a["file"]).parent                  # consumequeue/<topic>/<queueId>/<20 digits>
+        if not queue_dir.name.isdigit():
+            continue
+        lo = a["physical_offset"] // CQ_UNIT_SIZE
+        ranges.setdefault((a["broker"], queue_dir.parent.name, int(queue_dir.name)), []).append(
+            (lo, lo + a["length"] // CQ_UNIT_SIZE))
+    if not ranges:
+        return units
+    return [u for u in units if not any(lo <= u["queue_offset"] < hi for lo, hi in
+                                        ranges.get((u["broker"], u["topic"], u["queue_id"]), ()))]
+
+
+__all__ = ["check_unit_chain", "drop_misplaced_units", "check_store_unit_chains", "commitlog_bounds", "CommitLogBounds", "file_ends",
            "UNIT_DTYPE_BY_KIND"]
