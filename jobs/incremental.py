@@ -409,7 +409,8 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
             return df if extra is None or not extra.num_rows else df.unionByName(
                 spark.createDataFrame(extra, schema=t.spark_schema()))
 
-        records, findings = union(records, STATE_RECORDS, "records"), union(findings, STATE_FINDINGS, "findings")
+        records = union(records, STATE_RECORDS, "records")
+        findings = union(findings, STATE_FINDINGS, "findings")
         if op_bodies is not None:
             op_bodies = union(op_bodies, STATE_OP_BODIES, "op_bodies")
         stats = {r["broker"]: (r["last"], r["n"]) for r in records.groupBy("broker").agg(
@@ -474,5 +475,6 @@ def retire_previous(plan: Plan) -> None:
         delta_sink.retract_run(plan.out, table, plan.previous_run)
 
 
-__all__ = ["Plan", "plan_incremental", "evidence", "carried_input", "carried_rows", "write_state", "retire_previous", "config_hash",
+__all__ = ["Plan", "plan_incremental", "evidence", "carried_input", "carried_rows", "write_state",
+           "retire_previous", "config_hash",
            "fallback_findings", "FALLBACK_REASONS"]

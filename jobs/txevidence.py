@@ -27,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.txgroups import Nullable, coalesce, ints, key_ids, lookup_ids, member, str_rank, strings, take, where
+from jobs.txgroups import (
+    Nullable, coalesce, ints, key_ids, lookup_ids, member, str_rank, strings, take, where,
+)
 from jobs.txparams import (
     DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, SCHEDULE_TOPIC, SEP, TIMER_TOPIC,
 )
@@ -72,8 +74,8 @@ class Evidence:
     def concat(cls, parts: List["Evidence"]) -> "Evidence":
         parts = [p for p in parts if p.n] or [cls.part(0)]
         return cls(sum(p.n for p in parts),
-                   {k: (np.concatenate([p.i[k][0] for p in parts]), np.concatenate([p.i[k][1] for p in parts]))
-                    for k in INT_FIELDS},
+                   {k: (np.concatenate([p.i[k][0] for p in parts]),
+                        np.concatenate([p.i[k][1] for p in parts])) for k in INT_FIELDS},
                    {k: np.concatenate([p.c[k] for p in parts]) for k in CODE_FIELDS},
                    {k: pa.concat_arrays([p.s[k] for p in parts]) for k in STR_FIELDS})
 
@@ -245,7 +247,8 @@ def statetable_evidence(t: pa.Table) -> Evidence:
     n = t.num_rows
     co = t.column("commitlog_offset").combine_chunks()
     return Evidence.part(n, role=np.full(n, ST), tx=p_tx(co), physical_offset=ints(co),
-                         queue_offset=ints(t.column("index")), st_state=strings(t.column("state")), pto=ints(co))
+                         queue_offset=ints(t.column("index")), st_state=strings(t.column("state")),
+                         pto=ints(co))
 
 
 def redolog_evidence(t: pa.Table) -> Evidence:
@@ -307,7 +310,8 @@ def link_ends(ev: Evidence) -> None:
             v, ok = np.zeros(n, np.int64), np.zeros(n, bool)
             v[ends], ok[ends] = mv[e_ids], mok[e_ids] & hit
             i[name] = (v, ok)
-        mm, mok = _max_at(nk, c_ids, (ev.c["mechanism"][copies].astype(np.int64), ev.c["mechanism"][copies] > 0))
+        cm = ev.c["mechanism"][copies]
+        mm, mok = _max_at(nk, c_ids, (cm.astype(np.int64), cm > 0))
         tm = np.zeros(n, np.int8)
         tm[ends] = np.where(mok[e_ids] & hit, mm[e_ids], 0)
         ev.c["target_mech"] = tm

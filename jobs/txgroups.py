@@ -181,5 +181,5 @@ def list_of_strings(groups: np.ndarray, codes: np.ndarray, names: Sequence[str],
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
 
 
-__all__ = ["Groups", "ints", "where", "coalesce", "strings", "to_arrow", "str_rank", "take", "key_ids", "member", "lookup_ids",
-           "list_of_strings", "I64_MIN", "I64_MAX", "Nullable"]
+__all__ = ["Groups", "ints", "where", "coalesce", "strings", "to_arrow", "str_rank", "take", "key_ids", "member",
+           "lookup_ids", "list_of_strings", "I64_MIN", "I64_MAX", "Nullable"]

@@ -9,7 +9,7 @@ tables (each ``broker`` + the columns of its schemas.store table).
 Per broker: facts (record counts, bounds, consume offsets) -> profile and thresholds; evidence rows
 (jobs/txevidence.py, columns) linked by two key joins; jobs/txrules.py groups them by transaction id once and
 derives state, deadline and flags as column expressions; work lists and findings follow.  Nothing loops over
-records or transactions in Python: only findings (and the work lists' rows) are formatted one by one.  The rules are documented
+records or transactions in Python: only findings are formatted one by one.  The rules are documented
 in jobs/reconstruct.py and jobs/flags.py; this module and txrules.py are their one implementation.
 
 ``check_back.urgency_rank`` is ranked over the rows given (one broker in a Spark task): jobs/reconstruct.py
@@ -34,7 +34,7 @@ from jobs.txparams import (
     CHECK_GROUP, FILE_LEVEL_ANOMALIES, HALF_TOPIC, LONG_MAX, OP_TOPIC, TX_SYSTEM_TOPICS, ParamsArg,
     check_override, override_for, params_by_broker,
 )
-from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES as PROFILES_TABLE, RECOVERY, TRANSACTIONS
+from schemas.audit import AUDIT_ANOMALIES, PROFILES as PROFILES_TABLE, TRANSACTIONS
 from schemas.recon import RECON_INPUT
 
 SOURCES = ("commitlog", "op_body", "consumequeue", "statetable", "redolog", "consumer_offsets", "anomaly",
@@ -128,7 +128,8 @@ def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: pa.Table) ->
     src = sub.column("src")
     for s, key in (("statetable", "n_st"), ("redolog", "n_redo"), ("consumequeue", "n_cq")):
         d[key] += _count(sub, pc.equal(src, s))
-    for m, n_cq in zip(*(_src(sub, "bounds").column(c).to_pylist() for c in ("min_commitlog_offset", "n_cq"))):
+    bounds = _src(sub, "bounds")
+    for m, n_cq in zip(*(bounds.column(c).to_pylist() for c in ("min_commitlog_offset", "n_cq"))):
         if m is not None and (d.get("min_commitlog_offset") is None or m < d["min_commitlog_offset"]):
             d["min_commitlog_offset"] = m
         d["n_cq"] += n_cq or 0
@@ -323,8 +324,8 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     tx = pa.concat_tables(tx_tables) if tx_tables else TRANSACTIONS.arrow_schema().empty_table()
     return {
         "transactions": tx,
-        "check_back": _arrow(txrules.check_back_rows(tx, critical_within_ms), CHECK_BACK),
-        "recovery": _arrow(txrules.recovery_rows(tx), RECOVERY),
+        "check_back": txrules.check_back(tx, critical_within_ms),
+        "recovery": txrules.recovery(tx),
         "anomalies": _arrow(findings, AUDIT_ANOMALIES),
         "profiles": _arrow(list(profiles.values()), PROFILES_TABLE),
     }
@@ -342,7 +343,8 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> d
                                          pc.is_valid(records.column("body")))).select(list(_OP_COLS))
     facts = _facts(cl, records, op_rows, sub)
     ev = Evidence.concat([record_evidence(records), op_rows_evidence(op_rows),
-                          statetable_evidence(_src(sub, "statetable")), redolog_evidence(_src(sub, "redolog"))])
+                          statetable_evidence(_src(sub, "statetable")),
+                          redolog_evidence(_src(sub, "redolog"))])
     link_ends(ev)
     ev = link_ops(ev)
     anomalies = _src(sub, "anomaly")
@@ -364,7 +366,8 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> d
     findings.extend(_orphan_ops(b, ev, facts))
     findings.extend(_missing_bodies(b, records, op_rows, has_op_input))
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in anomalies.select(
-        ["kind", "source", "physical_offset", "file", "position", "detail", "expected", "actual"]).to_pylist())
+        ["kind", "source", "physical_offset", "file", "position", "detail", "expected", "actual"]
+    ).to_pylist())
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
             "lost_at": _lost_at(anomalies)}
 
@@ -387,7 +390,8 @@ def _missing_bodies(b: str, records: pa.Table, op_rows: pa.Table, has_op_input: 
     """OP_BODY_MISSING: op records without a body (none given for them, or none read)."""
     ops = records.filter(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False))
     if has_op_input:
-        mine, given = lookup_ids([ints(ops.column("physical_offset"))], [ints(op_rows.column("physical_offset"))])
+        mine, given = lookup_ids([ints(ops.column("physical_offset"))],
+                                 [ints(op_rows.column("physical_offset"))])
         missing = ops.filter(pa.array(~np.isin(mine, given)))
     else:
         missing = ops.filter(pc.is_null(ops.column("body")))

@@ -30,7 +30,7 @@ from jobs.txparams import (
     COMMITTED, DISCARD_TOPIC, DISCARDED, HALF_QUEUE, HALF_TOPIC, P_3X, P_40, P_43, P_51, P_UNKNOWN, PREPARED,
     ROLLED_BACK, SEP, AuditParams,
 )
-from schemas.audit import TRANSACTIONS
+from schemas.audit import CHECK_BACK, RECOVERY, TRANSACTIONS
 
 _ST_CODES = ("STATETABLE_MISSING_PREPARED", "STATETABLE_INDEX_MISMATCH", "STATETABLE_COMMITLOG_DISAGREE",
              "STATETABLE_REDOLOG_DISAGREE")
@@ -325,7 +325,8 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
         "mechanism": pa.array(np.where(mech == HALF_Q, "HALF_QUEUE", "PREPARED_RECORD"), pa.string()),
         "state": pa.array(state, pa.string()), "prepared_commitlog_offset": to_arrow(*prepared_off),
         "first_copy_commitlog_offset": to_arrow(*first_phys), "first_copy_queue_offset": to_arrow(*first_qo),
-        "first_copy_store_timestamp": to_arrow(*first_ts), "newest_copy_commitlog_offset": to_arrow(*newest_phys),
+        "first_copy_store_timestamp": to_arrow(*first_ts),
+        "newest_copy_commitlog_offset": to_arrow(*newest_phys),
         "newest_copy_queue_offset": to_arrow(*newest_qo), "newest_copy_store_timestamp": to_arrow(*newest_ts),
         "newest_copy_msg_id": take(s["msg_id"], nc),
         "newest_copy_check_times": to_arrow(*newest_ct_col, pa.int32()),
@@ -372,126 +373,131 @@ def flag_rows(flags: pa.Array, codes) -> np.ndarray:
     return out
 
 
-def check_back_rows(transactions: pa.Table, critical_within_ms: int = 60000) -> List[dict]:
-    """CHECK_BACK rows, ranked (see jobs.reconstruct.check_back_worklist)."""
+def _valid(col) -> np.ndarray:
+    return ~np.asarray(col.is_null()) if len(col) else np.zeros(0, bool)
+
+
+def check_back(transactions: pa.Table, critical_within_ms: int = 60000) -> pa.Table:
+    """CHECK_BACK rows, ranked: priority, deadline ascending (nulls last), age descending, broker,
+    transaction key (see jobs.reconstruct.check_back_worklist)."""
     t = transactions
     fl = t.column("flags")
     cand = (_np(pc.equal(t.column("state"), PREPARED)) & flag_rows(fl, ("PREPARED_PAST_TIMEOUT",))
-            & ~np.asarray(t.column("newest_copy_commitlog_offset").is_null())
-            & ~np.asarray(t.column("producer_group").is_null())
+            & _valid(t.column("newest_copy_commitlog_offset")) & _valid(t.column("producer_group"))
             & ~flag_rows(fl, ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES)))
-    out = []
-    for t in transactions.filter(pa.array(cand)).to_pylist():
-        fl = set(t["flags"])
-        if not (t["state"] == PREPARED and "PREPARED_PAST_TIMEOUT" in fl
-                and t["newest_copy_commitlog_offset"] is not None and t["producer_group"] is not None
-                and not fl & {"AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES}):
-            continue
-        dl, as_of = t["deadline_ms"], t["as_of_ms"]
-        critical = "PAST_DEADLINE" in fl or (dl is not None and as_of is not None
-                                             and dl - as_of <= critical_within_ms)
-        priority = "CRITICAL" if critical else "HIGH" if "PREPARED_NEVER_CHECKED" in fl else "NORMAL"
-        half = t["mechanism"] == HALF_QUEUE
-        st_off = t["statetable_index"] if t["statetable_index"] is not None else t["newest_copy_queue_offset"]
-        out.append({
-            "priority": priority, "broker": t["broker"], "producer_group": t["producer_group"],
-            "transaction_key": t["transaction_key"],
-            "request_topic": HALF_TOPIC if half else t["real_topic"],
-            "commitlog_offset": t["newest_copy_commitlog_offset"],
-            "tran_state_table_offset": t["newest_copy_queue_offset"] if half else st_off,
-            "offset_msg_id": t["newest_copy_msg_id"],
-            "msg_id": t["uniq_key"] if t["uniq_key"] is not None else t["newest_copy_msg_id"],
-            "uniq_key": t["uniq_key"], "transaction_id": t["transaction_id"], "real_topic": t["real_topic"],
-            "real_queue_id": t["real_queue_id"], "check_times": t["newest_copy_check_times"],
-            "age_ms": t["age_ms"], "deadline_ms": t["deadline_ms"], "profile": t["profile"],
-        })
-    rank_check_back(out)
-    return out
+    t = t.filter(pa.array(cand))
+    fl = t.column("flags")
+    dl, as_of = ints(t.column("deadline_ms")), ints(t.column("as_of_ms"))
+    critical = flag_rows(fl, ("PAST_DEADLINE",)) | (dl[1] & as_of[1]
+                                                    & (dl[0] - as_of[0] <= critical_within_ms))
+    prio = np.where(critical, 0, np.where(flag_rows(fl, ("PREPARED_NEVER_CHECKED",)), 1, 2))
+    age = ints(t.column("age_ms"))
+    order = pc.sort_indices(pa.table({
+        "p": prio, "dn": ~dl[1], "d": dl[0], "an": ~age[1], "a": -age[0],
+        "b": pc.fill_null(t.column("broker"), ""), "k": pc.fill_null(t.column("transaction_key"), "")}),
+        sort_keys=[(k, "ascending") for k in ("p", "dn", "d", "an", "a", "b", "k")])
+    t = t.take(order)
+    prio = prio[np.asarray(order)]
+    half = pa.array(_np(pc.equal(t.column("mechanism"), HALF_QUEUE)))
+    col = t.column
+    cols = {
+        "urgency_rank": pa.array(np.arange(1, t.num_rows + 1), pa.int32()),
+        "priority": pa.array(np.array(["CRITICAL", "HIGH", "NORMAL"], dtype=object)[prio], pa.string()),
+        "request_topic": pc.if_else(half, HALF_TOPIC, col("real_topic")),
+        "commitlog_offset": col("newest_copy_commitlog_offset"),
+        "tran_state_table_offset": pc.if_else(half, col("newest_copy_queue_offset"), pc.coalesce(
+            col("statetable_index"), col("newest_copy_queue_offset"))),
+        "offset_msg_id": col("newest_copy_msg_id"),
+        "msg_id": pc.coalesce(col("uniq_key"), col("newest_copy_msg_id")),
+        "check_times": col("newest_copy_check_times"),
+    }
+    schema = CHECK_BACK.arrow_schema()
+    return pa.Table.from_arrays([(cols[f.name] if f.name in cols else col(f.name)).cast(f.type)
+                                 for f in schema], schema=schema)
 
 
-def check_back_order(r: dict) -> tuple:
-    """Sort key: priority, deadline ascending (nulls last), age descending, broker, transaction key."""
-    prio = {"CRITICAL": 0, "HIGH": 1}.get(r["priority"], 2)
-    dl, age = r["deadline_ms"], r["age_ms"]
-    return (prio, dl is None, dl if dl is not None else 0, age is None, -(age or 0), r["broker"] or "",
-            r["transaction_key"] or "")
+def _filtered_join(flags: pa.Array, codes, sep: str) -> pa.Array:
+    """Per row: its flags that are in ``codes``, in their order, joined by ``sep``."""
+    flat = pc.list_flatten(flags)
+    keep = _np(pc.is_in(flat, pa.array(list(codes), pa.string())))
+    parent = np.asarray(pc.list_parent_indices(flags))[keep]
+    offsets = np.zeros(len(flags) + 1, np.int32)
+    np.cumsum(np.bincount(parent, minlength=len(flags)), out=offsets[1:])
+    lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat.filter(pa.array(keep)))
+    return pc.binary_join(lists, sep)
 
 
-def rank_check_back(rows: List[dict]) -> None:
-    rows.sort(key=check_back_order)
-    for i, r in enumerate(rows, 1):
-        r["urgency_rank"] = i
+def _joined(lists) -> pa.Array:
+    return pc.binary_join(pc.cast(lists, pa.list_(pa.string())), ",")
 
 
-def recovery_rows(transactions: pa.Table) -> List[dict]:
+def recovery(transactions: pa.Table) -> pa.Table:
     """RECOVERY rows (see jobs.reconstruct.recovery_worklist and jobs.flags.RECOVERY_ACTIONS)."""
     t = transactions
     fl, state = t.column("flags"), t.column("state")
-    resolved = _np(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])))
-    cand = (flag_rows(fl, (*_ST_CODES, "CONFLICTING_ENDS", "DUPLICATE_COMMIT", *_EV_CODES))
-            | (resolved & _np(pc.equal(t.column("mechanism"), HALF_QUEUE))
-               & (np.asarray(pc.list_value_length(t.column("open_copy_offsets"))) > 0))
-            | (_np(pc.equal(state, DISCARDED)) & ~np.asarray(t.column("discard_msg_id").is_null()))
-            | (_np(pc.equal(state, PREPARED)) & flag_rows(fl, _EXPIRED_CODES)))
-    out = []
-    for t in transactions.filter(pa.array(cand)).to_pylist():
-        fl = t["flags"]
-        fls = set(fl)
-        state = t["state"]
-        half = t["mechanism"] == HALF_QUEUE
-        conds = {
-            "REBUILD_STATETABLE": bool(fls.intersection(_ST_CODES)),
-            "REVIEW_CONFLICTING_ENDS": "CONFLICTING_ENDS" in fls,
-            "REVIEW_DUPLICATE_COMMIT": "DUPLICATE_COMMIT" in fls,
-            "MARK_DONE": state in (COMMITTED, ROLLED_BACK) and half and len(t["open_copy_offsets"]) > 0,
-            "RESUME_DISCARDED": state == DISCARDED and t["discard_msg_id"] is not None,
-            "REDRIVE_EXPIRED": state == PREPARED and bool(fls.intersection(_EXPIRED_CODES)),
-            "REVIEW_EVIDENCE": bool(fls.intersection(_EV_CODES)),
-        }
-        assert list(conds) == list(RECOVERY_ACTIONS)
-        actions = [a for a, on in conds.items() if on]
-        if not actions:
-            continue
+    on = {
+        "REBUILD_STATETABLE": flag_rows(fl, _ST_CODES),
+        "REVIEW_CONFLICTING_ENDS": flag_rows(fl, ("CONFLICTING_ENDS",)),
+        "REVIEW_DUPLICATE_COMMIT": flag_rows(fl, ("DUPLICATE_COMMIT",)),
+        "MARK_DONE": (_np(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])))
+                      & _np(pc.equal(t.column("mechanism"), HALF_QUEUE))
+                      & (np.asarray(pc.list_value_length(t.column("open_copy_offsets"))) > 0)),
+        "RESUME_DISCARDED": _np(pc.equal(state, DISCARDED)) & _valid(t.column("discard_msg_id")),
+        "REDRIVE_EXPIRED": _np(pc.equal(state, PREPARED)) & flag_rows(fl, _EXPIRED_CODES),
+        "REVIEW_EVIDENCE": flag_rows(fl, _EV_CODES),
+    }
+    assert list(on) == list(RECOVERY_ACTIONS)
+    cand = np.logical_or.reduce(list(on.values())) if len(t) else np.zeros(0, bool)
+    keep = pa.array(cand)
+    t = t.filter(keep)
+    on = {a: m[cand] for a, m in on.items()}
+    n = t.num_rows
+    col = t.column
+    fl = col("flags").combine_chunks() if n else pa.array([], pa.list_(pa.string()))
+    names = list(RECOVERY_ACTIONS)
+    g = np.concatenate([np.nonzero(m)[0] for m in on.values()]) if n else np.zeros(0, np.int64)
+    codes = np.concatenate([np.full(int(m.sum()), k) for k, m in enumerate(on.values())]) if n else g
+    actions = list_of_strings(g, codes, names, n)
+    first = np.full(n, len(names))
+    for k, m in reversed(list(enumerate(on.values()))):
+        first = np.where(m, k, first)
+    commits = _joined(col("commit_offsets"))
+    text = {
+        "REBUILD_STATETABLE": pc.binary_join_element_wise("statetable: ", _filtered_join(fl, _ST_CODES, ", "),
+                                                          ""),
+        "REVIEW_CONFLICTING_ENDS": pc.binary_join_element_wise(
+            "COMMIT record(s) ", commits, " and rollback evidence (ROLLBACK records [",
+            _joined(col("rollback_offsets")), "], ops ", _joined(col("op_half_offsets")), ")", ""),
+        "REVIEW_DUPLICATE_COMMIT": pc.binary_join_element_wise(
+            pc.cast(pc.list_value_length(col("commit_offsets")), pa.string()),
+            " COMMIT records (CommitLog offsets ", commits, ")", ""),
+        "MARK_DONE": pc.binary_join_element_wise(
+            col("state"), ", but half offsets ", _joined(col("open_copy_offsets")),
+            " have no op and the check service will visit them", ""),
+        "RESUME_DISCARDED": pc.binary_join_element_wise(
+            f"discarded to {DISCARD_TOPIC} (offset ",
+            pc.fill_null(pc.cast(col("discard_commitlog_offset"), pa.string()), "null"),
+            ") with no commit or op", ""),
+        "REDRIVE_EXPIRED": pc.binary_join_element_wise("PREPARED and ",
+                                                       _filtered_join(fl, _EXPIRED_CODES, ", "), ""),
+        "REVIEW_EVIDENCE": pc.binary_join_element_wise("evidence: ", _filtered_join(fl, _EV_CODES, ", "), ""),
+    }
+    parts = [pc.if_else(pa.array(on[a]), text[a], pa.nulls(n, pa.string())) for a in names]
+    reason = pc.binary_join_element_wise(*parts, "; ", null_handling="skip")
+    resume = pa.array(first == names.index("RESUME_DISCARDED"))
+    mark = pa.array(on["MARK_DONE"])
+    empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.int64()))
+    cols = {
+        "action": pa.array(np.array(names + [None], dtype=object)[first], pa.string()),
+        "actions": actions, "reason": reason, "flags": fl,
+        "mark_done_half_offsets": pc.if_else(mark, col("open_copy_offsets"), empty),
+        "resume_topic": pc.if_else(resume, DISCARD_TOPIC, pa.nulls(n, pa.string())),
+        "resume_msg_id": pc.if_else(resume, col("discard_msg_id"), pa.nulls(n, pa.string())),
+        "producer_group": col("producer_group"),
+    }
+    schema = RECOVERY.arrow_schema()
+    return pa.Table.from_arrays([(cols[f.name] if f.name in cols else col(f.name)).cast(f.type)
+                                 for f in schema], schema=schema)
 
-        def present(codes):
-            return ", ".join(c for c in fl if c in codes)
 
-        def joined(xs):
-            return ",".join(map(str, xs))
-
-        reasons = {
-            "REBUILD_STATETABLE": lambda: "statetable: " + present(_ST_CODES),
-            "REVIEW_CONFLICTING_ENDS": lambda: (
-                f"COMMIT record(s) {joined(t['commit_offsets'])} and rollback evidence (ROLLBACK records "
-                f"[{joined(t['rollback_offsets'])}], ops {joined(t['op_half_offsets'])})"),
-            "REVIEW_DUPLICATE_COMMIT": lambda: (
-                f"{len(t['commit_offsets'])} COMMIT records "
-                f"(CommitLog offsets {joined(t['commit_offsets'])})"),
-            "MARK_DONE": lambda: (f"{state}, but half offsets {joined(t['open_copy_offsets'])} have no op "
-                                  f"and the check service will visit them"),
-            "RESUME_DISCARDED": lambda: (f"discarded to {DISCARD_TOPIC} (offset "
-                                         f"{_null(t['discard_commitlog_offset'])}) with no commit or op"),
-            "REDRIVE_EXPIRED": lambda: "PREPARED and " + present(_EXPIRED_CODES),
-            "REVIEW_EVIDENCE": lambda: "evidence: " + present(_EV_CODES),
-        }
-        resume = actions[0] == "RESUME_DISCARDED"
-        out.append({
-            "broker": t["broker"], "transaction_key": t["transaction_key"], "uniq_key": t["uniq_key"],
-            "producer_group": t["producer_group"], "real_topic": t["real_topic"], "state": state,
-            "action": actions[0], "actions": actions, "reason": "; ".join(reasons[a]() for a in actions),
-            "flags": fl, "prepared_commitlog_offset": t["prepared_commitlog_offset"],
-            "newest_copy_commitlog_offset": t["newest_copy_commitlog_offset"],
-            "newest_copy_queue_offset": t["newest_copy_queue_offset"], "commit_offsets": t["commit_offsets"],
-            "rollback_offsets": t["rollback_offsets"], "op_queue_offsets": t["op_queue_offsets"],
-            "mark_done_half_offsets": t["open_copy_offsets"] if "MARK_DONE" in actions else [],
-            "discard_commitlog_offset": t["discard_commitlog_offset"],
-            "resume_topic": DISCARD_TOPIC if resume else None,
-            "resume_msg_id": t["discard_msg_id"] if resume else None,
-            "statetable_index": t["statetable_index"], "deadline_ms": t["deadline_ms"],
-            "profile": t["profile"],
-        })
-    return out
-
-
-__all__ = ["detect", "evidence", "profile_row", "transactions", "check_back_rows", "recovery_rows",
-           "rank_check_back", "check_back_order", "flag_rows"]
+__all__ = ["detect", "evidence", "profile_row", "transactions", "check_back", "recovery", "flag_rows"]

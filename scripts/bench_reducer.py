@@ -80,8 +80,8 @@ def synthetic_commitlog(n: int) -> pa.Table:
         "body": pa.array([None] * m + bodies, pa.binary()),
     }
     schema = COMMITLOG_SOURCE.arrow_schema()
-    return pa.table({f.name: (pa.array(cols[f.name]).cast(f.type) if f.name in cols else pa.nulls(total, f.type))
-                     for f in schema}, schema=schema)
+    return pa.table({f.name: (pa.array(cols[f.name]).cast(f.type) if f.name in cols
+                              else pa.nulls(total, f.type)) for f in schema}, schema=schema)
 
 
 def main(argv=None) -> int:
