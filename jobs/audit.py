@@ -348,12 +348,14 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             if incremental is not None:         # rows carried as Arrow from the previous run's state
                 from jobs.incremental import carried_input, carried_rows
 
-                n_records += carried_rows(incremental)
+                n_records += carried_rows(incremental, "records")
             op_bodies = persist(op_bodies if incremental is not None
                                 else op_bodies_for(spark, records, frames, options))
             anomalies = persist(anomalies)
             with _phase(phases, "read.anomalies"):
                 n_anomalies = anomalies.count()
+            if incremental is not None:
+                n_anomalies += carried_rows(incremental, "findings")
         _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
              f"({phases['read']:.1f} s)")
 

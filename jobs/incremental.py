@@ -264,11 +264,10 @@ def evidence(spark, plan: Plan, frames, options, persist):
     return new_records, op_bodies, side.unionByName(new_findings), new_findings
 
 
-def carried_rows(plan: Optional[Plan]) -> int:
-    """Rows the plan carries (0 when it does not continue)."""
-    if plan is None or not plan.carried:
-        return 0
-    return sum(t.num_rows for t in plan.carried.values() if t is not None)
+def carried_rows(plan: Optional[Plan], name: str) -> int:
+    """Rows of ``name`` (records, findings, op_bodies) the plan carries (0 when it does not continue)."""
+    t = (plan.carried or {}).get(name) if plan is not None else None
+    return 0 if t is None else t.num_rows
 
 
 def carried_input(plan: Optional[Plan]) -> Optional[pa.Table]:
