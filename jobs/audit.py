@@ -345,11 +345,17 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 records = persist(records)
             with _phase(phases, "read.records"):
                 n_records = records.count()
+            if incremental is not None:         # rows carried as Arrow from the previous run's state
+                from jobs.incremental import carried_input, carried_rows
+
+                n_records += carried_rows(incremental, "records")
             op_bodies = persist(op_bodies if incremental is not None
                                 else op_bodies_for(spark, records, frames, options))
             anomalies = persist(anomalies)
             with _phase(phases, "read.anomalies"):
                 n_anomalies = anomalies.count()
+            if incremental is not None:
+                n_anomalies += carried_rows(incremental, "findings")
         _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
              f"({phases['read']:.1f} s)")
 
@@ -357,6 +363,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
             if op_bodies is not None:
                 inputs["op_bodies"] = op_bodies
+            if incremental is not None:
+                inputs["carried"] = carried_input(incremental)
             result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
             arrow = result.arrow                          # None: reduced on the executors
             transactions = result.transactions if arrow else persist(result.transactions)

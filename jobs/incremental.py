@@ -87,6 +87,8 @@ class Plan:
     #: broker -> CommitLog files still present below read_from: [(path, base, limit position), ...]
     carried_files: Dict[str, list] = field(default_factory=dict)
     state_written: bool = False
+    #: the carried rows (Arrow, read by ``evidence``): records, findings, op_bodies (None with bodies)
+    carried: Dict[str, Optional[pa.Table]] = field(default_factory=dict)
 
     @property
     def continuing(self) -> bool:
@@ -229,11 +231,13 @@ def fallback_findings(spark, plan: Plan, brokers: Sequence[str]):
 
 def evidence(spark, plan: Plan, frames, options, persist):
     """(records, op_bodies or None, anomalies, scan_findings) for ``jobs.audit``: the whole store's when the
-    plan falls back, else the carried rows below ``read_from`` plus a scan of the CommitLog from there.
-    ``scan_findings``: the CommitLog decoder findings (what the state carries)."""
+    plan falls back, else a scan of the CommitLog from ``read_from`` -- the carried rows below it are read
+    into ``plan.carried`` (Arrow, driver; ``carried_input`` gives them to the reducer, ``write_state`` writes
+    them on).  ``scan_findings``: the CommitLog decoder findings of this run's scan."""
     from jobs.audit_inputs import op_bodies_for, relevant_records
     from jobs.store_frames import split_tx_scan
 
+    plan.carried = {}
     if not plan.continuing:
         persist(frames.scan)
         records = relevant_records(frames)
@@ -245,18 +249,35 @@ def evidence(spark, plan: Plan, frames, options, persist):
     scan = persist(_tail_scan(spark, plan, frames.layout_info, options))
     new_records, new_findings = split_tx_scan(scan)
     new_records = relevant_records(SimpleNamespace(mode="full", commitlog=new_records))
-    records = _carried(spark, plan, STATE_RECORDS, "physical_offset").unionByName(new_records)
+    # the carried rows stay Arrow on the driver: the reducer and the state writer take them as they are
+    plan.carried = {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
+                    "findings": _carried(plan, STATE_FINDINGS, None),
+                    "op_bodies": (None if options.include_bodies
+                                  else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
     op_bodies = None
     if not options.include_bodies:
-        fresh = op_bodies_for(spark, new_records, frames, options)
-        op_bodies = _carried(spark, plan, STATE_OP_BODIES, "physical_offset").unionByName(
-            fresh.select(*STATE_OP_BODIES.names))
-    findings = _carried(spark, plan, STATE_FINDINGS, None).unionByName(new_findings)
+        op_bodies = op_bodies_for(spark, new_records, frames, options).select(*STATE_OP_BODIES.names)
     side = (spark.read.format(ANOMALIES_FORMAT)
             .options(paths=json.dumps(list(options.stores)), brokers=",".join(options.brokers),
                      split_bytes=str(int(options.config.split_bytes)),
                      sources="consumequeue,statetable,redolog,config,store").load())
-    return records, op_bodies, side.unionByName(findings), findings
+    return new_records, op_bodies, side.unionByName(new_findings), new_findings
+
+
+def carried_rows(plan: Optional[Plan], name: str) -> int:
+    """Rows of ``name`` (records, findings, op_bodies) the plan carries (0 when it does not continue)."""
+    t = (plan.carried or {}).get(name) if plan is not None else None
+    return 0 if t is None else t.num_rows
+
+
+def carried_input(plan: Optional[Plan]) -> Optional[pa.Table]:
+    """The carried rows as reducer input (schemas.recon.RECON_INPUT), or None."""
+    if plan is None or not plan.carried:
+        return None
+    from jobs.txreduce import input_table
+
+    c = plan.carried
+    return input_table(commitlog=c["records"], op_bodies=c["op_bodies"], anomalies=c["findings"])
 
 
 def _tail_scan(spark, plan: Plan, layout_info, options):
@@ -310,28 +331,42 @@ def _state_files(out: str, table, run_id: str) -> List[str]:
         return list(deltalake.DeltaTable(path).file_uris(partition_filters=[("run_id", "=", run_id)]))
 
 
-def _carried(spark, plan: Plan, table, offset_col: Optional[str]):
+def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
     """The previous run's rows of ``table`` a full audit of today's store would also have: below
-    ``read_from`` in a CommitLog file still present (by offset, or for findings by file and position)."""
-    from pyspark.sql import functions as F
+    ``read_from`` in a CommitLog file still present (by offset, or for findings by file and position).
+    Read on the driver with deltalake (one Arrow table; no Spark job)."""
+    import pyarrow.compute as pc
 
-    schema = table.spark_schema()
-    files = _state_files(plan.out, table, plan.previous_run)
-    if not files:
-        return spark.createDataFrame([], schema)
-    df = spark.read.schema(schema).parquet(*files)
-    c = F.col
-    keep = F.lit(False)
+    schema = table.arrow_schema()
+    if not _state_files(plan.out, table, plan.previous_run):
+        return schema.empty_table()
+    t = _read_state(plan.out, table, plan.previous_run)
+    keep = pa.array([False] * t.num_rows)
     for broker, kept in plan.carried_files.items():
+        mine = pc.equal(t.column("broker"), broker)
         for path, base, limit in kept:
             if offset_col is None:
-                hit = (c("file") == path) & (c("position") < limit)
+                hit = pc.and_(pc.equal(t.column("file"), path), pc.less(t.column("position"), limit))
             else:
-                hit = (c(offset_col) >= base) & (c(offset_col) < base + limit)
-            keep = keep | ((c("broker") == broker) & hit)
+                off = t.column(offset_col)
+                hit = pc.and_(pc.greater_equal(off, base), pc.less(off, base + limit))
+            keep = pc.or_(keep, pc.and_(mine, hit))
     if offset_col is None:
-        keep = keep & (c("source") == "commitlog")
-    return df.where(keep).select(*[c(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+        keep = pc.and_(keep, pc.equal(t.column("source"), "commitlog"))
+    return t.filter(pc.fill_null(keep, False))
+
+
+def _read_state(out: str, table, run_id: str) -> pa.Table:
+    import deltalake
+
+    from jobs import delta_sink
+
+    schema = table.arrow_schema()
+    dt = deltalake.DeltaTable(delta_sink.table_path(out, table))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        t = dt.to_pyarrow_table(partitions=[("run_id", "=", run_id)], columns=list(schema.names))
+    return pa.Table.from_arrays([t.column(f.name).cast(f.type) for f in schema], schema=schema)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -351,12 +386,15 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
     if options.mode != "full" or findings is None or any(_is_dledger(s) for s in layout_info):
         return []
     split = int(options.config.split_bytes)
+    carried = plan.carried or {}
     if local:
         # few rows (the reduction ran on the driver): one collect per table, counted and written by the
         # driver -- no Spark write jobs (those cost more than the whole incremental read on a small store)
-        records, findings = (df.select(*t.names).toArrow() for df, t in ((records, STATE_RECORDS),
-                                                                         (findings, STATE_FINDINGS)))
-        op_bodies = op_bodies.select(*STATE_OP_BODIES.names).toArrow() if op_bodies is not None else None
+        records, findings = (_with_carried(df.select(*t.names).toArrow(), t, carried.get(key))
+                             for df, t, key in ((records, STATE_RECORDS, "records"),
+                                                (findings, STATE_FINDINGS, "findings")))
+        op_bodies = (_with_carried(op_bodies.select(*STATE_OP_BODIES.names).toArrow(), STATE_OP_BODIES,
+                                   carried.get("op_bodies")) if op_bodies is not None else None)
         agg = records.group_by("broker").aggregate([("physical_offset", "max"), ([], "count_all")])
         stats = {b: (m, n) for b, m, n in zip(agg.column("broker").to_pylist(),
                                                agg.column("physical_offset_max").to_pylist(),
@@ -364,6 +402,16 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
         counted = findings.group_by("broker").aggregate([([], "count_all")])
         n_findings = dict(zip(counted.column("broker").to_pylist(), counted.column("count_all").to_pylist()))
     else:
+        def union(df, t, key):
+            extra = carried.get(key)
+            df = df.select(*t.names)
+            return df if extra is None or not extra.num_rows else df.unionByName(
+                spark.createDataFrame(extra, schema=t.spark_schema()))
+
+        records = union(records, STATE_RECORDS, "records")
+        findings = union(findings, STATE_FINDINGS, "findings")
+        if op_bodies is not None:
+            op_bodies = union(op_bodies, STATE_OP_BODIES, "op_bodies")
         stats = {r["broker"]: (r["last"], r["n"]) for r in records.groupBy("broker").agg(
             F.max("physical_offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
         n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
@@ -383,6 +431,12 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
                                            run_date=run_date, writer=writer))
     plan.state_written = True
     return outs
+
+
+def _with_carried(new: pa.Table, table, carried: Optional[pa.Table]) -> pa.Table:
+    schema = table.arrow_schema()
+    new = pa.Table.from_arrays([new.column(f.name).cast(f.type) for f in schema], schema=schema)
+    return new if carried is None or not carried.num_rows else pa.concat_tables([carried, new])
 
 
 def _header(store, last_and_n, n_findings: int, split: int, digest: str) -> dict:
@@ -420,5 +474,6 @@ def retire_previous(plan: Plan) -> None:
         delta_sink.retract_run(plan.out, table, plan.previous_run)
 
 
-__all__ = ["Plan", "plan_incremental", "evidence", "write_state", "retire_previous", "config_hash",
+__all__ = ["Plan", "plan_incremental", "evidence", "carried_input", "carried_rows", "write_state",
+           "retire_previous", "config_hash",
            "fallback_findings", "FALLBACK_REASONS"]

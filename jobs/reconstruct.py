@@ -270,12 +270,17 @@ def reconstruct(
     op_bodies_given = _frame(frames, "op_bodies") is not None
     if local is None:
         local = wide.count() <= LOCAL_MAX_ROWS
+    carried = _frame(frames, "carried")     # Arrow RECON_INPUT rows (an incremental run's carried state)
     if local:
         table = wide.toArrow()
+        if carried is not None and carried.num_rows:
+            table = pa.concat_tables([table, carried.cast(table.schema)])
         t1 = time.monotonic()
         outs = reduce_input(table, params, profile_override, critical_within_ms, op_bodies_given)
         t.update({"reconstruct.collect": t1 - t0, "reconstruct.reduce": time.monotonic() - t1})
         return AuditResult(arrow=outs, spark=spark)
+    if carried is not None and carried.num_rows:
+        wide = wide.union(spark.createDataFrame(carried, schema=RECON_INPUT.spark_schema()))
     out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
     if materialize:
         out = out.localCheckpoint(eager=True)

@@ -7,8 +7,9 @@ schemas of ``schemas/audit.py``.  ``input_table(commitlog=..., ...)`` builds tha
 tables (each ``broker`` + the columns of its schemas.store table).
 
 Per broker: facts (record counts, bounds, consume offsets) -> profile and thresholds; evidence rows
-(jobs/txevidence.py) linked by two dictionary passes; one pass groups them by transaction id and
-jobs/txrules.py derives state, deadline and flags; work lists and findings follow.  The rules are documented
+(jobs/txevidence.py, columns) linked by two key joins; jobs/txrules.py groups them by transaction id once and
+derives state, deadline and flags as column expressions; work lists and findings follow.  Nothing loops over
+records or transactions in Python: only findings are formatted one by one.  The rules are documented
 in jobs/reconstruct.py and jobs/flags.py; this module and txrules.py are their one implementation.
 
 ``check_back.urgency_rank`` is ranked over the rows given (one broker in a Spark task): jobs/reconstruct.py
@@ -17,22 +18,23 @@ re-ranks across brokers.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import txrules
 from jobs.txevidence import (
-    COPY, DISCARD, END, OP, PROBLEM, Ev, body_text, is_system_topic, link_ends,
-    link_ops, op_evidence, record_evidence, redolog_evidence, statetable_evidence,
+    COPY, DISCARD, END, OP, Evidence, _np, body_texts, is_system_topic_mask, link_ends, link_ops,
+    op_rows_evidence, record_evidence, redolog_evidence, statetable_evidence,
 )
+from jobs.txgroups import Groups, ints, key_ids, lookup_ids, str_rank, strings
 from jobs.txparams import (
     CHECK_GROUP, FILE_LEVEL_ANOMALIES, HALF_TOPIC, LONG_MAX, OP_TOPIC, TX_SYSTEM_TOPICS, ParamsArg,
     check_override, override_for, params_by_broker,
 )
-from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES as PROFILES_TABLE, RECOVERY, TRANSACTIONS
+from schemas.audit import AUDIT_ANOMALIES, PROFILES as PROFILES_TABLE, TRANSACTIONS
 from schemas.recon import RECON_INPUT
 from txlog_io.unitchain import drop_misplaced_units
 
@@ -40,7 +42,8 @@ SOURCES = ("commitlog", "op_body", "consumequeue", "statetable", "redolog", "con
            "bounds")
 _FACT_SUMS = ("n_half", "n_op", "n_discard", "n_prep", "n_prep_uk", "n_prep_qo", "n_v2", "n_txid", "n_st",
               "n_redo", "n_comma", "n_cq")
-_FILE_LEVEL = frozenset(FILE_LEVEL_ANOMALIES)
+_OP_COLS = ("physical_offset", "queue_id", "queue_offset", "store_timestamp", "total_size", "body_crc_ok",
+            "body")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -74,103 +77,71 @@ def input_table(**sources: Optional[pa.Table]) -> pa.Table:
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def _rows(table: pa.Table, src: str, names: Iterable[str]) -> List[dict]:
-    t = table.filter(pc.equal(table.column("src"), src))
-    names = ["broker", *names]
-    cols = [t.column(n).to_pylist() for n in names]
-    return [dict(zip(names, vals)) for vals in zip(*cols)]
+def _src(table: pa.Table, src: str) -> pa.Table:
+    return table.filter(pc.equal(table.column("src"), src))
 
 
-_CL_COLS = ("file_position", "physical_offset", "total_size", "magic_version", "body_crc_ok", "queue_id",
-            "queue_offset", "transaction_type", "born_timestamp", "store_timestamp",
-            "prepared_transaction_offset", "topic", "msg_id", "uniq_key", "keys", "pgroup", "real_topic",
-            "real_qid", "transaction_check_times", "tran_prepared_queue_offset", "check_immunity_time_s",
-            "transaction_id")
+def _count(t: pa.Table, mask) -> int:
+    return int(np.count_nonzero(_np(mask))) if t.num_rows else 0
 
 
-def _commitlog_rows(table: pa.Table):
-    """(transaction-relevant rows with their op bodies, per-broker facts over every row) -- ordinary records
-    only feed the counts, so they never become dicts."""
-    t = table.filter(pc.equal(table.column("src"), "commitlog"))
-    facts: Dict[str, dict] = {}
-    if t.num_rows:
-        g = pa.table({
-            "broker": t.column("broker"),
-            "base": pc.subtract(t.column("physical_offset"), t.column("file_position")),
-            "v2": pc.cast(pc.equal(t.column("magic_version"), 2), pa.int64()),
-            "ts": t.column("store_timestamp"),
-        }).group_by("broker").aggregate([("base", "min"), ("v2", "sum"), ("ts", "max")])
-        for b, base, v2, ts in zip(*(g.column(n).to_pylist() for n in ("broker", "base_min", "v2_sum",
-                                                                           "ts_max"))):
-            facts[b] = {"min_commitlog_offset": base, "n_v2": v2 or 0, "snapshot_ms": ts}
-    ttype = t.column("transaction_type")
+def _relevant(t: pa.Table) -> pa.Table:
+    """The transaction-relevant CommitLog rows (ordinary records only feed the counts); op bodies only on
+    op records."""
     rel = pc.or_kleene(pc.is_in(t.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
-                       pc.not_equal(ttype, "NOT"))
+                       pc.not_equal(t.column("transaction_type"), "NOT"))
     t = t.filter(pc.fill_null(rel, False))
-    names = ["broker", *_CL_COLS]
-    cols = [t.column(n).to_pylist() for n in names]
-    bodies = t.column("body").to_pylist()
-    rows = []
-    for vals, body in zip(zip(*cols), bodies):
-        r = dict(zip(names, vals))
-        r["body"] = body if r["topic"] == OP_TOPIC else None
-        rows.append(r)
-    return rows, facts
+    is_op = pc.fill_null(pc.equal(t.column("topic"), OP_TOPIC), False)
+    body = t.column("body")
+    return t.set_column(t.schema.get_field_index("body"), "body",
+                        pc.if_else(is_op, body, pa.nulls(t.num_rows, body.type)))
 
 
 # ------------------------------------------------------------------------------------------------------------
-# per-broker facts and profiles
+# per-broker facts
 # ------------------------------------------------------------------------------------------------------------
 
-def _facts(records, op_bodies, table, base_facts) -> Dict[str, dict]:
-    facts: Dict[str, dict] = defaultdict(lambda: {k: 0 for k in _FACT_SUMS})
-
-    def f(b):
-        return facts[b]
-
-    for b, bf in base_facts.items():
-        d = f(b)
-        d["n_v2"] = bf["n_v2"]
-        d["min_commitlog_offset"] = bf["min_commitlog_offset"]
-        d["snapshot_ms"] = bf["snapshot_ms"]
-    for r in records:
-        d, topic = f(r["broker"]), r["topic"]
-        if topic == HALF_TOPIC:
-            d["n_half"] += 1
-            if r["transaction_id"] is not None:
-                d["n_txid"] += 1
-            qo = r["queue_offset"]
-            if qo is not None and (d.get("min_half_queue_offset") is None or qo < d["min_half_queue_offset"]):
-                d["min_half_queue_offset"] = qo
-        elif topic == OP_TOPIC:
-            d["n_op"] += 1
-        elif topic == "TRANS_CHECK_MAX_TIME_TOPIC":
-            d["n_discard"] += 1
-        if r["transaction_type"] == "PREPARED" and not is_system_topic(topic) and topic is not None:
-            d["n_prep"] += 1
-            d["n_prep_uk"] += r["uniq_key"] is not None
-            d["n_prep_qo"] += (r["queue_offset"] or 0) > 0
-    for o in op_bodies:
-        f(o["broker"])["n_comma"] += "," in body_text(o["body"]) if o["body"] is not None else 0
-    brokers = table.column("broker")
-    src = table.column("src")
+def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: pa.Table) -> dict:
+    """Counts and bounds of one broker (jobs/txrules.detect reads them)."""
+    d = {k: 0 for k in _FACT_SUMS}
+    if cl.num_rows:
+        base = pc.subtract(cl.column("physical_offset"), cl.column("file_position"))
+        d["min_commitlog_offset"] = pc.min(base).as_py()
+        d["n_v2"] = _count(cl, pc.equal(cl.column("magic_version"), 2))
+        d["snapshot_ms"] = pc.max(cl.column("store_timestamp")).as_py()
+    topic, ttype = records.column("topic"), records.column("transaction_type")
+    half = pc.equal(topic, HALF_TOPIC)
+    d["n_half"] = _count(records, half)
+    d["n_txid"] = _count(records, pc.and_(half, pc.is_valid(records.column("transaction_id"))))
+    mhq = pc.min(pc.if_else(half, records.column("queue_offset"), None)).as_py() if records.num_rows else None
+    if mhq is not None:
+        d["min_half_queue_offset"] = mhq
+    d["n_op"] = _count(records, pc.equal(topic, OP_TOPIC))
+    d["n_discard"] = _count(records, pc.equal(topic, "TRANS_CHECK_MAX_TIME_TOPIC"))
+    prep = (_np(pc.equal(ttype, "PREPARED")) & ~is_system_topic_mask(strings(topic))
+            & _np(pc.is_valid(topic))) if records.num_rows else np.zeros(0, bool)
+    d["n_prep"] = int(prep.sum())
+    d["n_prep_uk"] = int((prep & _np(pc.is_valid(records.column("uniq_key")))).sum())
+    d["n_prep_qo"] = int((prep & _np(pc.greater(pc.fill_null(records.column("queue_offset"), 0), 0))).sum())
+    if op_rows.num_rows:
+        d["n_comma"] = _count(op_rows, pc.match_substring(body_texts(op_rows.column("body").combine_chunks()),
+                                                          ","))
+    src = sub.column("src")
     for s, key in (("statetable", "n_st"), ("redolog", "n_redo"), ("consumequeue", "n_cq")):
-        vc = pc.value_counts(brokers.filter(pc.equal(src, s)))
-        for item in vc.to_pylist():
-            f(item["values"])[key] += item["counts"]
-    for r in _rows(table, "bounds", ("min_commitlog_offset", "n_cq")):
-        d = f(r["broker"])
-        m = r["min_commitlog_offset"]
+        d[key] += _count(sub, pc.equal(src, s))
+    bounds = _src(sub, "bounds")
+    for m, n_cq in zip(*(bounds.column(c).to_pylist() for c in ("min_commitlog_offset", "n_cq"))):
         if m is not None and (d.get("min_commitlog_offset") is None or m < d["min_commitlog_offset"]):
             d["min_commitlog_offset"] = m
-        d["n_cq"] += r["n_cq"] or 0
-    for r in _rows(table, "consumer_offsets", ("topic", "group", "queue_id", "offset")):
-        d = f(r["broker"])
-        if r["group"] == CHECK_GROUP and r["queue_id"] == 0 and r["offset"] is not None:
-            key = {HALF_TOPIC: "half_consume_offset", OP_TOPIC: "op_consume_offset"}.get(r["topic"])
+        d["n_cq"] += n_cq or 0
+    co = _src(sub, "consumer_offsets")
+    for topic, group, qid, off in zip(*(co.column(c).to_pylist() for c in ("topic", "group", "queue_id",
+                                                                            "offset"))):
+        if group == CHECK_GROUP and qid == 0 and off is not None:
+            key = {HALF_TOPIC: "half_consume_offset", OP_TOPIC: "op_consume_offset"}.get(topic)
             if key is not None:
-                d[key] = max(d.get(key, r["offset"]), r["offset"])
-    return dict(facts)
+                d[key] = max(d.get(key, off), off)
+    return d
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -181,83 +152,116 @@ def _fmt(v) -> str:
     return "null" if v is None else str(v)
 
 
-def _cq_mismatches(records, units, facts) -> List[dict]:
+def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mapping) -> List[dict]:
     """Consume-queue units of the half/op/discard queues vs the CommitLog records of those topics, both ways,
-    per (broker, CommitLog offset): NO_RECORD / NO_UNIT / DIFFERS (see jobs/reconstruct.py)."""
-    by: Dict[tuple, list] = defaultdict(lambda: [None, None, 0])
-    for u in units:
-        if u["topic"] not in TX_SYSTEM_TOPICS:
-            continue
-        g = by[(u["broker"], u["commitlog_offset"])]
-        s = (u["topic"], u["queue_id"], u["queue_offset"], u["size"])
-        g[0] = s if g[0] is None else max(g[0], s, key=_null_low)
-        g[2] += 1
-    for r in records:
-        if r["topic"] not in TX_SYSTEM_TOPICS:
-            continue
-        g = by[(r["broker"], r["physical_offset"])]
-        s = (r["topic"], r["queue_id"], r["queue_offset"], r["total_size"])
-        g[1] = s if g[1] is None else max(g[1], s, key=_null_low)
+    per CommitLog offset: NO_RECORD / NO_UNIT / DIFFERS (see jobs/reconstruct.py).  Where several units (or
+    records) share an offset the largest (topic, queue id, queue offset, size) tuple stands for them, nulls
+    lowest (Spark's struct ordering for max)."""
+    units = units.filter(pc.fill_null(pc.is_in(units.column("topic"), pa.array(TX_SYSTEM_TOPICS)), False))
+    records = records.filter(pc.fill_null(pc.is_in(records.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
+                                          False))
+    nu, nr = units.num_rows, records.num_rows
+    if nu + nr == 0:
+        return []
+    off = ints(pa.concat_arrays([units.column("commitlog_offset").combine_chunks().cast(pa.int64()),
+                                 records.column("physical_offset").combine_chunks().cast(pa.int64())]))
+    topic = pa.concat_arrays([strings(units.column("topic")), strings(records.column("topic"))])
+    qid = ints(pa.concat_arrays([units.column("queue_id").combine_chunks().cast(pa.int64()),
+                                 records.column("queue_id").combine_chunks().cast(pa.int64())]))
+    qo = ints(pa.concat_arrays([units.column("queue_offset").combine_chunks().cast(pa.int64()),
+                                records.column("queue_offset").combine_chunks().cast(pa.int64())]))
+    size = ints(pa.concat_arrays([units.column("size").combine_chunks().cast(pa.int64()),
+                                  records.column("total_size").combine_chunks().cast(pa.int64())]))
+    trank = str_rank(topic)
+    kid = key_ids(off)
+    g = Groups(kid, int(kid.max()) + 1)
+    is_unit = np.arange(nu + nr) < nu
+    tup = (trank, qid, qo, size)
+    # largest tuple, nulls low: keys reversed (~) on (valid, value) pairs
+    order = [k for v, ok in tup for k in (~ok.astype(np.int64), ~np.where(ok, v, 0))]
+    unit_row, rec_row = g.pick(is_unit, *order), g.pick(~is_unit, *order)
+    n_units = g.count(is_unit)
+    first_row = g.pick(np.ones(nu + nr, bool))
+    both = (unit_row >= 0) & (rec_row >= 0)
+    same = both.copy()
+    for v, ok in tup:
+        u, r = np.where(both, unit_row, 0), np.where(both, rec_row, 0)
+        same &= (ok[u] == ok[r]) & (~ok[u] | (v[u] == v[r]))
+    report = ~(same & (n_units <= 1))
+    if not facts.get("n_cq", 0) > 0:
+        report &= unit_row >= 0             # NO_UNIT needs consume queues to exist at all
     out = []
-    for (b, off), (unit, rec, n_units) in by.items():
+    fb = facts
+    mco = fb.get("min_commitlog_offset")
+    keys = np.nonzero(report)[0]
+    keys = keys[np.argsort(first_row[keys], kind="stable")]
+    rows = np.unique(np.concatenate([unit_row[keys], rec_row[keys]]))
+    rows = rows[rows >= 0]
+    tl = dict(zip(rows.tolist(), topic.take(pa.array(rows, pa.int64())).to_pylist()))
+    val = (lambda col, x: int(col[0][x]) if col[1][x] else None)
+    for k in keys:
+        u, r = int(unit_row[k]), int(rec_row[k])
+        unit = None if u < 0 else (tl[u], val(qid, u), val(qo, u), val(size, u))
+        rec = None if r < 0 else (tl[r], val(qid, r), val(qo, r), val(size, r))
+        o = val(off, u if u >= 0 else r)
         if rec is None:
             problem = "NO_RECORD"
             detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])}: no record of that topic at "
-                      f"CommitLog offset {_fmt(off)}")
+                      f"CommitLog offset {_fmt(o)}")
         elif unit is None:
             problem = "NO_UNIT"
-            detail = (f"record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} at CommitLog offset {_fmt(off)} "
+            detail = (f"record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} at CommitLog offset {_fmt(o)} "
                       f"has no CQ unit")
-        elif unit != rec or n_units > 1:
+        elif unit != rec or n_units[k] > 1:
             problem = "DIFFERS"
             detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])} size {_fmt(unit[3])} "
-                      f"({n_units} units) vs record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} size "
-                      f"{_fmt(rec[3])} at CommitLog offset {_fmt(off)}")
+                      f"({n_units[k]} units) vs record {rec[0]}/{_fmt(rec[1])}@{_fmt(rec[2])} size "
+                      f"{_fmt(rec[3])} at CommitLog offset {_fmt(o)}")
         else:
             continue
-        fb = facts.get(b, {})
-        if problem == "NO_UNIT" and not fb.get("n_cq", 0) > 0:
-            continue
-        mco = fb.get("min_commitlog_offset")
-        deleted = problem == "NO_RECORD" and off is not None and mco is not None and off < mco
+        deleted = problem == "NO_RECORD" and o is not None and mco is not None and o < mco
         where = unit if unit is not None else rec
-        out.append({"broker": b, "code": "EVIDENCE_IN_DELETED_RANGE" if deleted else "CQ_MISMATCH",
-                    "physical_offset": off, "topic": where[0], "queue_id": where[1], "queue_offset": where[2],
+        out.append({"broker": broker, "code": "EVIDENCE_IN_DELETED_RANGE" if deleted else "CQ_MISMATCH",
+                    "physical_offset": o, "topic": where[0], "queue_id": where[1], "queue_offset": where[2],
                     "detail": detail})
     return out
 
 
-def _null_low(t: tuple) -> tuple:
-    """Sort key ordering None first (Spark's struct ordering for max)."""
-    return tuple((v is not None, v if v is not None else 0) for v in t)
+_EVIDENCE_ROLES = (COPY, END, OP, DISCARD)
+_FILE_LEVEL = frozenset(FILE_LEVEL_ANOMALIES)
 
 
-def _corrupt_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
-    """(broker, tx) of evidence records that contain a record-level CommitLog decoder finding."""
-    by_broker: Dict[str, list] = defaultdict(list)
-    for a in anomalies:
-        if (a["physical_offset"] is not None and a["source"] == "commitlog"
-                and a["kind"] not in _FILE_LEVEL):
-            by_broker[a["broker"]].append(a["physical_offset"])
-    if not by_broker:
-        return []
-    import bisect
+def _tx_rows(ev: Evidence) -> np.ndarray:
+    return ~np.asarray(ev.s["tx"].is_null()) if ev.n else np.zeros(0, bool)
 
-    for v in by_broker.values():
-        v.sort()
-    hits = []
-    for e in rows:
-        if e.tx is None or e.role not in (COPY, END, OP, DISCARD) or e.physical_offset is None:
-            continue
-        offs = by_broker.get(e.broker)
-        if not offs:
-            continue
-        lo = e.physical_offset
-        hi = lo + e.total_size if e.total_size is not None else lo + 1
-        i = bisect.bisect_left(offs, lo)
-        if i < len(offs) and offs[i] < max(hi, lo + 1):
-            hits.append((e.broker, e.tx))
-    return hits
+
+def _corrupt_rows(ev: Evidence, anomalies: pa.Table) -> np.ndarray:
+    """Evidence rows (of a transaction) that contain a record-level CommitLog decoder finding."""
+    kind, phys = anomalies.column("kind"), anomalies.column("physical_offset")
+    sel = pc.and_(pc.and_(pc.is_valid(phys), pc.equal(anomalies.column("source"), "commitlog")),
+                  pc.invert(pc.is_in(kind, pa.array(sorted(_FILE_LEVEL)))))
+    offs = np.sort(np.asarray(phys.filter(pc.fill_null(sel, False)).cast(pa.int64())))
+    if not len(offs):
+        return np.zeros(0, np.int64)
+    lo, ok = ev.i["physical_offset"]
+    ts, ts_ok = ev.i["total_size"]
+    cand = _tx_rows(ev) & np.isin(ev.c["role"], _EVIDENCE_ROLES) & ok
+    hi = np.where(ts_ok, lo + ts, lo + 1)
+    i = np.searchsorted(offs, lo, "left")
+    nxt = offs[np.minimum(i, len(offs) - 1)]
+    return np.nonzero(cand & (i < len(offs)) & (nxt < np.maximum(hi, lo + 1)))[0]
+
+
+def _uncommitted_rows(ev: Evidence, anomalies: pa.Table) -> np.ndarray:
+    """DLedger: evidence rows at or after the first message past the checkpoint's committedIndex (one
+    DLEDGER_UNCOMMITTED finding per broker names it; the log is ordered)."""
+    first = pc.min(anomalies.column("physical_offset").filter(
+        pc.fill_null(pc.equal(anomalies.column("kind"), "DLEDGER_UNCOMMITTED"), False))).as_py() \
+        if anomalies.num_rows else None
+    if first is None:
+        return np.zeros(0, np.int64)
+    lo, ok = ev.i["physical_offset"]
+    return np.nonzero(_tx_rows(ev) & np.isin(ev.c["role"], _EVIDENCE_ROLES) & ok & (lo >= first))[0]
 
 
 #: decoder findings that mean CommitLog bytes of unknown extent were lost from their offset on (a torn last
@@ -265,38 +269,13 @@ def _corrupt_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
 LOST_BYTES = ("TRUNCATED_FILE", "FILE_GAP")
 
 
-def _flag_damaged(tx_rows: List[dict], anomalies: List[dict]) -> None:
-    """EVIDENCE_IN_DAMAGED_RANGE on the transactions whose state rests on evidence NOT being there (PREPARED,
-    DISCARDED, ROLLED_BACK from an op without a COMMIT record) while bytes after their first record were lost:
-    the missing commit / op / discard may have been in them, so the state is flagged, never silently changed."""
-    lost: Dict[str, int] = {}
-    for a in anomalies:
-        if a["kind"] in LOST_BYTES and a["source"] == "commitlog" and a["physical_offset"] is not None:
-            lost[a["broker"]] = max(lost.get(a["broker"], -1), a["physical_offset"])
-    if not lost:
-        return
-    for t in tx_rows:
-        at = lost.get(t["broker"])
-        first = min((o for o in (t["prepared_commitlog_offset"], t["first_copy_commitlog_offset"])
-                     if o is not None), default=None)
-        by_absence = t["state"] in ("PREPARED", "DISCARDED") or (
-            t["state"] == "ROLLED_BACK" and t["mechanism"] == "HALF_QUEUE" and not t["rollback_offsets"])
-        if at is not None and first is not None and first < at and by_absence:
-            t["flags"] = sorted(set(t["flags"]) | {"EVIDENCE_IN_DAMAGED_RANGE"})
-
-
-def _uncommitted_hits(rows: List[Ev], anomalies: List[dict]) -> List[tuple]:
-    """DLedger: (broker, tx) of evidence records at or after the first message past the checkpoint's
-    committedIndex (one DLEDGER_UNCOMMITTED finding per broker names it; the log is ordered)."""
-    first: Dict[str, int] = {}
-    for a in anomalies:
-        if a["kind"] == "DLEDGER_UNCOMMITTED" and a["physical_offset"] is not None:
-            first[a["broker"]] = min(first.get(a["broker"], a["physical_offset"]), a["physical_offset"])
-    if not first:
-        return []
-    return [(e.broker, e.tx) for e in rows
-            if e.tx is not None and e.role in (COPY, END, OP, DISCARD) and e.physical_offset is not None
-            and e.broker in first and e.physical_offset >= first[e.broker]]
+def _lost_at(anomalies: pa.Table) -> Optional[int]:
+    """EVIDENCE_IN_DAMAGED_RANGE (jobs/txrules.py): the newest offset from which CommitLog bytes were lost."""
+    if not anomalies.num_rows:
+        return None
+    sel = pc.and_(pc.is_in(anomalies.column("kind"), pa.array(LOST_BYTES)),
+                  pc.equal(anomalies.column("source"), "commitlog"))
+    return pc.max(anomalies.column("physical_offset").filter(pc.fill_null(sel, False))).as_py()
 
 
 def _reconstruct_finding(broker, code, physical_offset, queue_id, queue_offset, detail, topic=OP_TOPIC):
@@ -328,113 +307,119 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     is OP_BODY_MISSING); None = whether ``table`` has ``op_body`` rows.  Otherwise op bodies come from the
     op records' own ``body``."""
     check_override(profile_override)
-    records, base_facts = _commitlog_rows(table)
-    op_rows = _rows(table, "op_body", ("physical_offset", "queue_id", "queue_offset", "store_timestamp",
-                                       "total_size", "body_crc_ok", "body"))
-    has_op_input = bool(op_rows) if op_bodies_given is None else op_bodies_given
-    if not has_op_input:
-        op_rows = [dict(broker=r["broker"], physical_offset=r["physical_offset"], queue_id=r["queue_id"],
-                        queue_offset=r["queue_offset"], store_timestamp=r["store_timestamp"],
-                        total_size=r["total_size"], body_crc_ok=r["body_crc_ok"], body=r["body"])
-                   for r in records if r["topic"] == OP_TOPIC and r["body"] is not None]
-    facts = _facts(records, op_rows, table, base_facts)
-    profiles = {b: txrules.profile_row(b, d, override_for(profile_override, b)) for b, d in facts.items()}
+    has_op_input = _has_src(table, "op_body") if op_bodies_given is None else op_bodies_given
+    has_cq = _has_src(table, "consumequeue")
+    brokers = pc.unique(table.column("broker")).to_pylist() if table.num_rows else []
+    per = []
+    for b in brokers:
+        sub = table if len(brokers) == 1 else table.filter(pc.equal(table.column("broker"), b))
+        per.append(_reduce_broker(b, sub, has_op_input, has_cq))
+    profiles = {b: txrules.profile_row(b, p["facts"], override_for(profile_override, b))
+                for b, p in zip(brokers, per)}
     broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
-
-    rows: List[Ev] = []
-    for r in records:
-        e = record_evidence(r)
-        if e is not None:
-            rows.append(e)
-    for o in op_rows:
-        rows.extend(op_evidence(o))
-    for u in _rows(table, "statetable", ("index", "commitlog_offset", "state")):
-        rows.append(statetable_evidence(u))
-    for u in _rows(table, "redolog", ("index", "commitlog_offset", "tags_code", "kind")):
-        e = redolog_evidence(u)
-        if e is not None:
-            rows.append(e)
-    link_ends(rows)
-    link_ops(rows)
-
-    findings: List[dict] = []
-    problems: List[tuple] = []
-    anomalies = _rows(table, "anomaly", ("kind", "source", "physical_offset", "file", "position", "length",
-                                         "detail", "expected", "actual"))
-    if _has_src(table, "consumequeue"):
-        units = drop_misplaced_units(_rows(table, "consumequeue", ("topic", "queue_id", "queue_offset",
-                                                                   "commitlog_offset", "size")), anomalies)
-        cqm = _cq_mismatches(records, units, facts)
-        findings.extend(_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
-                                             m["queue_offset"], m["detail"], m["topic"]) for m in cqm)
-        codes_at: Dict[tuple, set] = defaultdict(set)
-        for m in cqm:
-            codes_at[(m["broker"], m["physical_offset"])].add(m["code"])
-        if codes_at:
-            for e in rows:
-                if e.tx is not None:
-                    for code in codes_at.get((e.broker, e.physical_offset), ()):
-                        problems.append((e.broker, e.tx, code))
-    problems.extend((b, tx, "CORRUPT_RECORD") for b, tx in _corrupt_hits(rows, anomalies))
-    problems.extend((b, tx, "EVIDENCE_NOT_COMMITTED") for b, tx in _uncommitted_hits(rows, anomalies))
-    for b, tx, code in problems:
-        rows.append(Ev(PROBLEM, b, tx=tx, piece=code))
-
-    groups: Dict[tuple, List[Ev]] = defaultdict(list)
-    for e in rows:
-        if e.tx is not None:
-            groups[(e.broker, e.tx)].append(e)
-    tx_rows = []
-    for (b, tx), evs in groups.items():
-        fb = facts.get(b, {})
-        row = txrules.transaction_row(b, tx, evs, fb, profiles.get(b, {}).get("profile"),
-                                      broker_params.get(b))
-        if row is not None:
-            tx_rows.append(row)
-    _flag_damaged(tx_rows, anomalies)
-
-    for e in rows:
-        if e.role == OP and e.tx is None:
-            findings.append(_orphan_op(e, facts.get(e.broker, {})))
-    if has_op_input:
-        provided = {(o["broker"], o["physical_offset"]) for o in op_rows}
-        missing = [r for r in records if r["topic"] == OP_TOPIC and (r["broker"], r["physical_offset"])
-                   not in provided]
-    else:
-        missing = [r for r in records if r["topic"] == OP_TOPIC and r["body"] is None]
-    for r in missing:
-        findings.append(_reconstruct_finding(
-            r["broker"], "OP_BODY_MISSING", r["physical_offset"], r["queue_id"], r["queue_offset"],
-            f"op record at op-queue offset {_fmt(r['queue_offset'])}: body not provided"))
-    findings.extend(_decoder_finding(a) for a in anomalies)
-
+    tx_tables, findings = [], []
+    for b, p in zip(brokers, per):
+        tx_tables.append(txrules.transactions(b, p["evidence"], p["facts"], profiles[b]["profile"],
+                                              broker_params.get(b), p["problems"], p["lost_at"]))
+        findings += p["findings"]
+    tx = pa.concat_tables(tx_tables) if tx_tables else TRANSACTIONS.arrow_schema().empty_table()
     return {
-        "transactions": _arrow(tx_rows, TRANSACTIONS),
-        "check_back": _arrow(txrules.check_back_rows(tx_rows, critical_within_ms), CHECK_BACK),
-        "recovery": _arrow(txrules.recovery_rows(tx_rows), RECOVERY),
+        "transactions": tx,
+        "check_back": txrules.check_back(tx, critical_within_ms),
+        "recovery": txrules.recovery(tx),
         "anomalies": _arrow(findings, AUDIT_ANOMALIES),
         "profiles": _arrow(list(profiles.values()), PROFILES_TABLE),
     }
+
+
+def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> dict:
+    """One broker's facts, linked evidence, problem rows and findings (everything but the profile-dependent
+    rules)."""
+    cl = _src(sub, "commitlog")
+    records = _relevant(cl)
+    if has_op_input:
+        op_rows = _src(sub, "op_body").select(list(_OP_COLS))
+    else:
+        op_rows = records.filter(pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False),
+                                         pc.is_valid(records.column("body")))).select(list(_OP_COLS))
+    facts = _facts(cl, records, op_rows, sub)
+    ev = Evidence.concat([record_evidence(records), op_rows_evidence(op_rows),
+                          statetable_evidence(_src(sub, "statetable")),
+                          redolog_evidence(_src(sub, "redolog"))])
+    link_ends(ev)
+    ev = link_ops(ev)
+    anomalies = _src(sub, "anomaly")
+    decoder_findings = anomalies.select(["kind", "source", "physical_offset", "file", "position", "length",
+                                         "detail", "expected", "actual"]).to_pylist()
+    findings: List[dict] = []
+    problems = []
+    if has_cq:
+        units = drop_misplaced_units(_src(sub, "consumequeue"), (dict(a, broker=b) for a in decoder_findings))
+        cqm = _cq_mismatches(b, records, units, facts)
+        findings.extend(_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
+                                             m["queue_offset"], m["detail"], m["topic"]) for m in cqm)
+        for code in ("CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE"):
+            offs = [m["physical_offset"] for m in cqm if m["code"] == code]
+            if offs:
+                at = (np.array([0 if o is None else o for o in offs], np.int64),
+                      np.array([o is not None for o in offs]))
+                mine, theirs = lookup_ids([ev.i["physical_offset"]], [at])
+                problems.append((np.nonzero(_tx_rows(ev) & np.isin(mine, theirs))[0], code))
+    problems.append((_corrupt_rows(ev, anomalies), "CORRUPT_RECORD"))
+    problems.append((_uncommitted_rows(ev, anomalies), "EVIDENCE_NOT_COMMITTED"))
+    findings.extend(_orphan_ops(b, ev, facts))
+    findings.extend(_missing_bodies(b, records, op_rows, has_op_input))
+    findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
+    return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
+            "lost_at": _lost_at(anomalies)}
+
+
+def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:
+    rows = np.nonzero((ev.c["role"] == OP) & ~_tx_rows(ev))[0]
+    if not len(rows):
+        return []
+    out = []
+    col = (lambda name: [int(v) if ok else None for v, ok in zip(ev.i[name][0][rows].tolist(),
+                                                                 ev.i[name][1][rows].tolist())])
+    pieces = ev.s["piece"].take(pa.array(rows, pa.int64())).to_pylist()
+    for phys, qid, qo, ho, piece in zip(col("physical_offset"), col("queue_id"), col("queue_offset"),
+                                        col("half_offset"), pieces):
+        out.append(_orphan_op(b, phys, qid, qo, ho, piece, facts))
+    return out
+
+
+def _missing_bodies(b: str, records: pa.Table, op_rows: pa.Table, has_op_input: bool) -> List[dict]:
+    """OP_BODY_MISSING: op records without a body (none given for them, or none read)."""
+    ops = records.filter(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False))
+    if has_op_input:
+        mine, given = lookup_ids([ints(ops.column("physical_offset"))],
+                                 [ints(op_rows.column("physical_offset"))])
+        missing = ops.filter(pa.array(~np.isin(mine, given)))
+    else:
+        missing = ops.filter(pc.is_null(ops.column("body")))
+    return [_reconstruct_finding(b, "OP_BODY_MISSING", r["physical_offset"], r["queue_id"], r["queue_offset"],
+                                 f"op record at op-queue offset {_fmt(r['queue_offset'])}: body not provided")
+            for r in missing.select(["physical_offset", "queue_id", "queue_offset"]).to_pylist()]
 
 
 def _has_src(table: pa.Table, src: str) -> bool:
     return bool(pc.any(pc.equal(table.column("src"), src)).as_py()) if table.num_rows else False
 
 
-def _orphan_op(e: Ev, fb: Mapping) -> dict:
+def _orphan_op(broker, physical_offset, queue_id, queue_offset, half_offset, piece, fb: Mapping) -> dict:
     mhq = fb.get("min_half_queue_offset")
-    if e.half_offset is None:
+    if half_offset is None:
         code = "OP_BODY_UNPARSABLE"
-        detail = f"op at op-queue offset {_fmt(e.queue_offset)}: body piece '{e.piece}' is not a number"
-    elif e.half_offset < (mhq if mhq is not None else LONG_MAX):
+        detail = f"op at op-queue offset {_fmt(queue_offset)}: body piece '{piece}' is not a number"
+    elif half_offset < (mhq if mhq is not None else LONG_MAX):
         code = "EVIDENCE_IN_DELETED_RANGE"
-        detail = (f"op at op-queue offset {_fmt(e.queue_offset)} names half offset {e.half_offset}, below "
+        detail = (f"op at op-queue offset {_fmt(queue_offset)} names half offset {half_offset}, below "
                   f"the oldest retained half record")
     else:
         code = "OP_WITHOUT_HALF"
-        detail = (f"op at op-queue offset {_fmt(e.queue_offset)} names half offset {e.half_offset}: no half "
+        detail = (f"op at op-queue offset {_fmt(queue_offset)} names half offset {half_offset}: no half "
                   f"record has it")
-    return _reconstruct_finding(e.broker, code, e.physical_offset, e.queue_id, e.half_offset, detail)
+    return _reconstruct_finding(broker, code, physical_offset, queue_id, half_offset, detail)
 
 
 def _arrow(rows: List[dict], table) -> pa.Table:

@@ -4,20 +4,33 @@ jobs/reconstruct.py (module docstring), jobs/flags.py (FLAGS, RECOVERY_ACTIONS) 
 the store-format reference sections 7, 8, 10 and 11 (TransactionalMessageServiceImpl.check, needSkip /
 needDiscard; AbstractTransactionalMessageCheckListener.sendCheckMessage for the check-back header fields).
 
-``transaction_row`` reduces the evidence rows (jobs/txevidence.Ev) of ONE transaction; nothing here looks at
-another transaction, so the work is linear in the number of evidence rows.
+``transactions`` reduces one broker's linked evidence (jobs/txevidence.Evidence) to its transaction rows in
+column operations: the rows are grouped by transaction id once (jobs/txgroups.Groups) and every rule is an
+expression over per-group arrays, so the cost is a few sorts of the evidence plus linear passes, whatever the
+number of transactions.  The work lists filter the transaction table by column and format only their rows.
 """
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.flags import FLAGS, RECOVERY_ACTIONS
-from jobs.txevidence import COPY, DISCARD, END, OP, ORIGREF, PROBLEM, REDO_E, REDO_P, ST, Ev
+from jobs.txevidence import (
+    COMMIT_T, COPY, CRC_FALSE, DISCARD, END, HALF_Q, OP, ORIGREF, PREP_R, REDO_E, REDO_P, ROLLBACK_T, ST,
+    Evidence, _np,
+)
+from jobs.txgroups import (
+    Groups, Nullable, coalesce, ints, list_of_strings, member, str_rank, take, to_arrow, where,
+)
 from jobs.txparams import (
     COMMITTED, DISCARD_TOPIC, DISCARDED, HALF_QUEUE, HALF_TOPIC, P_3X, P_40, P_43, P_51, P_UNKNOWN, PREPARED,
-    PREPARED_RECORD, ROLLED_BACK, SEP, AuditParams,
+    ROLLED_BACK, SEP, AuditParams,
 )
+from schemas.audit import CHECK_BACK, RECOVERY, TRANSACTIONS
 
 _ST_CODES = ("STATETABLE_MISSING_PREPARED", "STATETABLE_INDEX_MISMATCH", "STATETABLE_COMMITLOG_DISAGREE",
              "STATETABLE_REDOLOG_DISAGREE")
@@ -71,367 +84,420 @@ def profile_row(broker: str, facts: Mapping, override: Optional[str]) -> dict:
 # transactions
 # ------------------------------------------------------------------------------------------------------------
 
-def _min(vals):
-    vals = [v for v in vals if v is not None]
-    return min(vals) if vals else None
+_FLAG_NAMES = tuple(sorted(FLAGS))
+_FLAG_CODE = {f: i for i, f in enumerate(_FLAG_NAMES)}
 
 
-def _max(vals):
-    vals = [v for v in vals if v is not None]
-    return max(vals) if vals else None
+def _add(a: Nullable, b: Nullable) -> Nullable:
+    return a[0] + b[0], a[1] & b[1]
 
 
-def _greatest(*vals):
-    return _max(vals)
+def _scalar(v, n: int) -> Nullable:
+    return (np.full(n, 0 if v is None else int(v), np.int64), np.full(n, v is not None))
 
 
-def _least(*vals):
-    return _min(vals)
+def _greatest(a: Nullable, b: Nullable) -> Nullable:
+    """Spark's greatest: nulls skipped, null when both are."""
+    both = a[1] & b[1]
+    return np.where(both, np.maximum(a[0], b[0]), np.where(a[1], a[0], b[0])), a[1] | b[1]
 
 
-def _add(a, b):
-    return None if a is None or b is None else a + b
+def _least(a: Nullable, b: Nullable) -> Nullable:
+    both = a[1] & b[1]
+    return np.where(both, np.minimum(a[0], b[0]), np.where(a[1], a[0], b[0])), a[1] | b[1]
 
 
-def _sorted_set(vals) -> list:
-    return sorted({v for v in vals if v is not None})
+def _at_rows(rows: np.ndarray, col: Nullable) -> Nullable:
+    """Per group value of a picked row (-1: none -> null)."""
+    v, ok = col
+    safe = np.where(rows < 0, 0, rows)
+    if len(v) == 0:
+        return np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
+    return np.where(rows < 0, 0, v[safe]), (rows >= 0) & ok[safe]
 
 
-def _copy_struct(e: Ev) -> dict:
-    return {"commitlog_offset": e.physical_offset, "queue_offset": e.queue_offset,
-            "store_timestamp": e.store_timestamp, "msg_id": e.msg_id, "check_times": e.check_times,
-            "tran_prepared_qo": e.tran_prepared_qo}
+def _str_max_row(g: Groups, mask: np.ndarray, s: pa.Array) -> np.ndarray:
+    rank, ok = str_rank(s)
+    return g.pick(mask & ok, ~rank)
 
 
-def transaction_row(broker: str, tx: str, evs: List[Ev], facts: Mapping, profile: Optional[str],
-                    params: Optional[AuditParams]) -> Optional[dict]:
-    """The TRANSACTIONS row of one transaction id from its evidence rows, or None when the group holds no
-    transaction (only PROBLEM rows, or an ORIGREF whose copy belongs elsewhere)."""
-    by_role = {COPY: [], END: [], OP: [], DISCARD: [], ST: [], REDO_P: [], REDO_E: [], ORIGREF: [],
-               PROBLEM: []}
-    for e in evs:
-        by_role[e.role].append(e)
-    all_copies, ends, ops, discards = by_role[COPY], by_role[END], by_role[OP], by_role[DISCARD]
-    st_units, n_redo_prep = by_role[ST], len(by_role[REDO_P])
-    core = all_copies + ends + ops + discards
-    copies = (all_copies if len(all_copies) == 1 and all_copies[0].physical_offset is not None else
-              sorted((e for e in all_copies if e.physical_offset is not None),
-                     key=lambda e: e.physical_offset))
-    if not core and not st_units and not n_redo_prep:
-        return None
-    first = _copy_struct(copies[0]) if copies else None
-    newest = _copy_struct(copies[-1]) if copies else None
-    fc = copies[0] if copies else None
+def _str_ok(s: pa.Array) -> np.ndarray:
+    return ~np.asarray(s.is_null()) if len(s) and s.null_count else np.ones(len(s), bool)
 
-    mechanism = _max(e.mechanism for e in all_copies)
-    if fc is not None:
-        copy_key = (fc.uniq_key if fc.mechanism == HALF_QUEUE and fc.uniq_key is not None
-                    else str(fc.physical_offset))
-    else:
-        copy_key = None
-    uniq_key = _max(e.uniq_key for e in core)
 
-    def first_or_any(attr):
-        v = getattr(fc, attr) if fc is not None else None
-        return v if v is not None else _max(getattr(e, attr) for e in core)
+def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[str],
+                 params: Optional[AuditParams], problems: Sequence[Tuple[np.ndarray, str]] = (),
+                 lost_at: Optional[int] = None) -> pa.Table:
+    """The TRANSACTIONS rows of one broker from its linked evidence (every transaction id with a copy, end,
+    op, discard, statetable unit or redolog PREPARED unit).  ``problems``: (evidence rows, flag) pairs from
+    the findings; ``lost_at``: the newest CommitLog offset from which bytes were lost (TRUNCATED_FILE /
+    FILE_GAP), for EVIDENCE_IN_DAMAGED_RANGE."""
+    enc = pc.dictionary_encode(ev.s["tx"]) if ev.n else pa.DictionaryArray.from_arrays(
+        pa.array([], pa.int32()), pa.array([], pa.string()))
+    gid = np.asarray(pc.fill_null(enc.indices, -1)).astype(np.int64)
+    txs = enc.dictionary
+    g = Groups(gid, len(txs))
+    G, N = g.n, ev.n
+    role, c, i, s = ev.c["role"], ev.c, ev.i, ev.s
+    is_copy, is_end, is_op, is_disc = role == COPY, role == END, role == OP, role == DISCARD
+    is_st, is_rp, is_re, is_orig = role == ST, role == REDO_P, role == REDO_E, role == ORIGREF
+    core = is_copy | is_end | is_op | is_disc
+    commit_end, rb_end = is_end & (c["end_type"] == COMMIT_T), is_end & (c["end_type"] == ROLLBACK_T)
+    rowid = np.arange(N, dtype=np.int64)
+    pv, pok = i["physical_offset"]
+    n_copy, n_core, n_st, n_rp = g.count(is_copy), g.count(core), g.count(is_st), g.count(is_rp)
+    keep = (n_core > 0) | (n_st > 0) | (n_rp > 0)
 
-    commits = _sorted_set(e.physical_offset for e in ends if e.end_type == "COMMIT")
-    rollbacks = _sorted_set(e.physical_offset for e in ends if e.end_type == "ROLLBACK")
-    op_half = _sorted_set(e.half_offset for e in ops)
-    n_commit, n_rb, n_ops = len(commits), len(rollbacks), len(op_half)
-    disc = [e for e in discards if e.physical_offset is not None]
-    discard_off = max((e.physical_offset for e in disc), default=None)
-    discard_msg = max(disc, key=lambda e: e.physical_offset).msg_id if disc else None
-    st_with_index = [e for e in st_units if e.queue_offset is not None]
-    st_unit = max(st_with_index, key=lambda e: e.queue_offset) if st_with_index else None
-    st_index = st_unit.queue_offset if st_unit is not None else None
-    st = st_unit.st_state if st_unit is not None else None
-    redo_end = _sorted_set(e.physical_offset for e in by_role[REDO_E])
-    cl_end = _sorted_set(e.physical_offset for e in ends)
-    end_structs = {(e.physical_offset, e.end_type) for e in ends}
-    end_types = {t for _, t in end_structs}
-    missing_targets = _sorted_set(e.pto for e in ends if e.target_tx is None)
-    end_pto = _min(e.pto for e in ends)
+    fc = g.pick(is_copy & pok, pv)
+    nc = g.pick(is_copy & pok, ~pv, ~rowid)
+    has_first = fc >= 0
+    first_phys, first_qo = _at_rows(fc, i["physical_offset"]), _at_rows(fc, i["queue_offset"])
+    first_ts, first_ct = _at_rows(fc, i["store_timestamp"]), _at_rows(fc, i["check_times"])
+    first_tpqo, imm = _at_rows(fc, i["tran_prepared_qo"]), _at_rows(fc, i["immunity_s"])
+    newest_phys, newest_qo = _at_rows(nc, i["physical_offset"]), _at_rows(nc, i["queue_offset"])
+    newest_ts, newest_ct_col = _at_rows(nc, i["store_timestamp"]), _at_rows(nc, i["check_times"])
+    fc_mech = np.where(has_first, c["mechanism"][np.where(has_first, fc, 0)] if N else 0, 0)
 
-    prof = profile
+    mech_v, mech_ok = g.max((c["mechanism"].astype(np.int64), c["mechanism"] > 0), is_copy)
+    uk_row = _str_max_row(g, core, s["uniq_key"])
+    uniq_key = take(s["uniq_key"], uk_row)
+    fc_uk = take(s["uniq_key"], fc)
+    copy_key = pc.if_else(pa.array(has_first & (fc_mech == HALF_Q) & _str_ok(fc_uk)), fc_uk,
+                          to_arrow(*first_phys).cast(pa.string()))
+
+    def first_or_any_str(name):
+        return pc.coalesce(take(s[name], fc), take(s[name], _str_max_row(g, core, s[name])))
+
+    fq = _at_rows(fc, i["real_qid"])
+    real_qid = np.where(fq[1], fq[0], g.max(i["real_qid"], core)[0]), fq[1] | g.max(i["real_qid"], core)[1]
+
+    commits = g.sorted_sets(i["physical_offset"], commit_end)
+    rollbacks = g.sorted_sets(i["physical_offset"], rb_end)
+    op_half = g.sorted_sets(i["half_offset"], is_op)
+    n_commit, n_rb, n_ops = (np.diff(np.asarray(x.offsets)) for x in (commits, rollbacks, op_half))
+    n_disc = g.count(is_disc)
+    disc_off = g.max(i["physical_offset"], is_disc)
+    disc_msg = take(s["msg_id"], g.pick(is_disc & pok, ~pv))
+    st_row = g.pick(is_st & i["queue_offset"][1], ~i["queue_offset"][0])
+    st_index, st = _at_rows(st_row, i["queue_offset"]), take(s["st_state"], st_row)
+    pto_v, pto_ok = i["pto"]
+    missing = is_end & pto_ok & (c["has_target"] == 0)
+    end_pto = g.min(i["pto"], is_end)
+
     p = params
-    timeout = p.transactionTimeOut if p else None
+    timeout = _scalar(p.transactionTimeOut if p else None, G)
     check_max = p.transactionCheckMax if p else None
-    interval = p.transactionCheckInterval if p else None
-    reserved = int(p.fileReservedTime * 3600 * 1000) if p and p.fileReservedTime is not None else None
-    as_of = (p.as_of_ms if p and p.as_of_ms is not None else None)
-    if as_of is None:
-        as_of = facts.get("snapshot_ms")
-    hco, oco = facts.get("half_consume_offset"), facts.get("op_consume_offset")
-    mco = facts.get("min_commitlog_offset")
+    interval = _scalar(p.transactionCheckInterval if p else None, G)
+    reserved = _scalar(int(p.fileReservedTime * 3600 * 1000) if p and p.fileReservedTime is not None
+                       else None, G)
+    as_of_s = p.as_of_ms if p and p.as_of_ms is not None else facts.get("snapshot_ms")
+    as_of = _scalar(as_of_s, G)
+    hco_s, oco_s = facts.get("half_consume_offset"), facts.get("op_consume_offset")
+    mco_s = facts.get("min_commitlog_offset")
 
-    mech = mechanism or (PREPARED_RECORD if prof in (P_3X, P_40) else HALF_QUEUE)
-    born = _min(e.born_timestamp for e in all_copies)
-    if born is None:
-        born = _min(e.born_timestamp for e in core)
-    cl_state = "COMMIT" if "COMMIT" in end_types else "ROLLBACK" if "ROLLBACK" in end_types else "PREPARED"
-    redo_types = {t for o, t in end_structs if o in set(redo_end)}
-    redolog_state = ("COMMIT" if "COMMIT" in redo_types else "ROLLBACK" if "ROLLBACK" in redo_types
-                     else "ENDED" if redo_end else "PREPARED" if n_redo_prep > 0 else None)
-    discarded_last = bool(discards) and (newest is None or (discard_off is not None
-                                                            and discard_off > newest["commitlog_offset"]))
-    if n_commit > 0:
-        state = COMMITTED
-    elif n_rb > 0 or n_ops > 0:
-        state = ROLLED_BACK
-    elif st == "COMMIT":
-        state = COMMITTED
-    elif st == "ROLLBACK":
-        state = ROLLED_BACK
-    elif discarded_last:
-        state = DISCARDED
-    else:
-        state = PREPARED
-    half = mech == HALF_QUEUE
-    imm = fc.immunity_s if fc is not None else None
-    eff_timeout = imm * 1000 if half and imm is not None and imm >= 0 else timeout
-    newest_ct = newest["check_times"] if newest is not None and newest["check_times"] is not None else 0
-    first_pass = _greatest(_add(newest["store_timestamp"] if newest else None, interval),
-                           _add(born, eff_timeout))
-    rest = _greatest(None if check_max is None else check_max - newest_ct, 0)
-    by_checks = _add(first_pass, None if interval is None else rest * interval)
+    mech = np.where(mech_ok, mech_v, PREP_R if profile in (P_3X, P_40) else HALF_Q)
+    born = g.min(i["born_timestamp"], is_copy)
+    born = where(born[1], born, g.min(i["born_timestamp"], core))
+    any_commit, any_rb = g.any(commit_end), g.any(rb_end)
+    cl_state = np.where(any_commit, 1, np.where(any_rb, 2, 0))         # COMMIT, ROLLBACK, PREPARED
+    redo_e_rows = np.nonzero(is_re & pok)[0]
+    end_rows = np.nonzero(is_end & pok)[0]
+    end_in_redo = np.zeros(N, bool)
+    end_in_redo[end_rows] = member([(gid[end_rows], np.ones(len(end_rows), bool)), (pv[end_rows],
+                                    pok[end_rows])],
+                                   [(gid[redo_e_rows], np.ones(len(redo_e_rows), bool)),
+                                    (pv[redo_e_rows], pok[redo_e_rows])])
+    has_redo_end = g.any(is_re & pok)
+    redolog_state = np.where(g.any(end_in_redo & commit_end), "COMMIT",
+                             np.where(g.any(end_in_redo & rb_end), "ROLLBACK",
+                                      np.where(has_redo_end, "ENDED",
+                                               np.where(n_rp > 0, "PREPARED", None))))
+    discarded_last = (n_disc > 0) & ((nc < 0) | (disc_off[1] & (disc_off[0] > newest_phys[0])))
+    st_commit, st_rb = _np(pc.equal(st, "COMMIT")), _np(pc.equal(st, "ROLLBACK"))
+    state = np.where(n_commit > 0, COMMITTED, np.where((n_rb > 0) | (n_ops > 0), ROLLED_BACK,
+                     np.where(st_commit, COMMITTED, np.where(st_rb, ROLLED_BACK,
+                              np.where(discarded_last, DISCARDED, PREPARED))))).astype(object)
+    half = mech == HALF_Q
+    use_imm = half & imm[1] & (imm[0] >= 0)
+    eff_timeout = where(use_imm, (imm[0] * 1000, np.ones(G, bool)), timeout)
+    newest_ct = np.where(newest_ct_col[1], newest_ct_col[0], 0)
+    first_pass = _greatest(_add(newest_ts, interval), _add(born, eff_timeout))
+    rest = np.maximum(check_max - newest_ct, 0) if check_max is not None else np.zeros(G, np.int64)
+    by_checks = _add(first_pass, (rest * interval[0], interval[1]))
     by_age = _add(born, reserved)
-    if state != PREPARED:
-        deadline = None
-    elif half and newest is not None:
-        deadline = _least(by_checks, by_age)
-    elif half:
-        deadline = by_age
-    else:
-        deadline = _add(first["store_timestamp"] if first else None, reserved)
-    newest_qo = newest["queue_offset"] if newest else None
-    open_candidates = _sorted_set(e.queue_offset for e in all_copies
-                                  if e.mechanism == HALF_QUEUE and not e.named)
-    orig_covered = {e.queue_offset for e in by_role[ORIGREF] if e.named}
-    open_copies = [x for x in open_candidates if x not in orig_covered and newest_qo is not None
-                   and x == newest_qo and (hco is None or x >= hco)]
-    age = None if as_of is None or born is None else as_of - born
+    prepared = state == PREPARED
+    deadline = where(half & (nc >= 0), _least(by_checks, by_age),
+                      where(half, by_age, _add(first_ts, reserved)))
+    deadline = (deadline[0], deadline[1] & prepared)
+    age = (as_of[0] - born[0], as_of[1] & born[1])
 
-    prepared, resolved = state == PREPARED, state in (COMMITTED, ROLLED_BACK)
-    past_timeout = prepared and age is not None and eff_timeout is not None and age > eff_timeout
-    orphan_discard_only = mechanism is None and n_commit + n_rb == 0 and bool(discards)
-    p_key = tx.split(SEP)[1] if tx.startswith("P" + SEP) else None
-    p_long = _to_long(p_key)
-    units_only = mechanism is None and not core
-    earlier_gone = (half and first is not None
-                    and (first["check_times"] is not None or first["tran_prepared_qo"] is not None))
+    nqo_at = g.at(newest_qo[0])
+    nqo_ok_at = g.at(newest_qo[1])
+    qo_v, qo_ok = i["queue_offset"]
+    same_qo = qo_ok & nqo_ok_at & (qo_v == nqo_at)
+    cand = g.any(is_copy & (c["mechanism"] == HALF_Q) & (c["named"] == 0) & same_qo)
+    covered = g.any(is_orig & (c["named"] > 0) & same_qo)
+    open_copy = cand & ~covered & newest_qo[1] & (True if hco_s is None else newest_qo[0] >= hco_s)
+
+    resolved = (state == COMMITTED) | (state == ROLLED_BACK)
+    past_timeout = prepared & age[1] & eff_timeout[1] & (age[0] > eff_timeout[0])
+    orphan_discard_only = ~mech_ok & (n_commit + n_rb == 0) & (n_disc > 0)
+    is_p = _np(pc.starts_with(txs, "P" + SEP)) if G else np.zeros(0, bool)
+    p_key = pc.if_else(pa.array(is_p), pc.utf8_slice_codeunits(txs, 2), pa.nulls(G, pa.string()))
+    p_long = ints(pc.cast(p_key, pa.int64())) if G else (np.zeros(0, np.int64), np.zeros(0, bool))
+    units_only = ~mech_ok & (n_core == 0)
+    earlier_gone = half & has_first & (first_ct[1] | first_tpqo[1])
     has_st, has_redo = (facts.get("n_st") or 0) > 0, (facts.get("n_redo") or 0) > 0
-    legacy = mech == PREPARED_RECORD
-    compatible = redolog_state is not None and st is not None and (
-        st == redolog_state or (redolog_state == "ENDED" and st in ("COMMIT", "ROLLBACK")))
-    below = oco is not None and hco is not None and any(
-        e.queue_offset is not None and e.half_offset is not None and e.queue_offset >= oco
-        and e.half_offset < hco
-        for e in ops)
-    mco_pos = mco is not None and mco > 0
-    mco_not_pos = mco is not None and not mco > 0
-    copies_n = len(all_copies)
-    check_times = _max(e.check_times for e in all_copies)
+    legacy = mech == PREP_R
+    st_ok = _str_ok(st) & True
+    st_arr = np.asarray(st.to_pylist(), dtype=object) if G else np.zeros(0, object)
+    compatible = (redolog_state != None) & st_ok & (  # noqa: E711 - numpy elementwise
+        (st_arr == redolog_state) | ((redolog_state == "ENDED") & (st_commit | st_rb)))
+    ho_v, ho_ok = i["half_offset"]
+    below = (g.any(is_op & qo_ok & ho_ok & (qo_v >= oco_s) & (ho_v < hco_s))
+             if oco_s is not None and hco_s is not None else np.zeros(G, bool))
+    mco_pos = mco_s is not None and mco_s > 0
+    mco_not_pos = mco_s is not None and not mco_s > 0
+    check_times = g.max(i["check_times"], is_copy)
+    miss_below = g.any(missing & (pto_v < mco_s)) if mco_s is not None else np.zeros(G, bool)
+    miss_above = g.any(missing & (pto_v >= mco_s)) if mco_s is not None else np.zeros(G, bool)
+    p_below = (p_long[1] & (p_long[0] < mco_s)) if mco_s is not None else np.zeros(G, bool)
+    p_above = (p_long[1] & (p_long[0] >= mco_s)) if mco_s is not None else np.zeros(G, bool)
+    cl_end_n = g.distinct_count(i["physical_offset"], is_end)
+    redo_end_n = g.distinct_count(i["physical_offset"], is_re)
+    union_n = g.distinct_count(i["physical_offset"], is_end | is_re)
+    redo_ne_cl = ~((cl_end_n == redo_end_n) & (union_n == cl_end_n))
+    cl_state_s = np.array(["PREPARED", "COMMIT", "ROLLBACK"], dtype=object)[cl_state]
     codes = {
         "PREPARED_PAST_TIMEOUT": past_timeout,
-        "PREPARED_NEVER_CHECKED": past_timeout and (
-            (half and copies_n == 1 and (check_times or 0) == 0) or (legacy and prof == P_40)),
-        "AT_CHECK_MAX": prepared and half and check_max is not None and newest_ct >= check_max,
-        "AGE_PAST_FILE_RESERVED_TIME": prepared and age is not None and reserved is not None
-        and age > reserved,
-        "PAST_DEADLINE": prepared and deadline is not None and as_of is not None and deadline <= as_of,
-        "PREPARED_PASSED_BY_CHECKER": prepared and half and hco is not None and newest_qo is not None
-        and newest_qo < hco,
+        "PREPARED_NEVER_CHECKED": past_timeout & (
+            (half & (n_copy == 1) & (np.where(check_times[1], check_times[0], 0) == 0))
+            | (legacy & (profile == P_40))),
+        "AT_CHECK_MAX": prepared & half & (check_max is not None) & (newest_ct >= (check_max or 0)),
+        "AGE_PAST_FILE_RESERVED_TIME": prepared & age[1] & reserved[1] & (age[0] > reserved[0]),
+        "PAST_DEADLINE": prepared & deadline[1] & as_of[1] & (deadline[0] <= as_of[0]),
+        "PREPARED_PASSED_BY_CHECKER": (prepared & half & newest_qo[1] & (newest_qo[0] < hco_s)
+                                       if hco_s is not None else np.zeros(G, bool)),
         "DUPLICATE_COMMIT": n_commit > 1,
-        "COMMIT_WITHOUT_OP": any(e.end_type == "COMMIT" and e.target_mech == HALF_QUEUE and not e.named
-                                 for e in ends),
-        "RESOLVED_COPY_PENDING_CHECK": resolved and half and len(open_copies) > 0,
+        "COMMIT_WITHOUT_OP": g.any(commit_end & (c["target_mech"] == HALF_Q) & (c["named"] == 0)),
+        "RESOLVED_COPY_PENDING_CHECK": resolved & half & open_copy,
         "OP_BELOW_HALF_CONSUME_OFFSET": below,
-        "CONFLICTING_ENDS": n_commit > 0 and (n_rb > 0 or any(not e.copy_committed for e in ops)),
-        "DISCARDED_WITH_RESOLUTION": bool(discards) and (n_commit > 0 or n_rb > 0 or n_ops > 0),
-        "RESUMED_AFTER_DISCARD": prepared and bool(discards) and not discarded_last,
-        "EVIDENCE_IN_DELETED_RANGE": (
-            (mco is not None and any(x < mco for x in missing_targets)) or (orphan_discard_only and mco_pos)
-            or (units_only and p_long is not None and mco is not None and p_long < mco)
-            or (earlier_gone and mco_pos)),
-        "PREPARED_RECORD_MISSING": (
-            (mco is not None and any(x >= mco for x in missing_targets))
-            or (orphan_discard_only and mco_not_pos)
-            or (units_only and p_long is not None and mco is not None and p_long >= mco)
-            or (earlier_gone and mco_not_pos)),
-        "CORRUPT_RECORD": any(e.body_crc_ok is False for e in core),
-        "STATETABLE_MISSING_PREPARED": prepared and legacy and has_st and first is not None
-        and st_unit is None,
-        "STATETABLE_INDEX_MISMATCH": legacy and has_st and st_index is not None and first is not None
-        and first["queue_offset"] is not None and st_index != first["queue_offset"],
-        "STATETABLE_COMMITLOG_DISAGREE": legacy and has_st and first is not None and st is not None
-        and st != cl_state,
-        "STATETABLE_REDOLOG_DISAGREE": legacy and has_st and has_redo and st is not None and not compatible,
-        "REDOLOG_COMMITLOG_DISAGREE": legacy and has_redo and first is not None
-        and (n_redo_prep == 0 or redo_end != cl_end),
+        "CONFLICTING_ENDS": (n_commit > 0) & ((n_rb > 0) | g.any(is_op & (c["copy_committed"] == 0))),
+        "DISCARDED_WITH_RESOLUTION": (n_disc > 0) & ((n_commit > 0) | (n_rb > 0) | (n_ops > 0)),
+        "RESUMED_AFTER_DISCARD": prepared & (n_disc > 0) & ~discarded_last,
+        "EVIDENCE_IN_DELETED_RANGE": miss_below | (orphan_discard_only & mco_pos) | (units_only & p_below)
+        | (earlier_gone & mco_pos),
+        "PREPARED_RECORD_MISSING": miss_above | (orphan_discard_only & mco_not_pos) | (units_only & p_above)
+        | (earlier_gone & mco_not_pos),
+        "CORRUPT_RECORD": g.any(core & (c["crc"] == CRC_FALSE)),
+        "STATETABLE_MISSING_PREPARED": prepared & legacy & has_st & has_first & (st_row < 0),
+        "STATETABLE_INDEX_MISMATCH": legacy & has_st & st_index[1] & first_qo[1]
+        & (st_index[0] != first_qo[0]),
+        "STATETABLE_COMMITLOG_DISAGREE": legacy & has_st & has_first & st_ok & (st_arr != cl_state_s),
+        "STATETABLE_REDOLOG_DISAGREE": legacy & has_st & has_redo & st_ok & ~compatible,
+        "REDOLOG_COMMITLOG_DISAGREE": legacy & has_redo & has_first & ((n_rp == 0) | redo_ne_cl),
     }
-    flags = {c for c, on in codes.items() if on}
-    flags.update(e.piece for e in by_role[PROBLEM] if e.piece is not None)
-    for c in flags:
-        assert c in FLAGS, c
+    prepared_off = where(has_first, first_phys, coalesce(end_pto, p_long))
+    if lost_at is not None:         # see txreduce: the state rests on evidence NOT being there
+        first_any = _least(prepared_off, first_phys)
+        by_absence = prepared | (state == DISCARDED) | ((state == ROLLED_BACK) & half & (n_rb == 0))
+        codes["EVIDENCE_IN_DAMAGED_RANGE"] = first_any[1] & (first_any[0] < lost_at) & by_absence
+    fg, fc_codes = [], []
+    for name, on in codes.items():
+        hit = np.nonzero(on)[0]
+        fg.append(hit)
+        fc_codes.append(np.full(len(hit), _FLAG_CODE[name]))
+    for rows, code in problems:
+        rows = rows[gid[rows] >= 0]
+        fg.append(gid[rows])
+        fc_codes.append(np.full(len(rows), _FLAG_CODE[code]))
+    flags = list_of_strings(np.concatenate(fg) if fg else np.zeros(0, np.int64),
+                            np.concatenate(fc_codes) if fc_codes else np.zeros(0, np.int64), _FLAG_NAMES, G)
 
-    key = copy_key
-    for alt in (p_key, uniq_key, None if end_pto is None else str(end_pto),
-                None if discard_off is None else str(discard_off)):
-        if key is None:
-            key = alt
-    prepared_off = first["commitlog_offset"] if first else None
-    if prepared_off is None:
-        prepared_off = end_pto if end_pto is not None else p_long
-    tid = _max(e.transaction_id for e in core)
-    return {
-        "broker": broker, "transaction_key": key, "uniq_key": uniq_key,
-        "transaction_id": tid if tid is not None else uniq_key,
-        "keys": first_or_any("keys"), "producer_group": _max(e.pgroup for e in core),
-        "real_topic": first_or_any("real_topic"), "real_queue_id": first_or_any("real_qid"),
-        "mechanism": mech, "state": state, "prepared_commitlog_offset": prepared_off,
-        "first_copy_commitlog_offset": first["commitlog_offset"] if first else None,
-        "first_copy_queue_offset": first["queue_offset"] if first else None,
-        "first_copy_store_timestamp": first["store_timestamp"] if first else None,
-        "newest_copy_commitlog_offset": newest["commitlog_offset"] if newest else None,
-        "newest_copy_queue_offset": newest_qo,
-        "newest_copy_store_timestamp": newest["store_timestamp"] if newest else None,
-        "newest_copy_msg_id": newest["msg_id"] if newest else None,
-        "newest_copy_check_times": newest["check_times"] if newest else None,
-        "copies": copies_n, "check_times": check_times, "check_immunity_time_s": imm,
-        "born_timestamp": born, "age_ms": age, "commit_offsets": commits, "rollback_offsets": rollbacks,
-        "op_half_offsets": op_half, "op_queue_offsets": _sorted_set(e.queue_offset for e in ops),
-        "resolved_timestamp": _min(e.store_timestamp for e in ends + ops),
-        "discard_commitlog_offset": discard_off, "discard_msg_id": discard_msg, "discards": len(discards),
-        "statetable_index": st_index, "statetable_state": st, "redolog_state": redolog_state,
-        "open_copy_offsets": open_copies, "flags": sorted(flags), "deadline_ms": deadline, "profile": prof,
-        "as_of_ms": as_of,
+    key = pc.coalesce(copy_key, p_key, uniq_key, to_arrow(*end_pto).cast(pa.string()),
+                      to_arrow(*disc_off).cast(pa.string()))
+    tid = take(s["transaction_id"], _str_max_row(g, core, s["transaction_id"]))
+    cols = {
+        "broker": pa.array([broker] * G, pa.string()), "transaction_key": key, "uniq_key": uniq_key,
+        "transaction_id": pc.coalesce(tid, uniq_key), "keys": first_or_any_str("keys"),
+        "producer_group": take(s["pgroup"], _str_max_row(g, core, s["pgroup"])),
+        "real_topic": first_or_any_str("real_topic"), "real_queue_id": to_arrow(*real_qid, pa.int32()),
+        "mechanism": pa.array(np.where(mech == HALF_Q, "HALF_QUEUE", "PREPARED_RECORD"), pa.string()),
+        "state": pa.array(state, pa.string()), "prepared_commitlog_offset": to_arrow(*prepared_off),
+        "first_copy_commitlog_offset": to_arrow(*first_phys), "first_copy_queue_offset": to_arrow(*first_qo),
+        "first_copy_store_timestamp": to_arrow(*first_ts),
+        "newest_copy_commitlog_offset": to_arrow(*newest_phys),
+        "newest_copy_queue_offset": to_arrow(*newest_qo), "newest_copy_store_timestamp": to_arrow(*newest_ts),
+        "newest_copy_msg_id": take(s["msg_id"], nc),
+        "newest_copy_check_times": to_arrow(*newest_ct_col, pa.int32()),
+        "copies": pa.array(n_copy, pa.int32()), "check_times": to_arrow(*check_times, pa.int32()),
+        "check_immunity_time_s": to_arrow(*imm), "born_timestamp": to_arrow(*born), "age_ms": to_arrow(*age),
+        "commit_offsets": commits, "rollback_offsets": rollbacks, "op_half_offsets": op_half,
+        "op_queue_offsets": g.sorted_sets(i["queue_offset"], is_op),
+        "resolved_timestamp": to_arrow(*g.min(i["store_timestamp"], is_end | is_op)),
+        "discard_commitlog_offset": to_arrow(*disc_off), "discard_msg_id": disc_msg,
+        "discards": pa.array(n_disc, pa.int32()), "statetable_index": to_arrow(*st_index),
+        "statetable_state": st, "redolog_state": pa.array(redolog_state, pa.string()),
+        "open_copy_offsets": _optional_list(newest_qo[0], open_copy),
+        "flags": flags, "deadline_ms": to_arrow(*deadline), "profile": pa.array([profile] * G, pa.string()),
+        "as_of_ms": to_arrow(*as_of),
     }
+    schema = TRANSACTIONS.arrow_schema()
+    out = pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+    return out.filter(pa.array(keep)) if not keep.all() else out
 
 
 def _null(v) -> str:
     return "null" if v is None else str(v)
 
 
-def _to_long(s: Optional[str]) -> Optional[int]:
-    if s is None:
-        return None
-    try:
-        return int(s)
-    except ValueError:
-        return None
+def _optional_list(v: np.ndarray, on: np.ndarray) -> pa.Array:
+    """list<int64> holding v where ``on``, else empty."""
+    offsets = np.zeros(len(v) + 1, np.int32)
+    np.cumsum(on, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(v[on], pa.int64()))
 
 
 # ------------------------------------------------------------------------------------------------------------
 # work lists
 # ------------------------------------------------------------------------------------------------------------
 
-def check_back_rows(transactions: List[dict], critical_within_ms: int = 60000) -> List[dict]:
-    """CHECK_BACK rows, ranked (see jobs.reconstruct.check_back_worklist)."""
-    out = []
-    for t in transactions:
-        fl = set(t["flags"])
-        if not (t["state"] == PREPARED and "PREPARED_PAST_TIMEOUT" in fl
-                and t["newest_copy_commitlog_offset"] is not None and t["producer_group"] is not None
-                and not fl & {"AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES}):
-            continue
-        dl, as_of = t["deadline_ms"], t["as_of_ms"]
-        critical = "PAST_DEADLINE" in fl or (dl is not None and as_of is not None
-                                             and dl - as_of <= critical_within_ms)
-        priority = "CRITICAL" if critical else "HIGH" if "PREPARED_NEVER_CHECKED" in fl else "NORMAL"
-        half = t["mechanism"] == HALF_QUEUE
-        st_off = t["statetable_index"] if t["statetable_index"] is not None else t["newest_copy_queue_offset"]
-        out.append({
-            "priority": priority, "broker": t["broker"], "producer_group": t["producer_group"],
-            "transaction_key": t["transaction_key"],
-            "request_topic": HALF_TOPIC if half else t["real_topic"],
-            "commitlog_offset": t["newest_copy_commitlog_offset"],
-            "tran_state_table_offset": t["newest_copy_queue_offset"] if half else st_off,
-            "offset_msg_id": t["newest_copy_msg_id"],
-            "msg_id": t["uniq_key"] if t["uniq_key"] is not None else t["newest_copy_msg_id"],
-            "uniq_key": t["uniq_key"], "transaction_id": t["transaction_id"], "real_topic": t["real_topic"],
-            "real_queue_id": t["real_queue_id"], "check_times": t["newest_copy_check_times"],
-            "age_ms": t["age_ms"], "deadline_ms": t["deadline_ms"], "profile": t["profile"],
-        })
-    rank_check_back(out)
+def flag_rows(flags: pa.Array, codes) -> np.ndarray:
+    """Per row of a list<string> column: whether it holds one of ``codes``."""
+    if isinstance(flags, pa.ChunkedArray):
+        flags = flags.combine_chunks()
+    out = np.zeros(len(flags), bool)
+    if len(flags):
+        hit = _np(pc.is_in(pc.list_flatten(flags), pa.array(list(codes), pa.string())))
+        out[np.asarray(pc.list_parent_indices(flags))[hit]] = True
     return out
 
 
-def check_back_order(r: dict) -> tuple:
-    """Sort key: priority, deadline ascending (nulls last), age descending, broker, transaction key."""
-    prio = {"CRITICAL": 0, "HIGH": 1}.get(r["priority"], 2)
-    dl, age = r["deadline_ms"], r["age_ms"]
-    return (prio, dl is None, dl if dl is not None else 0, age is None, -(age or 0), r["broker"] or "",
-            r["transaction_key"] or "")
+def _valid(col) -> np.ndarray:
+    return ~np.asarray(col.is_null()) if len(col) else np.zeros(0, bool)
 
 
-def rank_check_back(rows: List[dict]) -> None:
-    rows.sort(key=check_back_order)
-    for i, r in enumerate(rows, 1):
-        r["urgency_rank"] = i
+def check_back(transactions: pa.Table, critical_within_ms: int = 60000) -> pa.Table:
+    """CHECK_BACK rows, ranked: priority, deadline ascending (nulls last), age descending, broker,
+    transaction key (see jobs.reconstruct.check_back_worklist)."""
+    t = transactions
+    fl = t.column("flags")
+    cand = (_np(pc.equal(t.column("state"), PREPARED)) & flag_rows(fl, ("PREPARED_PAST_TIMEOUT",))
+            & _valid(t.column("newest_copy_commitlog_offset")) & _valid(t.column("producer_group"))
+            & ~flag_rows(fl, ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES)))
+    t = t.filter(pa.array(cand))
+    fl = t.column("flags")
+    dl, as_of = ints(t.column("deadline_ms")), ints(t.column("as_of_ms"))
+    critical = flag_rows(fl, ("PAST_DEADLINE",)) | (dl[1] & as_of[1]
+                                                    & (dl[0] - as_of[0] <= critical_within_ms))
+    prio = np.where(critical, 0, np.where(flag_rows(fl, ("PREPARED_NEVER_CHECKED",)), 1, 2))
+    age = ints(t.column("age_ms"))
+    order = pc.sort_indices(pa.table({
+        "p": prio, "dn": ~dl[1], "d": dl[0], "an": ~age[1], "a": -age[0],
+        "b": pc.fill_null(t.column("broker"), ""), "k": pc.fill_null(t.column("transaction_key"), "")}),
+        sort_keys=[(k, "ascending") for k in ("p", "dn", "d", "an", "a", "b", "k")])
+    t = t.take(order)
+    prio = prio[np.asarray(order)]
+    half = pa.array(_np(pc.equal(t.column("mechanism"), HALF_QUEUE)))
+    col = t.column
+    cols = {
+        "urgency_rank": pa.array(np.arange(1, t.num_rows + 1), pa.int32()),
+        "priority": pa.array(np.array(["CRITICAL", "HIGH", "NORMAL"], dtype=object)[prio], pa.string()),
+        "request_topic": pc.if_else(half, HALF_TOPIC, col("real_topic")),
+        "commitlog_offset": col("newest_copy_commitlog_offset"),
+        "tran_state_table_offset": pc.if_else(half, col("newest_copy_queue_offset"), pc.coalesce(
+            col("statetable_index"), col("newest_copy_queue_offset"))),
+        "offset_msg_id": col("newest_copy_msg_id"),
+        "msg_id": pc.coalesce(col("uniq_key"), col("newest_copy_msg_id")),
+        "check_times": col("newest_copy_check_times"),
+    }
+    schema = CHECK_BACK.arrow_schema()
+    return pa.Table.from_arrays([(cols[f.name] if f.name in cols else col(f.name)).cast(f.type)
+                                 for f in schema], schema=schema)
 
 
-def recovery_rows(transactions: List[dict]) -> List[dict]:
+def _filtered_join(flags: pa.Array, codes, sep: str) -> pa.Array:
+    """Per row: its flags that are in ``codes``, in their order, joined by ``sep``."""
+    flat = pc.list_flatten(flags)
+    keep = _np(pc.is_in(flat, pa.array(list(codes), pa.string())))
+    parent = np.asarray(pc.list_parent_indices(flags))[keep]
+    offsets = np.zeros(len(flags) + 1, np.int32)
+    np.cumsum(np.bincount(parent, minlength=len(flags)), out=offsets[1:])
+    lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat.filter(pa.array(keep)))
+    return pc.binary_join(lists, sep)
+
+
+def _joined(lists) -> pa.Array:
+    return pc.binary_join(pc.cast(lists, pa.list_(pa.string())), ",")
+
+
+def recovery(transactions: pa.Table) -> pa.Table:
     """RECOVERY rows (see jobs.reconstruct.recovery_worklist and jobs.flags.RECOVERY_ACTIONS)."""
-    out = []
-    for t in transactions:
-        fl = t["flags"]
-        fls = set(fl)
-        state = t["state"]
-        half = t["mechanism"] == HALF_QUEUE
-        conds = {
-            "REBUILD_STATETABLE": bool(fls.intersection(_ST_CODES)),
-            "REVIEW_CONFLICTING_ENDS": "CONFLICTING_ENDS" in fls,
-            "REVIEW_DUPLICATE_COMMIT": "DUPLICATE_COMMIT" in fls,
-            "MARK_DONE": state in (COMMITTED, ROLLED_BACK) and half and len(t["open_copy_offsets"]) > 0,
-            "RESUME_DISCARDED": state == DISCARDED and t["discard_msg_id"] is not None,
-            "REDRIVE_EXPIRED": state == PREPARED and bool(fls.intersection(_EXPIRED_CODES)),
-            "REVIEW_EVIDENCE": bool(fls.intersection(_EV_CODES)),
-        }
-        assert list(conds) == list(RECOVERY_ACTIONS)
-        actions = [a for a, on in conds.items() if on]
-        if not actions:
-            continue
+    t = transactions
+    fl, state = t.column("flags"), t.column("state")
+    on = {
+        "REBUILD_STATETABLE": flag_rows(fl, _ST_CODES),
+        "REVIEW_CONFLICTING_ENDS": flag_rows(fl, ("CONFLICTING_ENDS",)),
+        "REVIEW_DUPLICATE_COMMIT": flag_rows(fl, ("DUPLICATE_COMMIT",)),
+        "MARK_DONE": (_np(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])))
+                      & _np(pc.equal(t.column("mechanism"), HALF_QUEUE))
+                      & (np.asarray(pc.list_value_length(t.column("open_copy_offsets"))) > 0)),
+        "RESUME_DISCARDED": _np(pc.equal(state, DISCARDED)) & _valid(t.column("discard_msg_id")),
+        "REDRIVE_EXPIRED": _np(pc.equal(state, PREPARED)) & flag_rows(fl, _EXPIRED_CODES),
+        "REVIEW_EVIDENCE": flag_rows(fl, _EV_CODES),
+    }
+    assert list(on) == list(RECOVERY_ACTIONS)
+    cand = np.logical_or.reduce(list(on.values())) if len(t) else np.zeros(0, bool)
+    keep = pa.array(cand)
+    t = t.filter(keep)
+    on = {a: m[cand] for a, m in on.items()}
+    n = t.num_rows
+    col = t.column
+    fl = col("flags").combine_chunks() if n else pa.array([], pa.list_(pa.string()))
+    names = list(RECOVERY_ACTIONS)
+    g = np.concatenate([np.nonzero(m)[0] for m in on.values()]) if n else np.zeros(0, np.int64)
+    codes = np.concatenate([np.full(int(m.sum()), k) for k, m in enumerate(on.values())]) if n else g
+    actions = list_of_strings(g, codes, names, n)
+    first = np.full(n, len(names))
+    for k, m in reversed(list(enumerate(on.values()))):
+        first = np.where(m, k, first)
+    commits = _joined(col("commit_offsets"))
+    text = {
+        "REBUILD_STATETABLE": pc.binary_join_element_wise("statetable: ", _filtered_join(fl, _ST_CODES, ", "),
+                                                          ""),
+        "REVIEW_CONFLICTING_ENDS": pc.binary_join_element_wise(
+            "COMMIT record(s) ", commits, " and rollback evidence (ROLLBACK records [",
+            _joined(col("rollback_offsets")), "], ops ", _joined(col("op_half_offsets")), ")", ""),
+        "REVIEW_DUPLICATE_COMMIT": pc.binary_join_element_wise(
+            pc.cast(pc.list_value_length(col("commit_offsets")), pa.string()),
+            " COMMIT records (CommitLog offsets ", commits, ")", ""),
+        "MARK_DONE": pc.binary_join_element_wise(
+            col("state"), ", but half offsets ", _joined(col("open_copy_offsets")),
+            " have no op and the check service will visit them", ""),
+        "RESUME_DISCARDED": pc.binary_join_element_wise(
+            f"discarded to {DISCARD_TOPIC} (offset ",
+            pc.fill_null(pc.cast(col("discard_commitlog_offset"), pa.string()), "null"),
+            ") with no commit or op", ""),
+        "REDRIVE_EXPIRED": pc.binary_join_element_wise("PREPARED and ",
+                                                       _filtered_join(fl, _EXPIRED_CODES, ", "), ""),
+        "REVIEW_EVIDENCE": pc.binary_join_element_wise("evidence: ", _filtered_join(fl, _EV_CODES, ", "), ""),
+    }
+    parts = [pc.if_else(pa.array(on[a]), text[a], pa.nulls(n, pa.string())) for a in names]
+    reason = pc.binary_join_element_wise(*parts, "; ", null_handling="skip")
+    resume = pa.array(first == names.index("RESUME_DISCARDED"))
+    mark = pa.array(on["MARK_DONE"])
+    empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.int64()))
+    cols = {
+        "action": pa.array(np.array(names + [None], dtype=object)[first], pa.string()),
+        "actions": actions, "reason": reason, "flags": fl,
+        "mark_done_half_offsets": pc.if_else(mark, col("open_copy_offsets"), empty),
+        "resume_topic": pc.if_else(resume, DISCARD_TOPIC, pa.nulls(n, pa.string())),
+        "resume_msg_id": pc.if_else(resume, col("discard_msg_id"), pa.nulls(n, pa.string())),
+        "producer_group": col("producer_group"),
+    }
+    schema = RECOVERY.arrow_schema()
+    return pa.Table.from_arrays([(cols[f.name] if f.name in cols else col(f.name)).cast(f.type)
+                                 for f in schema], schema=schema)
 
-        def present(codes):
-            return ", ".join(c for c in fl if c in codes)
 
-        def joined(xs):
-            return ",".join(str(x) for x in xs)
-
-        reasons = {
-            "REBUILD_STATETABLE": lambda: "statetable: " + present(_ST_CODES),
-            "REVIEW_CONFLICTING_ENDS": lambda: (
-                f"COMMIT record(s) {joined(t['commit_offsets'])} and rollback evidence (ROLLBACK records "
-                f"[{joined(t['rollback_offsets'])}], ops {joined(t['op_half_offsets'])})"),
-            "REVIEW_DUPLICATE_COMMIT": lambda: (
-                f"{len(t['commit_offsets'])} COMMIT records "
-                f"(CommitLog offsets {joined(t['commit_offsets'])})"),
-            "MARK_DONE": lambda: (f"{state}, but half offsets {joined(t['open_copy_offsets'])} have no op "
-                                  f"and the check service will visit them"),
-            "RESUME_DISCARDED": lambda: (f"discarded to {DISCARD_TOPIC} (offset "
-                                         f"{_null(t['discard_commitlog_offset'])}) with no commit or op"),
-            "REDRIVE_EXPIRED": lambda: "PREPARED and " + present(_EXPIRED_CODES),
-            "REVIEW_EVIDENCE": lambda: "evidence: " + present(_EV_CODES),
-        }
-        resume = actions[0] == "RESUME_DISCARDED"
-        out.append({
-            "broker": t["broker"], "transaction_key": t["transaction_key"], "uniq_key": t["uniq_key"],
-            "producer_group": t["producer_group"], "real_topic": t["real_topic"], "state": state,
-            "action": actions[0], "actions": actions, "reason": "; ".join(reasons[a]() for a in actions),
-            "flags": fl, "prepared_commitlog_offset": t["prepared_commitlog_offset"],
-            "newest_copy_commitlog_offset": t["newest_copy_commitlog_offset"],
-            "newest_copy_queue_offset": t["newest_copy_queue_offset"], "commit_offsets": t["commit_offsets"],
-            "rollback_offsets": t["rollback_offsets"], "op_queue_offsets": t["op_queue_offsets"],
-            "mark_done_half_offsets": t["open_copy_offsets"] if "MARK_DONE" in actions else [],
-            "discard_commitlog_offset": t["discard_commitlog_offset"],
-            "resume_topic": DISCARD_TOPIC if resume else None,
-            "resume_msg_id": t["discard_msg_id"] if resume else None,
-            "statetable_index": t["statetable_index"], "deadline_ms": t["deadline_ms"],
-            "profile": t["profile"],
-        })
-    return out
-
-
-__all__ = ["detect", "evidence", "profile_row", "transaction_row", "check_back_rows", "recovery_rows",
-           "rank_check_back", "check_back_order"]
+__all__ = ["detect", "evidence", "profile_row", "transactions", "check_back", "recovery", "flag_rows"]

@@ -72,6 +72,19 @@ CASES = [
 
 @pytest.mark.parametrize("profile,scenario,n_tx", CASES, ids=[f"{p}-{s}" for p, s, _ in CASES])
 def test_incremental_equals_full(spark, tmp_path, profile, scenario, n_tx):
+    _equivalence(spark, tmp_path, profile, scenario, n_tx)
+
+
+def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypatch):
+    """The carried state (Arrow on the driver) also reaches a reduction on the executors and the Spark-side
+    state write, not only the driver path the small stores take."""
+    import jobs.reconstruct
+
+    monkeypatch.setattr(jobs.reconstruct, "LOCAL_MAX_ROWS", 0)
+    _equivalence(spark, tmp_path, "5.1+", "crashy", 30)
+
+
+def _equivalence(spark, tmp_path, profile, scenario, n_tx):
     from refbroker.generate import generate
 
     gen = generate(profile, scenario, n_tx, 7, tmp_path / "gen", snapshot_every=n_tx // 3,

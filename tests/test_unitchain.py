@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from refbroker.generate import generate
@@ -146,9 +147,10 @@ def test_units_of_a_misplaced_queue_file_are_dropped_from_the_cross_checks(store
     finding = dict(a.to_dict(), broker="b")
     first, n = int(copy.name) // 20, a.length // 20
     assert n > 1
-    units = [{"broker": b, "topic": t, "queue_id": q, "queue_offset": o} for b in ("b", "other")
-             for t, q in (("T", 3), ("T", 4)) for o in (first - 1, first, first + n - 1, first + n)]
-    kept = drop_misplaced_units(units, [finding])
-    assert [u for u in units if u not in kept] == [
+    rows = [{"broker": b, "topic": t, "queue_id": q, "queue_offset": o} for b in ("b", "other")
+            for t, q in (("T", 3), ("T", 4)) for o in (first - 1, first, first + n - 1, first + n)]
+    units = pa.Table.from_pylist(rows)
+    kept = drop_misplaced_units(units, [finding]).to_pylist()
+    assert [u for u in rows if u not in kept] == [
         {"broker": "b", "topic": "T", "queue_id": 3, "queue_offset": o} for o in (first, first + n - 1)]
     assert drop_misplaced_units(units, [dict(finding, kind="UNIT_OUT_OF_ORDER")]) is units

@@ -33,13 +33,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from txlog_io.commitlog_layout import MIN_RECORD_SIZE
 from txlog_io.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, REDOLOG_UNIT_DTYPE, STATETABLE_UNIT_DTYPE
 from txlog_io.errors import Anomaly, AnomalyKind, TxlogError
+
+if TYPE_CHECKING:       # Arrow only for drop_misplaced_units; the unit checks need numpy alone
+    import pyarrow as pa
 
 UNIT_DTYPE_BY_KIND = {"consumequeue": CQ_UNIT_DTYPE, "redolog": REDOLOG_UNIT_DTYPE,
                       "statetable": STATETABLE_UNIT_DTYPE}
@@ -196,16 +199,18 @@ def check_store_unit_chains(layout) -> List[Anomaly]:
     return found
 
 
-def drop_misplaced_units(units: Sequence[dict], findings: Iterable[dict]) -> Sequence[dict]:
-    """``units`` (dicts with broker, topic, queue_id, queue_offset) without those of the consume-queue files
-    reported ``UNIT_FILE_OUT_OF_ORDER`` in ``findings`` (dicts with broker, kind, source, file,
-    physical_offset = the first unit's logical byte offset, length = bytes of the file's units).
+def drop_misplaced_units(units: "pa.Table", findings: Iterable[dict]) -> "pa.Table":
+    """``units`` (an Arrow table with broker, topic, queue_id, queue_offset) without the rows of the
+    consume-queue files reported ``UNIT_FILE_OUT_OF_ORDER`` in ``findings`` (dicts with broker, kind, source,
+    file, physical_offset = the first unit's logical byte offset, length = bytes of the file's units).
 
     RocketMQ's recovery would keep such units (``ConsumeQueue.recover`` checks units one by one) and serve
     them; its writer would never have written them (``putMessagePositionInfo`` skips a unit whose CommitLog
     offset does not grow).  Their queue offsets come from a name their content does not belong to, so they
     are no evidence about any record: cross-checked, every one of them would be a CQ_MISMATCH and flag an
     intact transaction.  The one finding on the file reports them instead."""
+    import pyarrow.compute as pc
+
     ranges: dict = {}
     for a in findings:
         if a["kind"] != AnomalyKind.UNIT_FILE_OUT_OF_ORDER or a["source"] != "consumequeue" \
@@ -217,10 +222,18 @@ def drop_misplaced_units(units: Sequence[dict], findings: Iterable[dict]) -> Seq
         lo = a["physical_offset"] // CQ_UNIT_SIZE
         ranges.setdefault((a["broker"], queue_dir.parent.name, int(queue_dir.name)), []).append(
             (lo, lo + a["length"] // CQ_UNIT_SIZE))
-    if not ranges:
+    if not ranges or not units.num_rows:
         return units
-    return [u for u in units if not any(lo <= u["queue_offset"] < hi for lo, hi in
-                                        ranges.get((u["broker"], u["topic"], u["queue_id"]), ()))]
+    drop = None
+    for (broker, topic, queue_id), spans in ranges.items():
+        same_queue = pc.and_(pc.and_(pc.equal(units.column("broker"), broker),
+                                     pc.equal(units.column("topic"), topic)),
+                             pc.equal(units.column("queue_id"), queue_id))
+        for lo, hi in spans:
+            offset = units.column("queue_offset")
+            hit = pc.and_(same_queue, pc.and_(pc.greater_equal(offset, lo), pc.less(offset, hi)))
+            drop = hit if drop is None else pc.or_(drop, hit)
+    return units.filter(pc.invert(pc.fill_null(drop, False)))
 
 
 __all__ = ["check_unit_chain", "drop_misplaced_units", "check_store_unit_chains", "commitlog_bounds", "CommitLogBounds", "file_ends",
