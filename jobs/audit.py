@@ -222,6 +222,19 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
                        timings=phases)
 
 
+def _read_local(spark, options, incremental, phases: Dict[str, float]):
+    """``jobs.full_read.read_local`` when it applies -- full mode, not incremental (that carries DataFrames),
+    no bodies (the ``message_bodies`` join reads the records frame) -- else None (also when the rows are too
+    many for the driver: the DataFrame plan then reads and reduces on the executors)."""
+    if options.mode != "full" or incremental is not None or options.include_bodies:
+        return None
+    from jobs.full_read import read_local
+    from jobs.reconstruct import LOCAL_MAX_ROWS
+
+    with _phase(phases, "read.records"):
+        return read_local(spark, options, LOCAL_MAX_ROWS, phases)
+
+
 def _aggregates_arrow(arrow):
     """_aggregates from the reconstruction's Arrow outputs (no Spark job)."""
     states_by_broker: Dict[str, Dict[str, int]] = {}
@@ -327,37 +340,50 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
              f"as of {options.as_of.isoformat()}")
 
         with _phase(phases, "read", spark):
-            side = {name: persist(getattr(frames, name))
-                    for name in ("statetable", "redolog", "consumer_offsets")}
-            # the reconstruction reads only the half / op / discard queues: caching every topic's units
-            # (millions of rows on a busy broker) cost more than the whole indexed read
-            side["consumequeue"] = persist(frames.transaction_queues if frames.transaction_queues is not None
-                                           else frames.consumequeue)
-            if incremental is None:
-                persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
-                records = persist(relevant_records(frames))
-                op_bodies, anomalies = None, frames.anomalies
-            else:       # the carried evidence + the CommitLog from the resume offset (jobs/incremental.py)
-                from jobs.incremental import evidence
+            # full mode reduced on the driver: one job, Arrow straight to the driver (jobs/full_read.py)
+            local_read = _read_local(spark, options, incremental, phases)
+            if local_read is not None:
+                records = None
+                n_records, n_anomalies = local_read.commitlog.num_rows, local_read.anomalies.num_rows
+            else:
+                side = {name: persist(getattr(frames, name))
+                        for name in ("statetable", "redolog", "consumer_offsets")}
+                # the reconstruction reads only the half / op / discard queues: caching every topic's units
+                # (millions of rows on a busy broker) cost more than the whole indexed read
+                queues = frames.transaction_queues
+                side["consumequeue"] = persist(queues if queues is not None else frames.consumequeue)
+                if incremental is None:
+                    persist(getattr(frames, "scan", None))  # one CommitLog pass feeds records and findings
+                    records = persist(relevant_records(frames))
+                    op_bodies, anomalies = None, frames.anomalies
+                else:   # the carried evidence + the CommitLog from the resume offset (jobs/incremental.py)
+                    from jobs.incremental import evidence
 
-                records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames, options,
-                                                                        persist)
-                records = persist(records)
-            with _phase(phases, "read.records"):
-                n_records = records.count()
-            op_bodies = persist(op_bodies if incremental is not None
-                                else op_bodies_for(spark, records, frames, options))
-            anomalies = persist(anomalies)
-            with _phase(phases, "read.anomalies"):
-                n_anomalies = anomalies.count()
+                    records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames,
+                                                                            options, persist)
+                    records = persist(records)
+                with _phase(phases, "read.records"):
+                    n_records = records.count()
+                op_bodies = persist(op_bodies if incremental is not None
+                                    else op_bodies_for(spark, records, frames, options))
+                anomalies = persist(anomalies)
+                with _phase(phases, "read.anomalies"):
+                    n_anomalies = anomalies.count()
         _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
              f"({phases['read']:.1f} s)")
 
         with _phase(phases, "reconstruct", spark):
-            inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
-            if op_bodies is not None:
-                inputs["op_bodies"] = op_bodies
-            result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
+            if local_read is not None:
+                from jobs.full_read import reduce_local
+                from jobs.reconstruct import AuditResult
+
+                outs = reduce_local(local_read, frames.layout_info, params, override, phases)
+                result = AuditResult(arrow=outs, spark=spark)
+            else:
+                inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
+                if op_bodies is not None:
+                    inputs["op_bodies"] = op_bodies
+                result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
             arrow = result.arrow                          # None: reduced on the executors
             transactions = result.transactions if arrow else persist(result.transactions)
             findings = result.anomalies if arrow else persist(result.anomalies)
