@@ -7,7 +7,10 @@ driver around the modules that do the work:
    ``stat`` only) and returns lazy DataFrames; the store fingerprint is computed from the same kind of
    listing; the ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's
    ``broker.<key>`` overrides with ``as_of_ms`` = ``--as-of``.
-2. **read** -- the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
+2. **read** -- full mode, reduced on the driver (not incremental, no bodies): ``jobs.full_read``, ONE Spark
+   job whose tasks send the driver Arrow (records, op bodies, findings, transaction queues, statetable, redolog,
+   consumer offsets), with the store's DataFrames never built (``store_frames.LazyStoreFrames``).  Otherwise
+   the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
    with the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and
    the op message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode
    keeps only the records the reconstruction looks at (half / op / discard topics, non-``NOT`` transaction
@@ -222,11 +225,17 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
                        timings=phases)
 
 
+def _local_read_applies(options) -> bool:
+    """Full mode, not incremental (that carries DataFrames), no bodies (the ``message_bodies`` join reads the
+    records frame), distinct brokers (DLedger replicas of one group are collapsed by the DataFrame plan)."""
+    return (options.mode == "full" and not getattr(options, "incremental", False)
+            and not options.include_bodies and len(set(options.brokers)) == len(options.brokers))
+
+
 def _read_local(spark, options, incremental, phases: Dict[str, float]):
-    """``jobs.full_read.read_local`` when it applies -- full mode, not incremental (that carries DataFrames),
-    no bodies (the ``message_bodies`` join reads the records frame) -- else None (also when the rows are too
+    """``jobs.full_read.read_local`` when :func:`_local_read_applies`, else None (also when the rows are too
     many for the driver: the DataFrame plan then reads and reduces on the executors)."""
-    if options.mode != "full" or incremental is not None or options.include_bodies:
+    if not _local_read_applies(options) or incremental is not None:
         return None
     from jobs.full_read import read_local
     from jobs.reconstruct import LOCAL_MAX_ROWS
@@ -293,7 +302,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
     (``jobs.reconstruct.AuditResult``) are still persisted (tests compare them with the tables)."""
     from pyspark import StorageLevel
 
-    from jobs.store_frames import load_store_frames
+    from jobs.store_frames import LazyStoreFrames, load_store_frames
     from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
     from schemas.repair import STORE_FILES
     from schemas.runs import AUDIT_RUNS, MESSAGE_BODIES
@@ -320,9 +329,10 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         with _phase(phases, "plan", spark):
             fingerprint, store_files, store_bytes = store_fingerprint(options.store_pairs)
             file_prints = store_file_rows(options.store_pairs)     # the repair refuses a changed store
-            frames = load_store_frames(spark, list(options.stores), mode=options.mode,
-                                       brokers=list(options.brokers), include_bodies=options.include_bodies,
-                                       split_bytes=cfg.split_bytes)
+            # the one-job read needs only the store listing: the DataFrames are built if it falls back
+            frames = (LazyStoreFrames if _local_read_applies(options) else load_store_frames)(
+                spark, list(options.stores), mode=options.mode, brokers=list(options.brokers),
+                include_bodies=options.include_bodies, split_bytes=cfg.split_bytes)
             params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
             incremental = None
             if getattr(options, "incremental", False):

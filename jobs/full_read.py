@@ -41,6 +41,7 @@ from jobs.datasources import (
     consumer_offsets_rows, decode_unit_slice, plan_partitions, prepend_broker, store_anomalies, store_listing,
 )
 from jobs.options import parse_options
+from schemas.recon import RECON_INPUT
 from schemas.sources import ANOMALIES_SOURCE, COMMITLOG_SOURCE, SOURCE_TABLES
 from schemas.store import COMMITLOG
 
@@ -50,8 +51,11 @@ DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TX_SYSTEM_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
 #: the decoders other than the CommitLog's (what the audit's ``anomalies`` frame adds to the scan's findings)
 SIDE_SOURCES = "consumequeue,statetable,redolog,config,store"
-#: result kinds -> the schema of their rows (broker + the store table)
-KINDS = {"commitlog": COMMITLOG_SOURCE.arrow_schema(), "anomalies": ANOMALIES_SOURCE.arrow_schema(),
+#: the records' columns the reducer reads (RECON_INPUT's): the rest (properties map, hosts, file, ...) would
+#: only be shipped to the driver and dropped there
+RECORD_SCHEMA = pa.schema([f for f in COMMITLOG_SOURCE.arrow_schema() if f.name in RECON_INPUT.names])
+#: result kinds -> the schema of their rows (broker + the store table's columns)
+KINDS = {"commitlog": RECORD_SCHEMA, "anomalies": ANOMALIES_SOURCE.arrow_schema(),
          "consumequeue": SOURCE_TABLES[CONSUMEQUEUE_FORMAT].arrow_schema(),
          "statetable": SOURCE_TABLES[STATETABLE_FORMAT].arrow_schema(),
          "redolog": SOURCE_TABLES[REDOLOG_FORMAT].arrow_schema(),
@@ -64,7 +68,7 @@ _OVERFLOW = "overflow"
 class LocalRead:
     """What the one job read, as Arrow tables (``broker`` + the store table's columns)."""
 
-    commitlog: pa.Table          # transaction-relevant records, ``body`` null
+    commitlog: pa.Table          # transaction-relevant records (RECORD_SCHEMA's columns), ``body`` null
     op_bodies: pa.Table          # the op records' bodies (reconstruct's ``op_bodies`` input)
     anomalies: pa.Table          # every decoder's findings
     consumequeue: pa.Table       # half / op / discard queue units only
@@ -85,7 +89,7 @@ def _cells(p, out: Dict[str, list]) -> None:
     """A ``CommitLogCells`` group (or one ``CommitLogRange`` cell) of the txscan plan."""
     from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
 
-    inner, target = COMMITLOG.arrow_schema(), KINDS["commitlog"]
+    inner, target = COMMITLOG.arrow_schema(), COMMITLOG_SOURCE.arrow_schema()
     found: list = []
     for start, end in (p.cells if isinstance(p, CommitLogCells) else ((p.start, p.end),)):
         for batch, anomalies in decode_log_range(p.path, base_offset=p.base_offset, start=start, end=end,
@@ -96,8 +100,8 @@ def _cells(p, out: Dict[str, list]) -> None:
                 i = batch.schema.get_field_index("body")
                 body = pc.if_else(pc.equal(batch.column("topic"), OP_TOPIC), batch.column(i),
                                   pa.nulls(batch.num_rows, pa.binary()))
-                out["commitlog"].append(prepend_broker(batch.set_column(i, "body", body), p.broker, inner,
-                                                       target))
+                batch = prepend_broker(batch.set_column(i, "body", body), p.broker, inner, target)
+                out["commitlog"].append(batch.select(RECORD_SCHEMA.names))
     if found:
         out["anomalies"].append(anomalies_batch(p.broker, found, "commitlog", p.path))
 

@@ -83,6 +83,8 @@ def test_local_read_equals_the_dataframe_plan(spark, stores):
     for name in ("commitlog", "anomalies", "statetable", "redolog", "consumer_offsets", "consumequeue"):
         mine = getattr(read, name)
         theirs = inputs[name].toArrow()
+        if name == "commitlog":             # only the columns the reducer reads are sent to the driver
+            theirs = theirs.select(mine.schema.names)
         assert mine.schema.names == theirs.schema.names, name
         assert _rows(mine) == _rows(theirs), name
     assert read.anomalies.num_rows > 0 and read.statetable.num_rows > 0 and read.op_bodies.num_rows > 0
