@@ -60,7 +60,9 @@ KINDS = {"commitlog": RECORD_SCHEMA, "anomalies": ANOMALIES_SOURCE.arrow_schema(
          "statetable": SOURCE_TABLES[STATETABLE_FORMAT].arrow_schema(),
          "redolog": SOURCE_TABLES[REDOLOG_FORMAT].arrow_schema(),
          "consumer_offsets": SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema()}
-_UNIT_KIND = {"consumequeue": "consumequeue", "statetable": "statetable", "redolog": "redolog"}
+#: unit-file slice kind -> its row source
+_UNIT_FORMAT = {"consumequeue": CONSUMEQUEUE_FORMAT, "statetable": STATETABLE_FORMAT,
+                "redolog": REDOLOG_FORMAT}
 _OVERFLOW = "overflow"
 
 
@@ -110,15 +112,12 @@ def _units(p: UnitFiles, out: Dict[str, list]) -> None:
     """Each slice decoded once: its findings always, its rows when the reduction reads them."""
     found: list = []
     for s in p.slices:
-        kind = _UNIT_KIND[s.kind]
         keep = s.kind != "consumequeue" or s.topic in TX_SYSTEM_TOPICS
-        fmt = {"consumequeue": CONSUMEQUEUE_FORMAT, "statetable": STATETABLE_FORMAT,
-               "redolog": REDOLOG_FORMAT}[s.kind]
-        schema = SOURCE_TABLES[fmt].arrow_schema()
+        schema = SOURCE_TABLES[_UNIT_FORMAT[s.kind]].arrow_schema()
         for batch, anomalies in decode_unit_slice(s):
             found.extend(anomalies)
             if keep and batch.num_rows:
-                out[kind].append(prepend_broker(batch, p.broker, pa.schema(list(schema)[1:]), schema))
+                out[s.kind].append(prepend_broker(batch, p.broker, pa.schema(list(schema)[1:]), schema))
     if found:
         out["anomalies"].append(anomalies_batch(p.broker, found, "", p.slices[0].path if p.slices else ""))
 
@@ -132,7 +131,8 @@ def _store(p: StoreFiles, sources: frozenset, out: Dict[str, list]) -> None:
 
 
 class _ReadTask:
-    """mapPartitions body: ``(tag, partition)`` work items -> ``(kind, Arrow IPC stream)`` pairs."""
+    """mapPartitions body: partitions (work items) -> ``(kind, Arrow IPC stream)`` pairs, or one
+    ``(overflow, rows)`` pair when the task read more than ``max_rows`` records + findings."""
 
     def __init__(self, sources: frozenset, max_rows: int):
         self.sources = sources
@@ -169,8 +169,9 @@ class _ReadTask:
 # driver side
 # ------------------------------------------------------------------------------------------------------------
 
-def plan_items(options, cores: int) -> list:
-    """The job's work items: the txscan plan's cell groups, then the other decoders' partitions."""
+def plan_items(options, cores: int) -> tuple:
+    """(work items, the side decoders' ``sources``): the txscan plan's cell groups, then the other decoders'
+    partitions."""
     from jobs.store_frames import scan_task_bytes
 
     base = {"paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),

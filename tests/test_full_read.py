@@ -107,3 +107,28 @@ def test_too_many_rows_fall_back(spark, stores):
     read = read_local(spark, _options(one), 10 ** 9)
     assert read is not None and read.commitlog.num_rows > 1
     assert read_local(spark, _options(one), 1) is None       # a task over the bound sends its count only
+
+
+def test_audit_falls_back_to_the_dataframe_plan_with_the_same_tables(spark, stores, tmp_path, monkeypatch):
+    """run_audit in full mode: the one-job read, and (LOCAL_MAX_ROWS forced to 0) the DataFrame plan with its
+    store frames built on demand (store_frames.LazyStoreFrames) and the reduction on the executors."""
+    from deltalake import DeltaTable
+
+    from jobs import reconstruct
+    from jobs.audit import run_audit
+    from jobs.main import parse_args
+
+    broker, root = next((b, r) for b, r in stores if b.startswith("5.1p_crashy"))
+    tables = {}
+    for label in ("local", "fallback"):
+        if label == "fallback":
+            monkeypatch.setattr(reconstruct, "LOCAL_MAX_ROWS", 0)
+        out = tmp_path / label
+        _, opts = parse_args(["audit", "--store", root, "--out", str(out), "--as-of", "2030-01-01T00:00:00Z",
+                              "--mode", "full", "--run-id", "r1"])
+        summary = run_audit(spark, opts, print_summary=False)
+        assert ("read.job" in summary.phases) == (label == "local")
+        tables[label] = {name: _rows(DeltaTable(t.path).to_pyarrow_table(), drop=("run_id", "run_date"))
+                         for name, t in summary.tables.items() if name != "audit_runs"}
+    assert tables["local"] == tables["fallback"]
+    assert len(tables["local"]["transactions"]) > 5
