@@ -8,8 +8,8 @@ driver around the modules that do the work:
    listing; the ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's
    ``broker.<key>`` overrides with ``as_of_ms`` = ``--as-of``.
 2. **read** -- full mode, reduced on the driver (not incremental, no bodies): ``jobs.full_read``, ONE Spark
-   job whose tasks send the driver Arrow (records, op bodies, findings, transaction queues, statetable, redolog,
-   consumer offsets), with the store's DataFrames never built (``store_frames.LazyStoreFrames``).  Otherwise
+   job whose tasks send the driver Arrow (records, op bodies, findings, transaction queues, statetable,
+   redolog, consumer offsets), with the store's DataFrames never built (``store_frames.LazyStoreFrames``).  Otherwise
    the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
    with the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and
    the op message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode
