@@ -7,7 +7,10 @@ driver around the modules that do the work:
    ``stat`` only) and returns lazy DataFrames; the store fingerprint is computed from the same kind of
    listing; the ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's
    ``broker.<key>`` overrides with ``as_of_ms`` = ``--as-of``.
-2. **read** -- the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
+2. **read** -- full mode, reduced on the driver (not incremental, no bodies): ``jobs.full_read``, ONE Spark
+   job whose tasks send the driver Arrow (records, op bodies, findings, transaction queues, statetable,
+   redolog, consumer offsets), with the store's DataFrames never built (``store_frames.LazyStoreFrames``).  Otherwise
+   the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
    with the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and
    the op message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode
    keeps only the records the reconstruction looks at (half / op / discard topics, non-``NOT`` transaction
@@ -222,6 +225,25 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
                        timings=phases)
 
 
+def _local_read_applies(options) -> bool:
+    """Full mode, not incremental (that carries DataFrames), no bodies (the ``message_bodies`` join reads the
+    records frame), distinct brokers (DLedger replicas of one group are collapsed by the DataFrame plan)."""
+    return (options.mode == "full" and not getattr(options, "incremental", False)
+            and not options.include_bodies and len(set(options.brokers)) == len(options.brokers))
+
+
+def _read_local(spark, options, incremental, phases: Dict[str, float]):
+    """``jobs.full_read.read_local`` when :func:`_local_read_applies`, else None (also when the rows are too
+    many for the driver: the DataFrame plan then reads and reduces on the executors)."""
+    if not _local_read_applies(options) or incremental is not None:
+        return None
+    from jobs.full_read import read_local
+    from jobs.reconstruct import LOCAL_MAX_ROWS
+
+    with _phase(phases, "read.records"):
+        return read_local(spark, options, LOCAL_MAX_ROWS, phases)
+
+
 def _aggregates_arrow(arrow):
     """_aggregates from the reconstruction's Arrow outputs (no Spark job)."""
     states_by_broker: Dict[str, Dict[str, int]] = {}
@@ -280,7 +302,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
     (``jobs.reconstruct.AuditResult``) are still persisted (tests compare them with the tables)."""
     from pyspark import StorageLevel
 
-    from jobs.store_frames import load_store_frames
+    from jobs.store_frames import LazyStoreFrames, load_store_frames
     from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
     from schemas.repair import STORE_FILES
     from schemas.runs import AUDIT_RUNS, MESSAGE_BODIES
@@ -307,9 +329,10 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         with _phase(phases, "plan", spark):
             fingerprint, store_files, store_bytes = store_fingerprint(options.store_pairs)
             file_prints = store_file_rows(options.store_pairs)     # the repair refuses a changed store
-            frames = load_store_frames(spark, list(options.stores), mode=options.mode,
-                                       brokers=list(options.brokers), include_bodies=options.include_bodies,
-                                       split_bytes=cfg.split_bytes)
+            # the one-job read needs only the store listing: the DataFrames are built if it falls back
+            frames = (LazyStoreFrames if _local_read_applies(options) else load_store_frames)(
+                spark, list(options.stores), mode=options.mode, brokers=list(options.brokers),
+                include_bodies=options.include_bodies, split_bytes=cfg.split_bytes)
             params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
             incremental = None
             if getattr(options, "incremental", False):
@@ -327,45 +350,58 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
              f"as of {options.as_of.isoformat()}")
 
         with _phase(phases, "read", spark):
-            side = {name: persist(getattr(frames, name))
-                    for name in ("statetable", "redolog", "consumer_offsets")}
-            # the reconstruction reads only the half / op / discard queues: caching every topic's units
-            # (millions of rows on a busy broker) cost more than the whole indexed read
-            side["consumequeue"] = persist(frames.transaction_queues if frames.transaction_queues is not None
-                                           else frames.consumequeue)
-            if incremental is None:
-                persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
-                records = persist(relevant_records(frames))
-                op_bodies, anomalies = None, frames.anomalies
-            else:       # the carried evidence + the CommitLog from the resume offset (jobs/incremental.py)
-                from jobs.incremental import evidence
+            # full mode reduced on the driver: one job, Arrow straight to the driver (jobs/full_read.py)
+            local_read = _read_local(spark, options, incremental, phases)
+            if local_read is not None:
+                records = None
+                n_records, n_anomalies = local_read.commitlog.num_rows, local_read.anomalies.num_rows
+            else:
+                side = {name: persist(getattr(frames, name))
+                        for name in ("statetable", "redolog", "consumer_offsets")}
+                # the reconstruction reads only the half / op / discard queues: caching every topic's units
+                # (millions of rows on a busy broker) cost more than the whole indexed read
+                queues = frames.transaction_queues
+                side["consumequeue"] = persist(queues if queues is not None else frames.consumequeue)
+                if incremental is None:
+                    persist(getattr(frames, "scan", None))  # one CommitLog pass feeds records and findings
+                    records = persist(relevant_records(frames))
+                    op_bodies, anomalies = None, frames.anomalies
+                else:   # the carried evidence + the CommitLog from the resume offset (jobs/incremental.py)
+                    from jobs.incremental import evidence
 
-                records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames, options,
-                                                                        persist)
-                records = persist(records)
-            with _phase(phases, "read.records"):
-                n_records = records.count()
-            if incremental is not None:         # rows carried as Arrow from the previous run's state
-                from jobs.incremental import carried_input, carried_rows
+                    records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames,
+                                                                            options, persist)
+                    records = persist(records)
+                with _phase(phases, "read.records"):
+                    n_records = records.count()
+                if incremental is not None:     # rows carried as Arrow from the previous run's state
+                    from jobs.incremental import carried_input, carried_rows
 
-                n_records += carried_rows(incremental, "records")
-            op_bodies = persist(op_bodies if incremental is not None
-                                else op_bodies_for(spark, records, frames, options))
-            anomalies = persist(anomalies)
-            with _phase(phases, "read.anomalies"):
-                n_anomalies = anomalies.count()
-            if incremental is not None:
-                n_anomalies += carried_rows(incremental, "findings")
+                    n_records += carried_rows(incremental, "records")
+                op_bodies = persist(op_bodies if incremental is not None
+                                    else op_bodies_for(spark, records, frames, options))
+                anomalies = persist(anomalies)
+                with _phase(phases, "read.anomalies"):
+                    n_anomalies = anomalies.count()
+                if incremental is not None:
+                    n_anomalies += carried_rows(incremental, "findings")
         _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
              f"({phases['read']:.1f} s)")
 
         with _phase(phases, "reconstruct", spark):
-            inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
-            if op_bodies is not None:
-                inputs["op_bodies"] = op_bodies
-            if incremental is not None:
-                inputs["carried"] = carried_input(incremental)
-            result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
+            if local_read is not None:
+                from jobs.full_read import reduce_local
+                from jobs.reconstruct import AuditResult
+
+                outs = reduce_local(local_read, frames.layout_info, params, override, phases)
+                result = AuditResult(arrow=outs, spark=spark)
+            else:
+                inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
+                if op_bodies is not None:
+                    inputs["op_bodies"] = op_bodies
+                if incremental is not None:
+                    inputs["carried"] = carried_input(incremental)
+                result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
             arrow = result.arrow                          # None: reduced on the executors
             transactions = result.transactions if arrow else persist(result.transactions)
             findings = result.anomalies if arrow else persist(result.anomalies)

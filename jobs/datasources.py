@@ -347,7 +347,7 @@ def anomalies_batch(broker: str, anomalies: Sequence[Anomaly], default_source: s
                                       schema=_ANOMALY_TARGET)
 
 
-def _decode_unit_slice(s: UnitSlice) -> Iterator[tuple]:
+def decode_unit_slice(s: UnitSlice) -> Iterator[tuple]:
     from txlog_io import consumequeue as CQ
 
     if s.kind == "consumequeue":
@@ -360,7 +360,9 @@ def _decode_unit_slice(s: UnitSlice) -> Iterator[tuple]:
     raise UsageError(f"unknown unit file kind {s.kind!r}")
 
 
-def _store_anomalies(p: StoreFiles, sources: frozenset) -> list:
+def store_anomalies(p: StoreFiles, sources: frozenset) -> list:
+    """Findings of store discovery, unit chains, DLedger checks, the checkpoint (``store``) and
+    consumerOffset.json (``config``) of one store."""
     found: list = []
     if "store" in sources:
         from txlog_io.config import decode_checkpoint
@@ -393,6 +395,20 @@ def _store_anomalies(p: StoreFiles, sources: frozenset) -> list:
 
 def _consumer_offsets_path(p: StoreFiles) -> Optional[str]:
     return p.consumer_offsets_path
+
+
+def consumer_offsets_rows(p: StoreFiles) -> Optional[pa.RecordBatch]:
+    """``broker`` + CONSUMER_OFFSETS rows of the store's consumerOffset.json (None: no file or no rows)."""
+    path = _consumer_offsets_path(p)
+    if path is None:
+        return None
+    from txlog_io.config import consumer_offsets_batch, read_consumer_offsets
+
+    rows, _ = read_consumer_offsets(path)
+    if not rows:
+        return None
+    return prepend_broker(consumer_offsets_batch(rows), p.broker, CONSUMER_OFFSETS.arrow_schema(),
+                          SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema())
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -453,20 +469,14 @@ class StoreReader(DataSourceReader):
                  REDOLOG_FORMAT: REDOLOG}[self.fmt]
         inner, target = table.arrow_schema(), SOURCE_TABLES[self.fmt].arrow_schema()
         for s in p.slices:
-            for batch, _ in _decode_unit_slice(s):
+            for batch, _ in decode_unit_slice(s):
                 if batch.num_rows:
                     yield prepend_broker(batch, p.broker, inner, target)
 
     def _read_consumer_offsets(self, p: StoreFiles) -> Iterator[pa.RecordBatch]:
-        path = _consumer_offsets_path(p)
-        if path is None:
-            return
-        from txlog_io.config import consumer_offsets_batch, read_consumer_offsets
-
-        rows, _ = read_consumer_offsets(path)
-        if rows:
-            yield prepend_broker(consumer_offsets_batch(rows), p.broker, CONSUMER_OFFSETS.arrow_schema(),
-                                 SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema())
+        batch = consumer_offsets_rows(p)
+        if batch is not None:
+            yield batch
 
     # -- anomalies ------------------------------------------------------------------------------------------
     def _read_anomalies(self, p: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -479,11 +489,11 @@ class StoreReader(DataSourceReader):
         elif isinstance(p, UnitFiles):
             def unit_anomalies() -> Iterator[Anomaly]:
                 for s in p.slices:
-                    for _, anomalies in _decode_unit_slice(s):
+                    for _, anomalies in decode_unit_slice(s):
                         yield from anomalies
             yield from _anomaly_batches(p.broker, unit_anomalies(), "", p.slices[0].path if p.slices else "")
         elif isinstance(p, StoreFiles):
-            found = iter(_store_anomalies(p, self.opts.sources))
+            found = iter(store_anomalies(p, self.opts.sources))
             yield from _anomaly_batches(p.broker, found, "store", p.root)
 
 
@@ -669,4 +679,5 @@ __all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "CommitLogCells",
            "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch",
            "prepend_broker", "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT",
            "STATETABLE_FORMAT", "REDOLOG_FORMAT", "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT", "TX_SCAN_FORMAT",
-           "tx_scan_batches", "tx_scan_rows"]
+           "tx_scan_batches", "tx_scan_rows", "decode_unit_slice", "store_anomalies",
+           "consumer_offsets_rows"]

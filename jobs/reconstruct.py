@@ -153,6 +153,15 @@ def commitlog_bounds_from_layout(spark, layout_info) -> Optional[DataFrame]:
     return spark.createDataFrame(rows, "broker string, min_commitlog_offset bigint, n_cq bigint")
 
 
+def bounds_table(layout_info) -> Optional[pa.Table]:
+    """The ``commitlog_bounds`` input as Arrow (:func:`commitlog_bounds_from_layout` as a table)."""
+    rows = _bounds_rows(layout_info)
+    if not rows:
+        return None
+    schema = pa.schema([("broker", pa.string()), ("min_commitlog_offset", pa.int64()), ("n_cq", pa.int64())])
+    return pa.table([list(c) for c in zip(*rows)], schema=schema)
+
+
 def _bounds_rows(layout_info) -> list:
     return [(s.broker, int(min(base for _, base, _ in s.commitlog_files)),
              int(getattr(s, "consume_queues", 0) or 0))
@@ -316,6 +325,7 @@ __all__ = [
     "detect_profile",
     "op_bodies_from_commitlog",
     "commitlog_bounds_from_layout",
+    "bounds_table",
     "empty_frame",
     "conform",
     "LOCAL_MAX_ROWS",

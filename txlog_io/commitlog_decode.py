@@ -45,6 +45,7 @@ from txlog_io.positional import PositionalFile
 # them (measured, 1 KiB records, CPU time: 2 MiB 1769 MB/s, 4 MiB 1869, 8 MiB 1738, 16 MiB 1130)
 DEFAULT_CHUNK_BYTES = 4 << 20
 _PAD = L.MAX_FIXED_SIZE + 16          # zero padding after a chunk so fixed-size header windows never overrun
+BOUNDARY_WINDOW = 64 << 10            # first read of a boundary search (next_boundary), then x4 up to a chunk
 _HEADER = struct.Struct(">iI")
 _I64 = struct.Struct(">q")
 _GOOD_MAGIC = (L.MAGIC_V1, L.MAGIC_V2)
@@ -79,8 +80,12 @@ def _self_verifies(reader: PositionalFile, pos: int, base_offset: int) -> bool:
 def next_boundary(reader: PositionalFile, pos: int, base_offset: int, limit: Optional[int] = None) -> Optional[int]:
     """First self-verifying record (or BLANK header) at or after ``pos``, searching up to ``limit``."""
     limit = reader.size if limit is None else min(limit, reader.size)
+    # a boundary is usually within a record's length: look at a small window first and grow it, instead of
+    # reading a whole chunk at every range start (4 MiB per 128 MiB cell, ~3 % of a full scan's bytes)
+    window = BOUNDARY_WINDOW
     while pos < limit:
-        buf = reader.read_chunk(pos, min(DEFAULT_CHUNK_BYTES, limit - pos) + 8, _PAD)
+        buf = reader.read_chunk(pos, min(window, limit - pos) + 8, _PAD)
+        window = min(window * 4, DEFAULT_CHUNK_BYTES)
         n = buf.size - _PAD
         if n < 8:
             return None
@@ -162,7 +167,8 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
     unpack = _HEADER.unpack_from
     while pos is not None and pos < size:
         # past the range end only the boundary record has to be looked at: read a little, not a whole chunk
-        want = chunk_bytes if pos < end else min(chunk_bytes, 64 << 10)
+        # (nor a whole chunk for the last few bytes before the end)
+        want = min(chunk_bytes, (end - pos if pos < end else 0) + (64 << 10))
         head = reader.pread(pos, 8)
         if len(head) == 8:
             first_total = _HEADER.unpack(head)[0]

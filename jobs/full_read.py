@@ -1,0 +1,243 @@
+"""Full mode's read in ONE Spark job whose results the driver receives as Arrow (issue 12).
+
+When an audit reads in full mode and reduces on the driver (jobs/reconstruct.py, at most ``LOCAL_MAX_ROWS``
+rows), every input of the reduction is small: the transaction-relevant CommitLog records, the op bodies, the
+decoders' findings, the half / op / discard queue units, the 3.x statetable and redolog, the consumer
+offsets.  The lazy-DataFrame plan (jobs/store_frames.py) produced them as persisted Spark rows and then
+collected them again: a scan job, a count job, a findings job, a shuffle to fetch the op bodies by position,
+one job per side input under ``toArrow()`` -- about 9 s of Spark overhead around ~1 s of decoding on a 4 GiB
+store.  Here one ``RDD.mapPartitions`` job does it all and hands the driver Arrow IPC streams:
+
+* one task per ``CommitLogCells`` group of the txscan plan (``datasources.plan_partitions``: the same
+  ``split_bytes`` cells, so the same rows and findings): each cell framed and checked once
+  (``decode_log_range(tx_relevant=True)``), the op records' bodies cut in the same pass (so there is no
+  fetch by position), every other record counted and checked but never a row;
+* one task per partition of the ``rocketmq_anomalies`` plan for the other decoders (consume queues,
+  statetable, redolog, consumerOffset.json, store discovery): each unit file decoded once for its findings
+  and, for the half / op / discard queues, the statetable and the redolog, for its rows too; the
+  ``StoreFiles`` task also gives the consumer offsets.
+
+No row crosses into the JVM as Spark rows, nothing is persisted, and the driver builds the reducer's input
+table (``txreduce.input_table``) from what it received.  The rows equal the DataFrame plan's (the same
+decoders over the same partitions; tested against it in tests/test_full_read.py).
+
+Bound: a task holding more than ``LOCAL_MAX_ROWS`` rows returns only its count, and a read whose rows add up
+to more than that returns None: the caller then takes the DataFrame plan (executor-side reduction), at the
+price of reading the CommitLog again -- only for stores whose reduction is itself far costlier.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.datasources import (
+    ANOMALIES_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT, STATETABLE_FORMAT,
+    TX_SCAN_FORMAT, CommitLogCells, CommitLogRange, StoreFiles, UnitFiles, anomalies_batch,
+    consumer_offsets_rows, decode_unit_slice, plan_partitions, prepend_broker, store_anomalies, store_listing,
+)
+from jobs.options import parse_options
+from schemas.recon import RECON_INPUT
+from schemas.sources import ANOMALIES_SOURCE, COMMITLOG_SOURCE, SOURCE_TABLES
+from schemas.store import COMMITLOG
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TX_SYSTEM_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
+#: the decoders other than the CommitLog's (what the audit's ``anomalies`` frame adds to the scan's findings)
+SIDE_SOURCES = "consumequeue,statetable,redolog,config,store"
+#: the records' columns the reducer reads (RECON_INPUT's): the rest (properties map, hosts, file, ...) would
+#: only be shipped to the driver and dropped there
+RECORD_SCHEMA = pa.schema([f for f in COMMITLOG_SOURCE.arrow_schema() if f.name in RECON_INPUT.names])
+#: result kinds -> the schema of their rows (broker + the store table's columns)
+KINDS = {"commitlog": RECORD_SCHEMA, "anomalies": ANOMALIES_SOURCE.arrow_schema(),
+         "consumequeue": SOURCE_TABLES[CONSUMEQUEUE_FORMAT].arrow_schema(),
+         "statetable": SOURCE_TABLES[STATETABLE_FORMAT].arrow_schema(),
+         "redolog": SOURCE_TABLES[REDOLOG_FORMAT].arrow_schema(),
+         "consumer_offsets": SOURCE_TABLES[CONSUMER_OFFSETS_FORMAT].arrow_schema()}
+#: unit-file slice kind -> its row source
+_UNIT_FORMAT = {"consumequeue": CONSUMEQUEUE_FORMAT, "statetable": STATETABLE_FORMAT,
+                "redolog": REDOLOG_FORMAT}
+_OVERFLOW = "overflow"
+
+
+@dataclass
+class LocalRead:
+    """What the one job read, as Arrow tables (``broker`` + the store table's columns)."""
+
+    commitlog: pa.Table          # transaction-relevant records (RECORD_SCHEMA's columns), ``body`` null
+    op_bodies: pa.Table          # the op records' bodies (reconstruct's ``op_bodies`` input)
+    anomalies: pa.Table          # every decoder's findings
+    consumequeue: pa.Table       # half / op / discard queue units only
+    statetable: pa.Table
+    redolog: pa.Table
+    consumer_offsets: pa.Table
+
+    @property
+    def rows(self) -> int:
+        return self.commitlog.num_rows + self.anomalies.num_rows
+
+
+# ------------------------------------------------------------------------------------------------------------
+# executor side
+# ------------------------------------------------------------------------------------------------------------
+
+def _cells(p, out: Dict[str, list]) -> None:
+    """A ``CommitLogCells`` group (or one ``CommitLogRange`` cell) of the txscan plan."""
+    from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
+
+    inner, target = COMMITLOG.arrow_schema(), COMMITLOG_SOURCE.arrow_schema()
+    found: list = []
+    for start, end in (p.cells if isinstance(p, CommitLogCells) else ((p.start, p.end),)):
+        for batch, anomalies in decode_log_range(p.path, base_offset=p.base_offset, start=start, end=end,
+                                                 with_body=True, tx_relevant=True):
+            found.extend(anomalies)
+            if batch.num_rows:
+                # only the op records' bodies are wanted (the reduction parses them); the halves' stay behind
+                i = batch.schema.get_field_index("body")
+                body = pc.if_else(pc.equal(batch.column("topic"), OP_TOPIC), batch.column(i),
+                                  pa.nulls(batch.num_rows, pa.binary()))
+                batch = prepend_broker(batch.set_column(i, "body", body), p.broker, inner, target)
+                out["commitlog"].append(batch.select(RECORD_SCHEMA.names))
+    if found:
+        out["anomalies"].append(anomalies_batch(p.broker, found, "commitlog", p.path))
+
+
+def _units(p: UnitFiles, out: Dict[str, list]) -> None:
+    """Each slice decoded once: its findings always, its rows when the reduction reads them."""
+    found: list = []
+    for s in p.slices:
+        keep = s.kind != "consumequeue" or s.topic in TX_SYSTEM_TOPICS
+        schema = SOURCE_TABLES[_UNIT_FORMAT[s.kind]].arrow_schema()
+        for batch, anomalies in decode_unit_slice(s):
+            found.extend(anomalies)
+            if keep and batch.num_rows:
+                out[s.kind].append(prepend_broker(batch, p.broker, pa.schema(list(schema)[1:]), schema))
+    if found:
+        out["anomalies"].append(anomalies_batch(p.broker, found, "", p.slices[0].path if p.slices else ""))
+
+
+def _store(p: StoreFiles, sources: frozenset, out: Dict[str, list]) -> None:
+    rows, found = consumer_offsets_rows(p), store_anomalies(p, sources)
+    if rows is not None:
+        out["consumer_offsets"].append(rows)
+    if found:
+        out["anomalies"].append(anomalies_batch(p.broker, found, "store", p.root))
+
+
+class _ReadTask:
+    """mapPartitions body: partitions (work items) -> ``(kind, Arrow IPC stream)`` pairs, or one
+    ``(overflow, rows)`` pair when the task read more than ``max_rows`` records + findings."""
+
+    def __init__(self, sources: frozenset, max_rows: int):
+        self.sources = sources
+        self.max_rows = max_rows
+
+    def __call__(self, items: Iterator[tuple]) -> Iterator[tuple]:
+        from txlog_io.readstats import flush
+
+        out: Dict[str, list] = {k: [] for k in KINDS}
+        try:
+            for part in items:
+                if isinstance(part, (CommitLogCells, CommitLogRange)):
+                    _cells(part, out)
+                elif isinstance(part, UnitFiles):
+                    _units(part, out)
+                elif isinstance(part, StoreFiles):
+                    _store(part, self.sources, out)
+        finally:
+            flush()
+        n = sum(b.num_rows for k in ("commitlog", "anomalies") for b in out[k])
+        if n > self.max_rows:
+            yield _OVERFLOW, n
+            return
+        for kind, batches in out.items():
+            if batches:
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, KINDS[kind]) as w:
+                    for b in batches:
+                        w.write_batch(b)
+                yield kind, sink.getvalue().to_pybytes()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# driver side
+# ------------------------------------------------------------------------------------------------------------
+
+def plan_items(options, cores: int) -> tuple:
+    """(work items, the side decoders' ``sources``): the txscan plan's cell groups, then the other decoders'
+    partitions."""
+    from jobs.store_frames import scan_task_bytes
+
+    base = {"paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
+            "split_bytes": str(int(options.config.split_bytes))}
+    scan_opts = parse_options(TX_SCAN_FORMAT, dict(base, include_bodies="false"))
+    listings = {b: store_listing(r, scan_opts.commitlog_dirs_of(r)) for b, r in scan_opts.stores}
+    infos = [_Sized(sum(f.size for f in listings[b].commitlog)) for b, _ in scan_opts.stores]
+    task_bytes = scan_task_bytes(infos, int(options.config.split_bytes), cores)
+    scan_opts = parse_options(TX_SCAN_FORMAT, dict(base, include_bodies="false", task_bytes=str(task_bytes)))
+    side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
+    return (plan_partitions(TX_SCAN_FORMAT, scan_opts, listings=listings)
+            + plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)), side_opts.sources
+
+
+@dataclass(frozen=True)
+class _Sized:
+    commitlog_bytes: int
+
+
+def read_local(spark, options, max_rows: int, timings: Optional[dict] = None) -> Optional[LocalRead]:
+    """The one-job read of ``options.stores`` (an audit's ``AuditOptions``), or None when its rows exceed
+    ``max_rows`` (records + findings; see the module docstring)."""
+    t0 = time.monotonic()
+    sc = spark.sparkContext
+    items, sources = plan_items(options, int(sc.defaultParallelism or 1))
+    got: List[tuple] = []
+    if items:
+        got = sc.parallelize(items, len(items)).mapPartitions(_ReadTask(sources, max_rows)).collect()
+    t1 = time.monotonic()
+    if any(kind == _OVERFLOW for kind, _ in got):
+        return None
+    parts: Dict[str, list] = {k: [] for k in KINDS}
+    for kind, data in got:
+        parts[kind].extend(pa.ipc.open_stream(data).read_all().to_batches())
+    tables = {k: pa.Table.from_batches(b, schema=KINDS[k]) for k, b in parts.items()}
+    clog = tables["commitlog"]
+    is_op = pc.and_(pc.equal(clog.column("topic"), OP_TOPIC), pc.is_valid(clog.column("body")))
+    op_bodies = clog.filter(is_op).select(["broker", "queue_id", "physical_offset", "queue_offset",
+                                           "store_timestamp", "total_size", "body_crc_ok", "body"])
+    i = clog.schema.get_field_index("body")
+    clog = clog.set_column(i, clog.schema.field(i), pa.nulls(clog.num_rows, pa.binary()))
+    read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=tables["anomalies"],
+                     consumequeue=tables["consumequeue"], statetable=tables["statetable"],
+                     redolog=tables["redolog"], consumer_offsets=tables["consumer_offsets"])
+    if timings is not None:
+        timings["read.job"] = t1 - t0
+        timings["read.arrow"] = time.monotonic() - t1
+    return None if read.rows > max_rows else read
+
+
+def reduce_local(read: LocalRead, layout_info, params, override, timings: Optional[dict] = None,
+                 critical_within_ms: int = 60000) -> Dict[str, pa.Table]:
+    """The reducer's five outputs from ``read`` (jobs.txreduce on the driver; no Spark)."""
+    from jobs.reconstruct import bounds_table
+    from jobs.txreduce import input_table, reduce_input
+
+    t0 = time.monotonic()
+    table = input_table(commitlog=read.commitlog, op_bodies=read.op_bodies, consumequeue=read.consumequeue,
+                        statetable=read.statetable, redolog=read.redolog,
+                        consumer_offsets=read.consumer_offsets, anomalies=read.anomalies,
+                        commitlog_bounds=bounds_table(layout_info))
+    t1 = time.monotonic()
+    outs = reduce_input(table, params, override, critical_within_ms, True)
+    if timings is not None:
+        timings.update({"reconstruct.collect": t1 - t0, "reconstruct.reduce": time.monotonic() - t1})
+    return outs
+
+
+__all__ = ["LocalRead", "read_local", "reduce_local", "plan_items"]

@@ -1,0 +1,134 @@
+"""jobs/full_read.py (full mode's one-job read, Arrow to the driver) against the DataFrame plan it stands in
+for on the driver path (jobs/store_frames.py + jobs/audit_inputs.py + jobs/reconstruct.py): the same reducer
+inputs and the same five outputs, row for row, over the real-broker fixtures and reference-broker stores of
+every scenario and profile (the damaged ones under every profile), all brokers in one read; and the fallback
+when the rows are too many for the driver."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from refbroker.generate import DEFAULT_START_MS
+from refbroker.workload import SCENARIOS
+
+pytestmark = pytest.mark.spark
+
+PROFILES = ("3.x", "4.0-4.2", "4.3-4.5", "4.6-4.9", "5.0", "5.1+")
+FIXTURE_STORES = ("rocketmq-3.1.4/store", "rocketmq-4.9.8/store", "rocketmq-5.3.3/store",
+                  "rocketmq-4.9.8-dledger/store-crashed")
+SPLIT = 256 << 10           # cell boundaries inside the fixtures' 1 MiB CommitLog files
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, fixtures_dir):
+    """(broker, root) of the fixtures and of 12-transaction reference-broker stores: every scenario, the
+    damaging ones under every profile."""
+    import refbroker
+
+    base = tmp_path_factory.mktemp("full-read")
+    out = [(f"fx-{i}", str(fixtures_dir / rel)) for i, rel in enumerate(FIXTURE_STORES)
+           if (fixtures_dir / rel).is_dir()]
+    for k, scenario in enumerate(SCENARIOS.values()):
+        allowed = scenario.profiles or PROFILES
+        # every profile where the store is damaged (findings, resynchronisation), one profile elsewhere
+        for profile in allowed if scenario.name in ("crashy", "corrupt") else allowed[k % len(allowed):][:1]:
+            name = f"{profile}_{scenario.name}".replace("+", "p")
+            sizes = dict(commitlog_file_size=48 * 1024, msg_bytes=256, cq_file_units=256)
+            if profile == "3.x" and scenario.name != "legacy-3x":
+                sizes.update(statetable_file_size=500 * 24, redolog_file_size=1000 * 20)
+            refbroker.generate(profile, scenario.name, transactions=12, seed=11, out_dir=base / name,
+                               start_ms=DEFAULT_START_MS, **sizes)
+            out.append((name, str(base / name / "store")))
+    return out
+
+
+def _options(stores, split=SPLIT):
+    return SimpleNamespace(stores=[r for _, r in stores], brokers=[b for b, _ in stores],
+                           config=SimpleNamespace(split_bytes=split), include_bodies=False)
+
+
+def _frame_inputs(spark, stores, split=SPLIT):
+    """The reducer inputs as the DataFrame plan builds them for a full, non-incremental audit."""
+    from jobs.audit_inputs import op_bodies_for, relevant_records
+    from jobs.store_frames import load_store_frames
+
+    frames = load_store_frames(spark, [r for _, r in stores], mode="full", brokers=[b for b, _ in stores],
+                               split_bytes=split)
+    frames.scan.persist()                               # as the audit does: one CommitLog read
+    records = relevant_records(frames).persist()
+    inputs = dict(commitlog=records, anomalies=frames.anomalies, statetable=frames.statetable,
+                  redolog=frames.redolog, consumer_offsets=frames.consumer_offsets,
+                  consumequeue=frames.transaction_queues,
+                  op_bodies=op_bodies_for(spark, records, frames, _options(stores, split)))
+    return frames, {k: v.persist() for k, v in inputs.items()}
+
+
+def _rows(table: pa.Table, drop=()) -> list:
+    names = [n for n in table.column_names if n not in drop]
+    return sorted((tuple(repr(v) for v in r.values()) for r in table.select(names).to_pylist()))
+
+
+def test_local_read_equals_the_dataframe_plan(spark, stores):
+    from jobs.full_read import read_local, reduce_local
+    from jobs.reconstruct import reconstruct
+
+    timings: dict = {}
+    read = read_local(spark, _options(stores), 10 ** 9, timings)
+    assert read is not None and {"read.job", "read.arrow"} <= set(timings)
+    frames, inputs = _frame_inputs(spark, stores)
+    generated = {b for b, _ in stores if not b.startswith("fx-")}
+    assert generated <= set(read.commitlog.column("broker").to_pylist())
+    for name in ("commitlog", "anomalies", "statetable", "redolog", "consumer_offsets", "consumequeue"):
+        mine = getattr(read, name)
+        theirs = inputs[name].toArrow()
+        if name == "commitlog":             # only the columns the reducer reads are sent to the driver
+            theirs = theirs.select(mine.schema.names)
+        assert mine.schema.names == theirs.schema.names, name
+        assert _rows(mine) == _rows(theirs), name
+    assert read.anomalies.num_rows > 0 and read.statetable.num_rows > 0 and read.op_bodies.num_rows > 0
+    theirs_ops = inputs["op_bodies"].toArrow()
+    mine_ops = read.op_bodies.select(theirs_ops.schema.names)
+    mine_ops = mine_ops.set_column(7, "body", mine_ops.column("body").cast(pa.string()))
+    assert _rows(mine_ops) == _rows(theirs_ops)
+
+    mine_out = reduce_local(read, frames.layout_info, None, None)
+    theirs_out = reconstruct(dict(inputs, layout_info=frames.layout_info), local=True).arrow
+    for name, table in theirs_out.items():
+        assert _rows(mine_out[name]) == _rows(table), name
+    assert mine_out["transactions"].num_rows > 100
+
+
+def test_too_many_rows_fall_back(spark, stores):
+    from jobs.full_read import read_local
+
+    one = stores[-1:]                   # one small store: one CommitLogRange cell, not a group of cells
+    read = read_local(spark, _options(one), 10 ** 9)
+    assert read is not None and read.commitlog.num_rows > 1
+    assert read_local(spark, _options(one), 1) is None       # a task over the bound sends its count only
+
+
+def test_audit_falls_back_to_the_dataframe_plan_with_the_same_tables(spark, stores, tmp_path, monkeypatch):
+    """run_audit in full mode: the one-job read, and (LOCAL_MAX_ROWS forced to 0) the DataFrame plan with its
+    store frames built on demand (store_frames.LazyStoreFrames) and the reduction on the executors."""
+    from deltalake import DeltaTable
+
+    from jobs import reconstruct
+    from jobs.audit import run_audit
+    from jobs.main import parse_args
+
+    broker, root = next((b, r) for b, r in stores if b.startswith("5.1p_crashy"))
+    tables = {}
+    for label in ("local", "fallback"):
+        if label == "fallback":
+            monkeypatch.setattr(reconstruct, "LOCAL_MAX_ROWS", 0)
+        out = tmp_path / label
+        _, opts = parse_args(["audit", "--store", root, "--out", str(out), "--as-of", "2030-01-01T00:00:00Z",
+                              "--mode", "full", "--run-id", "r1"])
+        summary = run_audit(spark, opts, print_summary=False)
+        assert ("read.job" in summary.phases) == (label == "local")
+        tables[label] = {name: _rows(DeltaTable(t.path).to_pyarrow_table(), drop=("run_id", "run_date"))
+                         for name, t in summary.tables.items() if name != "audit_runs"}
+    assert tables["local"] == tables["fallback"]
+    assert len(tables["local"]["transactions"]) > 5
