@@ -420,5 +420,5 @@ def read_index_header(path) -> Optional[IndexHeader]:
     """The 40-byte header alone (None when the file is shorter): what a driver lists before planning."""
     with open(path, "rb") as f:
         head = f.read(HEADER_SIZE)
-    readstats.add(len(head))
+    readstats.add(len(head), "index")
     return IndexHeader(*HEADER.unpack(head)) if len(head) == HEADER_SIZE else None

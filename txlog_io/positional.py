@@ -13,6 +13,8 @@ from txlog_io.errors import StoreNotFoundError, UnreadableFileError
 
 #: bytes per pread of read_all (one pread call is limited to ~2 GiB on Linux)
 _READ_ALL_STEP = 64 << 20
+#: the readstats kind of each ``what`` (bytes read are counted per kind of file)
+_KINDS = {"CommitLog file": "commitlog", "DLedger data file": "dledger", "index file": "index"}
 
 
 class PositionalFile:
@@ -20,6 +22,7 @@ class PositionalFile:
 
     def __init__(self, path, what: str = "file"):
         self.path = str(path)
+        self.kind = _KINDS.get(what, "other")
         try:
             self.fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -45,7 +48,7 @@ class PositionalFile:
         if not length:
             return b""
         b = os.pread(self.fd, length, pos)
-        readstats.add(len(b))
+        readstats.add(len(b), self.kind)
         return b
 
     def read_all(self) -> bytes:
@@ -74,7 +77,7 @@ class PositionalFile:
                 break
             got += n
         view.release()
-        readstats.add(got)
+        readstats.add(got, self.kind)
         if got < length:
             raise UnreadableFileError(self.path, f"short read at {pos + got}: file shrank while reading")
         return buf
