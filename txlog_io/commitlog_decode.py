@@ -80,7 +80,11 @@ def next_boundary(reader: PositionalFile, pos: int, base_offset: int, limit: Opt
     """First self-verifying record (or BLANK header) at or after ``pos``, searching up to ``limit``."""
     limit = reader.size if limit is None else min(limit, reader.size)
     while pos < limit:
-        buf = reader.read_chunk(pos, min(DEFAULT_CHUNK_BYTES, limit - pos) + 8, _PAD)
+        # a file hole holds no record: one can start at most 7 bytes before the data after it
+        pos = max(pos, reader.next_data(pos) - 8)
+        if pos >= limit:
+            break
+        buf = reader.read_chunk(pos, min(DEFAULT_CHUNK_BYTES, limit - pos, reader.next_hole(pos) - pos) + 8, _PAD)
         n = buf.size - _PAD
         if n < 8:
             return None
@@ -98,7 +102,10 @@ def next_boundary(reader: PositionalFile, pos: int, base_offset: int, limit: Opt
 
 def _first_nonzero(reader: PositionalFile, pos: int, limit: int) -> Optional[int]:
     while pos < limit:
-        block = reader.pread(pos, min(DEFAULT_CHUNK_BYTES, limit - pos))
+        pos = reader.next_data(pos)         # a file hole (the newest file's unwritten tail) is zeros unread
+        if pos >= limit:
+            return None
+        block = reader.pread(pos, min(DEFAULT_CHUNK_BYTES, limit - pos, reader.next_hole(pos) - pos))
         if not block:
             return None
         arr = np.frombuffer(block, np.uint8)
@@ -163,6 +170,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
     while pos is not None and pos < size:
         # past the range end only the boundary record has to be looked at: read a little, not a whole chunk
         want = chunk_bytes if pos < end else min(chunk_bytes, 64 << 10)
+        want = min(want, max(reader.next_hole(pos) - pos, 64 << 10))     # a file hole is not read as data
         head = reader.pread(pos, 8)
         if len(head) == 8:
             first_total = _HEADER.unpack(head)[0]

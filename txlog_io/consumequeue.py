@@ -53,6 +53,7 @@ import pyarrow as pa
 from schemas import store as store_schemas
 from txlog_io import readstats
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError, UsageError
+from txlog_io.positional import next_data
 
 # ---------------------------------------------------------------------------------------------------------------
 # Layouts
@@ -175,6 +176,12 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
         buffer = bytearray(min(chunk_units, max((last_excl - first) // unit, 0)) * unit)
         position = first
         while position < last_excl:
+            # whole units inside a file hole (the preallocated file's unwritten tail) are all-zero: skipped
+            # unread, as if read (no row, no finding; the unit before the next data is zero)
+            hole_end = min(last_excl, next_data(f.fileno(), position, file_size) // unit * unit)
+            if hole_end > position:
+                previous_zero, position = True, hole_end
+                continue
             count = min(chunk_units, (last_excl - position) // unit)
             view = memoryview(buffer)[:count * unit]
             f.seek(position)

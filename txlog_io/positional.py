@@ -17,6 +17,43 @@ _READ_ALL_STEP = 64 << 20
 _KINDS = {"CommitLog file": "commitlog", "DLedger data file": "dledger", "index file": "index"}
 
 
+def next_data(fd: int, pos: int, size: int) -> int:
+    """The first position >= ``pos`` that may hold data: ``pos`` itself, or the end of the file hole (a
+    never-written range of a sparse file, which reads as zeros) it lies in; ``size`` when only a hole follows.
+    RocketMQ creates its mapped files (CommitLog, consume queues) with ``setLength``, so the unwritten tail of
+    the newest file is a hole: readers that would only confirm it is zero skip it without reading it.  A file
+    system without SEEK_DATA makes every byte data (``pos``)."""
+    if pos >= size:
+        return size
+    try:
+        return min(size, max(pos, _seek(fd, pos, os.SEEK_DATA)))
+    except OSError as exc:
+        import errno
+
+        return size if exc.errno == errno.ENXIO else pos     # ENXIO: nothing but a hole from pos on
+    except AttributeError:                                    # no SEEK_DATA on this platform
+        return pos
+
+
+def _seek(fd: int, pos: int, whence: int) -> int:
+    """lseek that leaves the descriptor's offset where it was (a buffered file object may share it)."""
+    here = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        return os.lseek(fd, pos, whence)
+    finally:
+        os.lseek(fd, here, os.SEEK_SET)
+
+
+def next_hole(fd: int, pos: int, size: int) -> int:
+    """The start of the first file hole at or after ``pos`` (``size``: none, or no SEEK_HOLE)."""
+    if pos >= size:
+        return size
+    try:
+        return min(size, max(pos, _seek(fd, pos, os.SEEK_HOLE)))
+    except (OSError, AttributeError):
+        return size
+
+
 class PositionalFile:
     """One file opened read-only; ``what`` names it in a missing-file error ("CommitLog file", ...)."""
 
@@ -51,6 +88,14 @@ class PositionalFile:
         readstats.add(len(b), self.kind)
         return b
 
+    def next_data(self, pos: int) -> int:
+        """:func:`next_data` of this file."""
+        return next_data(self.fd, pos, self.size)
+
+    def next_hole(self, pos: int) -> int:
+        """:func:`next_hole` of this file."""
+        return next_hole(self.fd, pos, self.size)
+
     def read_all(self) -> bytes:
         chunks, got = [], 0
         while got < self.size:
@@ -83,4 +128,4 @@ class PositionalFile:
         return buf
 
 
-__all__ = ["PositionalFile"]
+__all__ = ["PositionalFile", "next_data", "next_hole"]
