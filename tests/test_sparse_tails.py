@@ -100,4 +100,4 @@ def test_consumequeue_hole_is_skipped_with_the_same_result(tmp_path, monkeypatch
     want, read_dense = _counted(monkeypatch, tmp_path, lambda: decode(dense))
     assert got == want and len(got[0]) == 1000 + (1 if garbage else 0)
     assert [k for k, _ in got[1]] == (["GARBAGE_AFTER_END"] if garbage else [])
-    assert read_dense == 6_000_000 and read_sparse < 200_000, (read_sparse, read_dense)
+    assert read_dense == 6_000_000 and read_sparse <= 1000 * 20 + 8192, (read_sparse, read_dense)

@@ -53,7 +53,7 @@ import pyarrow as pa
 from schemas import store as store_schemas
 from txlog_io import readstats
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError, UsageError
-from txlog_io.positional import next_data
+from txlog_io.positional import next_data, next_hole
 
 # ---------------------------------------------------------------------------------------------------------------
 # Layouts
@@ -182,7 +182,9 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
             if hole_end > position:
                 previous_zero, position = True, hole_end
                 continue
-            count = min(chunk_units, (last_excl - position) // unit)
+            # ... and a chunk stops where the next hole starts (the units up to it, the last one whole)
+            hole = next_hole(f.fileno(), position, file_size)
+            count = min(chunk_units, (last_excl - position) // unit, max(1, -(-(hole - position) // unit)))
             view = memoryview(buffer)[:count * unit]
             f.seek(position)
             got = f.readinto(view)
