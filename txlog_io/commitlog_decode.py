@@ -348,6 +348,10 @@ def decode_file(path: str, **kwargs) -> Iterator[tuple]:
 FETCH_DENSE_GAP = 64 << 10
 FETCH_WINDOW = 8 << 20              # bytes spanned by one window read (plus the last record)
 _PROBE = L.SYS_FLAG_OFFSET + 4      # header bytes that say where a record ends and its transaction type
+#: bytes a window read takes past its last position: most records end within them, a longer one is read by
+#: its own pread (64 KiB cost 62 KiB of extra reading per window of 1 KiB records: an indexed audit of a
+#: 4 GiB store, 2,912 transactions, read 44.3 MB of CommitLog with 64 KiB, 35.8 MB with 4 KiB)
+FETCH_WINDOW_TAIL = 4 << 10
 _PROBE_DT = np.dtype([("total", ">i4"), ("magic", ">u4"), ("_", "V28"), ("sys_flag", ">i4")])
 
 
@@ -424,7 +428,7 @@ def _fetch_window(reader: PositionalFile, base: int, pos: np.ndarray, probe_only
         anomalies.extend(a for a in outside if a.position >= 0)
         return
     start = int(pos[0])
-    buf = reader.read_chunk(start, int(pos[-1]) - start + 64 * 1024, _PAD)   # zero padding covers every probe
+    buf = reader.read_chunk(start, int(pos[-1]) - start + FETCH_WINDOW_TAIL, _PAD)  # zero padding: every probe
     data_len = buf.size - _PAD
     rel = pos - start
     heads = buf[rel[:, None] + np.arange(_PROBE)].view(_PROBE_DT).ravel()
