@@ -341,7 +341,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 incremental = plan_incremental(options, frames.layout_info,
                                                config_document(options, params_doc, override))
             commitlog_bytes = sum(s.commitlog_bytes for s in frames.layout_info)
-            shuffle_partitions = auto_shuffle_partitions(spark, commitlog_bytes)
+            # indexed mode shuffles only what it fetched (transactions' records): partitions as for no CommitLog
+            shuffle_partitions = auto_shuffle_partitions(spark, commitlog_bytes if options.mode == "full" else 0)
             if shuffle_partitions is not None:
                 spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions))
                 restore_shuffle = True

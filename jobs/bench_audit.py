@@ -46,7 +46,9 @@ Output: a table, then as the LAST line one JSON object::
 ``full_read_bytes`` / ``indexed_read_bytes``: the bytes of store files each timed audit read, counted by the
 readers themselves (``txlog_io.readstats``: every pread / read of a CommitLog, consume queue, index,
 statetable, checkpoint or config file, in the driver and in every Python worker, which report through
-per-process files under ``<dir>/.readstats``); ``commitlog_bytes``: the CommitLog files' size.
+per-process files under ``<dir>/.readstats``); ``commitlog_bytes``: the CommitLog files' size;
+``full_read_kinds`` / ``indexed_read_kinds``: the same bytes per kind of file (commitlog, consumequeue, index,
+config, checkpoint, fingerprint, ...).
 
 With several ``--sizes`` every size is measured in turn (one session) and the last line is
 ``{"sizes_gb": [...], "runs": [<one object as above per size>], "full_s_per_gb": [...], "indexed_s_per_gb":
@@ -103,6 +105,8 @@ class BenchRun:
     full_read_bytes: int = -1               # store bytes each mode's audit read (txlog_io.readstats; -1: not
     indexed_read_bytes: int = -1            # counted, the counting directory could not be set up)
     incremental: Optional[dict] = None      # --incremental P: jobs.bench_incremental keys
+    full_read_kinds: Optional[dict] = None      # the read bytes per kind of file (readstats.directory_kinds)
+    indexed_read_kinds: Optional[dict] = None
 
     def line(self) -> dict:
         return {"size_gb": self.size_gb, "tx_share": self.tx_share, "scan_s": round(self.scan_s, 2),
@@ -114,7 +118,8 @@ class BenchRun:
                 "small_audit_s": self.small_audit_s, "cold": self.cold,
                 "transactions": self.transactions,
                 "commitlog_bytes": self.commitlog_bytes, "full_read_bytes": self.full_read_bytes,
-                "indexed_read_bytes": self.indexed_read_bytes, **(self.incremental or {})}
+                "indexed_read_bytes": self.indexed_read_bytes, "full_read_kinds": self.full_read_kinds,
+                "indexed_read_kinds": self.indexed_read_kinds, **(self.incremental or {})}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -342,6 +347,20 @@ def read_bytes_total(directory: Optional[str]) -> int:
     return readstats.directory_total(directory)
 
 
+def read_kinds(directory: Optional[str]) -> dict:
+    """Store bytes read so far per kind of file (commitlog, consumequeue, index, ...), as read_bytes_total."""
+    from txlog_io import readstats
+
+    if directory is None:
+        return {}
+    readstats.flush()
+    return readstats.directory_kinds(directory)
+
+
+def _kinds_between(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] > before.get(k, 0)}
+
+
 def timed_audit(spark, store: Path, out: Path, mode: str):
     from jobs.audit import run_audit
     from jobs.main import parse_args
@@ -371,13 +390,13 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         scan_bytes, scan_s = jvm_scan(spark, str(commitlog))
         log(f"[{size_gb:g} GiB] scan {scan_bytes / GIB:.2f} GiB in {scan_s:.1f} s; audit full ...")
         dropped.append(drop_page_cache(cold))
-        read0 = read_bytes_total(stats_dir)
+        read0, kinds0 = read_bytes_total(stats_dir), read_kinds(stats_dir)
         full_s, full = timed_audit(spark, store, base / "out-full", "full")
-        read1 = read_bytes_total(stats_dir)
+        read1, kinds1 = read_bytes_total(stats_dir), read_kinds(stats_dir)
         log(f"[{size_gb:g} GiB] full {full_s:.1f} s; audit indexed ...")
         dropped.append(drop_page_cache(cold))
         indexed_s, indexed = timed_audit(spark, store, base / "out-indexed", "indexed")
-        read2 = read_bytes_total(stats_dir)
+        read2, kinds2 = read_bytes_total(stats_dir), read_kinds(stats_dir)
         log(f"[{size_gb:g} GiB] indexed {indexed_s:.1f} s")
         inc = None
         if incremental:
@@ -403,7 +422,8 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         full_phases=_phases(full), indexed_phases=_phases(indexed),
         states=dict(full.states), cold=all(dropped), commitlog_bytes=cl_bytes,
         full_read_bytes=read1 - read0 if stats_dir else -1,
-        indexed_read_bytes=read2 - read1 if stats_dir else -1, incremental=inc)
+        indexed_read_bytes=read2 - read1 if stats_dir else -1, incremental=inc,
+        full_read_kinds=_kinds_between(kinds0, kinds1), indexed_read_kinds=_kinds_between(kinds1, kinds2))
 
 
 def format_table(runs: Sequence[BenchRun]) -> str:

@@ -647,8 +647,10 @@ def _located(spark, positions, info: Sequence[StoreInfo], split_bytes: int):
         F.col("broker").alias("f_broker"), "path", "base_offset",
         (F.col("base_offset") + F.col("size")).alias("end_offset"))
     # one partition per split_bytes of CommitLog (not per file: many small files -- small stores, many
-    # brokers -- would each cost a task and a Python runner in every fetch pass)
-    n_parts = max(1, -(-sum(size for s in info for _, _, size in s.commitlog_files) // split_bytes))
+    # brokers -- would each cost a task and a Python runner in every fetch pass), at most a few per core:
+    # the positions are records of transactions, whose number does not grow with the store
+    n_parts = max(1, min(-(-sum(size for s in info for _, _, size in s.commitlog_files) // split_bytes),
+                         4 * spark.sparkContext.defaultParallelism))
     if "only_tx" not in positions.columns:
         positions = positions.withColumn("only_tx", F.lit(False))
     p = positions.alias("p")

@@ -54,7 +54,7 @@ def test_result_line_single_and_sizes():
     assert list(one) == ["size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
                          "full_over_indexed", "peak_worker_rss_mb", "full_phases", "indexed_phases",
                          "small_audit_s", "cold", "transactions", "commitlog_bytes", "full_read_bytes",
-                         "indexed_read_bytes"]
+                         "indexed_read_bytes", "full_read_kinds", "indexed_read_kinds"]
     assert one["full_phases"] == {"read": 1.0} and one["cold"] is False
     many = B.result_line([_run(1.0), _run(2.0)])
     assert many["sizes_gb"] == [1.0, 2.0] and len(many["runs"]) == 2
@@ -74,10 +74,14 @@ def test_tiny_bench_run(spark, tmp_path, capsys):
     assert set(last) == {"size_gb", "tx_share", "scan_s", "full_s", "indexed_s", "full_over_scan",
                          "full_over_indexed", "peak_worker_rss_mb", "full_phases", "indexed_phases",
                          "small_audit_s", "cold", "transactions", "commitlog_bytes", "full_read_bytes",
-                         "indexed_read_bytes"}
+                         "indexed_read_bytes", "full_read_kinds", "indexed_read_kinds"}
     assert last["small_audit_s"] is None and last["cold"] is False     # --no-warmup, no --cold
     # bytes the readers counted, in the driver and the workers (txlog_io.readstats)
     assert last["full_read_bytes"] >= last["commitlog_bytes"] * 0.9 > 0 and last["indexed_read_bytes"] > 0
+    # the same bytes per kind of file
+    for mode in ("full", "indexed"):
+        kinds = last[f"{mode}_read_kinds"]
+        assert sum(kinds.values()) == last[f"{mode}_read_bytes"] and kinds["commitlog"] > 0, kinds
     assert {"plan", "read", "reconstruct", "write"} <= set(last["full_phases"])
     assert last["size_gb"] == 0.004 and last["tx_share"] == 0.02
     assert last["scan_s"] > 0 and last["full_s"] > 0 and last["indexed_s"] > 0

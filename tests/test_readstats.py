@@ -30,6 +30,20 @@ def test_counts_reach_the_directory_at_partition_end(tmp_path, monkeypatch):
     assert len(names) == 1 and names[0].startswith(f"{os.getpid()}-")
 
 
+def test_bytes_are_also_counted_per_kind_of_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(readstats.ENV, str(tmp_path))
+    before = readstats.process_kinds()
+    readstats.add(100, "commitlog")
+    readstats.add(20, "consumequeue")
+    readstats.add(7)
+    readstats.flush()
+    after = readstats.process_kinds()
+    assert {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)} == \
+        {"commitlog": 100, "consumequeue": 20, "other": 7}
+    kinds = readstats.directory_kinds(str(tmp_path))
+    assert kinds == after and sum(kinds.values()) == readstats.directory_total(str(tmp_path))
+
+
 def test_counting_is_off_without_the_variable(monkeypatch):
     monkeypatch.delenv(readstats.ENV, raising=False)
     start = readstats.process_total()

@@ -84,7 +84,11 @@ def next_boundary(reader: PositionalFile, pos: int, base_offset: int, limit: Opt
     # reading a whole chunk at every range start (4 MiB per 128 MiB cell, ~3 % of a full scan's bytes)
     window = BOUNDARY_WINDOW
     while pos < limit:
-        buf = reader.read_chunk(pos, min(window, limit - pos) + 8, _PAD)
+        # a file hole holds no record: one can start at most 7 bytes before the data after it
+        pos = max(pos, reader.next_data(pos) - 8)
+        if pos >= limit:
+            break
+        buf = reader.read_chunk(pos, min(window, limit - pos, reader.next_hole(pos) - pos) + 8, _PAD)
         window = min(window * 4, DEFAULT_CHUNK_BYTES)
         n = buf.size - _PAD
         if n < 8:
@@ -103,7 +107,10 @@ def next_boundary(reader: PositionalFile, pos: int, base_offset: int, limit: Opt
 
 def _first_nonzero(reader: PositionalFile, pos: int, limit: int) -> Optional[int]:
     while pos < limit:
-        block = reader.pread(pos, min(DEFAULT_CHUNK_BYTES, limit - pos))
+        pos = reader.next_data(pos)         # a file hole (the newest file's unwritten tail) is zeros unread
+        if pos >= limit:
+            return None
+        block = reader.pread(pos, min(DEFAULT_CHUNK_BYTES, limit - pos, reader.next_hole(pos) - pos))
         if not block:
             return None
         arr = np.frombuffer(block, np.uint8)
@@ -167,8 +174,9 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
     unpack = _HEADER.unpack_from
     while pos is not None and pos < size:
         # past the range end only the boundary record has to be looked at: read a little, not a whole chunk
-        # (nor a whole chunk for the last few bytes before the end)
+        # (nor a whole chunk for the last few bytes before the end), and a file hole is not read as data
         want = min(chunk_bytes, (end - pos if pos < end else 0) + (64 << 10))
+        want = min(want, max(reader.next_hole(pos) - pos, 64 << 10))
         head = reader.pread(pos, 8)
         if len(head) == 8:
             first_total = _HEADER.unpack(head)[0]
@@ -347,6 +355,10 @@ def decode_file(path: str, **kwargs) -> Iterator[tuple]:
 FETCH_DENSE_GAP = 64 << 10
 FETCH_WINDOW = 8 << 20              # bytes spanned by one window read (plus the last record)
 _PROBE = L.SYS_FLAG_OFFSET + 4      # header bytes that say where a record ends and its transaction type
+#: bytes a window read takes past its last position: most records end within them, a longer one is read by
+#: its own pread (64 KiB cost 62 KiB of extra reading per window of 1 KiB records: an indexed audit of a
+#: 4 GiB store, 2,912 transactions, read 44.3 MB of CommitLog with 64 KiB, 35.8 MB with 4 KiB)
+FETCH_WINDOW_TAIL = 4 << 10
 _PROBE_DT = np.dtype([("total", ">i4"), ("magic", ">u4"), ("_", "V28"), ("sys_flag", ">i4")])
 
 
@@ -423,7 +435,7 @@ def _fetch_window(reader: PositionalFile, base: int, pos: np.ndarray, probe_only
         anomalies.extend(a for a in outside if a.position >= 0)
         return
     start = int(pos[0])
-    buf = reader.read_chunk(start, int(pos[-1]) - start + 64 * 1024, _PAD)   # zero padding covers every probe
+    buf = reader.read_chunk(start, int(pos[-1]) - start + FETCH_WINDOW_TAIL, _PAD)  # zero padding: every probe
     data_len = buf.size - _PAD
     rel = pos - start
     heads = buf[rel[:, None] + np.arange(_PROBE)].view(_PROBE_DT).ravel()

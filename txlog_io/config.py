@@ -232,7 +232,7 @@ def _read_text(path: Path) -> str:
                 raise FormatError(AnomalyKind.BAD_JSON, str(path), 0, "config file too large to be real",
                                   f"<= {MAX_CONFIG_FILE_BYTES} bytes", f"{size} bytes")
             raw = f.read(MAX_CONFIG_FILE_BYTES + 1)
-            readstats.add(len(raw))
+            readstats.add(len(raw), "config")
     except IsADirectoryError:
         raise UnreadableFileError(str(path), "is a directory") from None
     except OSError as e:
@@ -510,7 +510,7 @@ def decode_checkpoint(path, *, version: Optional[str] = None) -> dict:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             raw = f.read(CHECKPOINT_FILE_SIZE)
-            readstats.add(len(raw))
+            readstats.add(len(raw), "checkpoint")
     except FileNotFoundError:
         raise StoreNotFoundError(file_str, "checkpoint") from None
     except IsADirectoryError:

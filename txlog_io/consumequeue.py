@@ -53,6 +53,7 @@ import pyarrow as pa
 from schemas import store as store_schemas
 from txlog_io import readstats
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError, UsageError
+from txlog_io.positional import next_data, next_hole
 
 # ---------------------------------------------------------------------------------------------------------------
 # Layouts
@@ -170,16 +171,24 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
         if 0 < first <= complete_end:
             f.seek(first - unit)
             previous_zero = not any(f.read(unit))
-            readstats.add(unit)
+            readstats.add(unit, source)
 
         buffer = bytearray(min(chunk_units, max((last_excl - first) // unit, 0)) * unit)
         position = first
         while position < last_excl:
-            count = min(chunk_units, (last_excl - position) // unit)
+            # whole units inside a file hole (the preallocated file's unwritten tail) are all-zero: skipped
+            # unread, as if read (no row, no finding; the unit before the next data is zero)
+            hole_end = min(last_excl, next_data(f.fileno(), position, file_size) // unit * unit)
+            if hole_end > position:
+                previous_zero, position = True, hole_end
+                continue
+            # ... and a chunk stops where the next hole starts (the units up to it, the last one whole)
+            hole = next_hole(f.fileno(), position, file_size)
+            count = min(chunk_units, (last_excl - position) // unit, max(1, -(-(hole - position) // unit)))
             view = memoryview(buffer)[:count * unit]
             f.seek(position)
             got = f.readinto(view)
-            readstats.add(got or 0)
+            readstats.add(got or 0, source)
             if got != count * unit:  # the file shrank while we read it
                 count = got // unit
                 if count == 0:
@@ -207,7 +216,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
         if file_size % unit and first <= complete_end < stop:
             f.seek(complete_end)
             tail = f.read(unit)
-            readstats.add(len(tail))
+            readstats.add(len(tail), source)
             state = "non-zero" if any(tail) else "all zero"
             yield _UnitChunk(units=np.empty(0, dtype=dtype), positions=np.empty(0, dtype=np.int64),
                              zero=np.empty(0, dtype=bool), anomalies=[Anomaly(
@@ -334,7 +343,7 @@ def last_unit_end(path, block_bytes: int = 64 * 1024) -> Optional[int]:
         while lo < hi:
             mid = (lo + hi) // 2
             raw = os.pread(fh.fileno(), unit, mid * unit)
-            readstats.add(len(raw))
+            readstats.add(len(raw), "consumequeue")
             if any(raw):
                 lo = mid + 1
             else:
@@ -344,7 +353,7 @@ def last_unit_end(path, block_bytes: int = 64 * 1024) -> Optional[int]:
             start = max(0, end - max(unit, block_bytes - block_bytes % unit))
             fh.seek(start)
             raw = fh.read(end - start)
-            readstats.add(len(raw))
+            readstats.add(len(raw), "consumequeue")
             units = np.frombuffer(raw, dtype=CQ_UNIT_DTYPE)
             real = np.flatnonzero((units["commitlog_offset"] != 0) | (units["size"] != 0)
                                   | (units["tags_code"] != 0))
@@ -559,7 +568,7 @@ def read_cq_ext_unit(files: Sequence, tags_code: int) -> Optional[CqExtUnit]:
             with _open_read_only(mf.path) as f:
                 f.seek(pos)
                 head = f.read(CQ_EXT_MIN_UNIT_SIZE)
-                readstats.add(len(head))
+                readstats.add(len(head), "consumequeue_ext")
                 if len(head) < 2:
                     return None
                 (size,) = _INT16.unpack_from(head, 0)
@@ -567,7 +576,7 @@ def read_cq_ext_unit(files: Sequence, tags_code: int) -> Optional[CqExtUnit]:
                     return None
                 f.seek(pos)
                 raw = f.read(size)
-                readstats.add(len(raw))
+                readstats.add(len(raw), "consumequeue_ext")
             unit, _, anomaly = _cq_ext_unit_at(raw, 0, len(raw), str(mf.path), mf.base_offset + pos,
                                                "consumequeue_ext")
             if unit is None or anomaly is not None:

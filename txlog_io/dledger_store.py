@@ -31,7 +31,7 @@ def decode_index(files: Sequence, *, unit_file_size: Optional[int] = None) -> tu
     units, anomalies = [], []
     for mf in files:
         data = np.fromfile(str(mf.path), np.uint8) if mf.size else np.zeros(0, np.uint8)
-        readstats.add(data.size)
+        readstats.add(data.size, "dledger_index")
         whole = data.size - data.size % INDEX_UNIT_SIZE
         if whole != data.size:
             anomalies.append(_anomaly(AnomalyKind.FILE_SIZE_MISMATCH, mf.path, whole, mf.base_offset,
@@ -58,7 +58,7 @@ def read_properties_file(path) -> tuple:
             continue
         try:
             raw = candidate.read_bytes()
-            readstats.add(len(raw))
+            readstats.add(len(raw), "dledger_meta")
             text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             anomalies.append(_anomaly(AnomalyKind.BAD_CHECKPOINT, candidate, 0, 0, f"unreadable: {exc}",

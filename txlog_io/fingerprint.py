@@ -38,7 +38,7 @@ def _edge_hash(path: str, size: int) -> str:
             f.seek(size - EDGE_BYTES)
             parts.append(f.read(EDGE_BYTES))
     for part in parts:
-        readstats.add(len(part))
+        readstats.add(len(part), "fingerprint")
         h.update(part)
     return h.hexdigest()
 

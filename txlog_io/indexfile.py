@@ -47,8 +47,9 @@ SLOT_SIZE = SLOT.size                          # 4
 ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("commitlog_offset", ">i8"), ("time_diff_s", ">i4"),
                         ("prev_index", ">i4")])
 ENTRY = struct.Struct(">iqii")
-#: index files up to this size are read whole by IndexFileReader.lookup_many (the refbroker's 1.4 MB files)
-WHOLE_LOOKUP_BYTES = 4 << 20
+#: IndexFileReader.lookup_many reads a file whole when it is no bigger than this many bytes per key (about
+#: the pages a slot and its chain touch, read one at a time), else walks each chain by positional reads
+WHOLE_LOOKUP_BYTES_PER_KEY = 5 * 4096
 ENTRY_SIZE = ENTRY.size                        # 20
 assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
 DEFAULT_HASH_SLOTS = 5_000_000
@@ -359,12 +360,13 @@ class IndexFileReader:
         """:meth:`lookup` of many keys at once, given their ``index_key_hash`` (per key: the offsets found).
 
         Many keys against a small file (the whole file is no bigger than the pages their chains would touch
-        one read at a time) read the file once and walk every chain together in numpy, one entry per key per
-        step; otherwise each chain is walked by positional reads as :meth:`lookup` does.  Same results."""
+        one read at a time, ``WHOLE_LOOKUP_BYTES_PER_KEY``) read the file once and walk every chain together
+        in numpy, one entry per key per step; otherwise each chain is walked by positional reads as
+        :meth:`lookup` does.  Same results."""
         out: List[list] = [[] for _ in hashes]
         if not self.usable or self.header.index_count <= 1 or not len(hashes):
             return out
-        if self.size > max(WHOLE_LOOKUP_BYTES, len(hashes) * 5 * 4096):
+        if self.whole is None and self.size > len(hashes) * WHOLE_LOOKUP_BYTES_PER_KEY:
             return [self._chain(int(h), int(m), max_hits) for h, m in zip(hashes, min_offsets)]
         if self.whole is None:
             self.whole = self.file.read_all()
@@ -420,5 +422,5 @@ def read_index_header(path) -> Optional[IndexHeader]:
     """The 40-byte header alone (None when the file is shorter): what a driver lists before planning."""
     with open(path, "rb") as f:
         head = f.read(HEADER_SIZE)
-    readstats.add(len(head))
+    readstats.add(len(head), "index")
     return IndexHeader(*HEADER.unpack(head)) if len(head) == HEADER_SIZE else None

@@ -13,6 +13,45 @@ from txlog_io.errors import StoreNotFoundError, UnreadableFileError
 
 #: bytes per pread of read_all (one pread call is limited to ~2 GiB on Linux)
 _READ_ALL_STEP = 64 << 20
+#: the readstats kind of each ``what`` (bytes read are counted per kind of file)
+_KINDS = {"CommitLog file": "commitlog", "DLedger data file": "dledger", "index file": "index"}
+
+
+def next_data(fd: int, pos: int, size: int) -> int:
+    """The first position >= ``pos`` that may hold data: ``pos`` itself, or the end of the file hole (a
+    never-written range of a sparse file, which reads as zeros) it lies in; ``size`` when only a hole follows.
+    RocketMQ creates its mapped files (CommitLog, consume queues) with ``setLength``, so the unwritten tail of
+    the newest file is a hole: readers that would only confirm it is zero skip it without reading it.  A file
+    system without SEEK_DATA makes every byte data (``pos``)."""
+    if pos >= size:
+        return size
+    try:
+        return min(size, max(pos, _seek(fd, pos, os.SEEK_DATA)))
+    except OSError as exc:
+        import errno
+
+        return size if exc.errno == errno.ENXIO else pos     # ENXIO: nothing but a hole from pos on
+    except AttributeError:                                    # no SEEK_DATA on this platform
+        return pos
+
+
+def _seek(fd: int, pos: int, whence: int) -> int:
+    """lseek that leaves the descriptor's offset where it was (a buffered file object may share it)."""
+    here = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        return os.lseek(fd, pos, whence)
+    finally:
+        os.lseek(fd, here, os.SEEK_SET)
+
+
+def next_hole(fd: int, pos: int, size: int) -> int:
+    """The start of the first file hole at or after ``pos`` (``size``: none, or no SEEK_HOLE)."""
+    if pos >= size:
+        return size
+    try:
+        return min(size, max(pos, _seek(fd, pos, os.SEEK_HOLE)))
+    except (OSError, AttributeError):
+        return size
 
 
 class PositionalFile:
@@ -20,6 +59,7 @@ class PositionalFile:
 
     def __init__(self, path, what: str = "file"):
         self.path = str(path)
+        self.kind = _KINDS.get(what, "other")
         try:
             self.fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -45,8 +85,16 @@ class PositionalFile:
         if not length:
             return b""
         b = os.pread(self.fd, length, pos)
-        readstats.add(len(b))
+        readstats.add(len(b), self.kind)
         return b
+
+    def next_data(self, pos: int) -> int:
+        """:func:`next_data` of this file."""
+        return next_data(self.fd, pos, self.size)
+
+    def next_hole(self, pos: int) -> int:
+        """:func:`next_hole` of this file."""
+        return next_hole(self.fd, pos, self.size)
 
     def read_all(self) -> bytes:
         chunks, got = [], 0
@@ -74,10 +122,10 @@ class PositionalFile:
                 break
             got += n
         view.release()
-        readstats.add(got)
+        readstats.add(got, self.kind)
         if got < length:
             raise UnreadableFileError(self.path, f"short read at {pos + got}: file shrank while reading")
         return buf
 
 
-__all__ = ["PositionalFile"]
+__all__ = ["PositionalFile", "next_data", "next_hole"]

@@ -11,7 +11,10 @@ How it leaves a Spark worker: counting is off unless the environment variable ``
 names a directory.  Then each process keeps a running total in memory and writes it (one small file per
 process, ``<pid>-<token>.bytes``, replaced atomically) when a partition ends (:func:`flush`, called by the
 data-source readers and the ``mapInArrow`` bodies of ``jobs``) and at exit.  A reader of the directory
-(:func:`directory_total`) sums the files; the difference of two sums is what ran in between.  Python workers
+(:func:`directory_total`) sums the files; the difference of two sums is what ran in between.  Each byte is
+also counted under the kind of file it came from (``commitlog``, ``consumequeue``, ``index``, ...: the
+``kind`` the reader passes to :func:`add`), so :func:`directory_kinds` says where the bytes went (the file
+holds the total on its first line, then ``kind bytes`` lines).  Python workers
 inherit the variable from the JVM, which inherits it from the driver process that starts it (the bench sets
 it before the session exists), or from ``SparkContext.environment`` (``spark.executorEnv.*``).
 """
@@ -21,38 +24,46 @@ import atexit
 import os
 import secrets
 import threading
-from typing import Iterable, Iterator
+from typing import Dict, Iterable, Iterator
 
 ENV = "TXAUDIT_READ_STATS_DIR"
 SUFFIX = ".bytes"
 
 _lock = threading.Lock()
 _total = 0
+_kinds: Dict[str, int] = {}
 _written: tuple = ()        # (directory, total) last written: nothing to do until either changes
 _token = secrets.token_hex(4)
 
 
 def _after_fork() -> None:
     # a forked worker starts from zero under its own file name: the parent's bytes are the parent's
-    global _total, _written, _token
-    _total, _written, _token = 0, (), secrets.token_hex(4)
+    global _total, _kinds, _written, _token
+    _total, _kinds, _written, _token = 0, {}, (), secrets.token_hex(4)
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def add(n: int) -> None:
-    """Count ``n`` bytes read from a store file (no-op unless counting is on)."""
+def add(n: int, kind: str = "other") -> None:
+    """Count ``n`` bytes read from a store file of ``kind`` (no-op unless counting is on)."""
     global _total
     if n > 0 and ENV in os.environ:
         with _lock:
             _total += int(n)
+            _kinds[kind] = _kinds.get(kind, 0) + int(n)
 
 
 def process_total() -> int:
     """Bytes counted by this process so far."""
     return _total
+
+
+def process_kinds() -> Dict[str, int]:
+    """Bytes counted by this process so far, per kind of file."""
+    with _lock:
+        return dict(_kinds)
 
 
 def flush() -> None:
@@ -68,7 +79,7 @@ def flush() -> None:
         try:
             tmp = name + ".tmp"
             with open(tmp, "w") as fh:
-                fh.write(str(total))
+                fh.write("\n".join([str(total)] + [f"{k} {v}" for k, v in sorted(_kinds.items())]))
             os.replace(tmp, name)
             _written = (directory, total)
         except OSError:
@@ -87,21 +98,42 @@ def flushing(batches: Iterable) -> Iterator:
         flush()
 
 
-def directory_total(directory: str) -> int:
-    """Sum of the totals every process wrote into ``directory`` (0 for a missing directory)."""
-    total = 0
+def _process_files(directory: str) -> Iterator[list]:
+    """The lines of every process's file in ``directory`` (none for a missing directory)."""
     try:
         names = os.listdir(directory)
     except OSError:
-        return 0
+        return
     for name in names:
         if name.endswith(SUFFIX):
             try:
                 with open(os.path.join(directory, name)) as fh:
-                    total += int(fh.read().strip() or 0)
-            except (OSError, ValueError):
+                    yield fh.read().split("\n")
+            except OSError:
                 continue
+
+
+def directory_total(directory: str) -> int:
+    """Sum of the totals every process wrote into ``directory`` (0 for a missing directory)."""
+    total = 0
+    for lines in _process_files(directory):
+        try:
+            total += int(lines[0].strip() or 0)
+        except ValueError:
+            continue
     return total
 
 
-__all__ = ["ENV", "add", "flush", "flushing", "process_total", "directory_total"]
+def directory_kinds(directory: str) -> Dict[str, int]:
+    """Per kind of file, the sum of the bytes every process wrote into ``directory``."""
+    out: Dict[str, int] = {}
+    for lines in _process_files(directory):
+        for line in lines[1:]:
+            kind, _, n = line.rpartition(" ")
+            if kind and n.isdigit():
+                out[kind] = out.get(kind, 0) + int(n)
+    return out
+
+
+__all__ = ["ENV", "add", "flush", "flushing", "process_total", "process_kinds", "directory_total",
+           "directory_kinds"]
