@@ -41,14 +41,11 @@ from jobs.datasources import (
     consumer_offsets_rows, decode_unit_slice, plan_partitions, prepend_broker, store_anomalies, store_listing,
 )
 from jobs.options import parse_options
+from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
 from schemas.recon import RECON_INPUT
 from schemas.sources import ANOMALIES_SOURCE, COMMITLOG_SOURCE, SOURCE_TABLES
 from schemas.store import COMMITLOG
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-TX_SYSTEM_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
 #: the decoders other than the CommitLog's (what the audit's ``anomalies`` frame adds to the scan's findings)
 SIDE_SOURCES = "consumequeue,statetable,redolog,config,store"
 #: the records' columns the reducer reads (RECON_INPUT's): the rest (properties map, hosts, file, ...) would

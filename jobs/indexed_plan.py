@@ -212,40 +212,27 @@ def driver_positions(plan: IndexedPlan, all_stores, keyed) -> Optional[pa.Table]
     if any(not keyed(s) for s in all_stores if s.tx_half_topic or s.statetable_files or s.redolog_files):
         return None
     units = plan.units
-    offsets: Dict[str, set] = {}
-    op_units: Dict[str, set] = {}
-    for b, off, topic in zip(units.column("broker").to_pylist(), units.column("commitlog_offset").to_pylist(),
-                             units.column("topic").to_pylist()):
+    offsets = {}
+    for b, off in zip(units.column("broker").to_pylist(), units.column("commitlog_offset").to_pylist()):
         offsets.setdefault(b, set()).add(off)
-        if topic == OP_TOPIC:
-            op_units.setdefault(b, set()).add(off)
     brokers, found = [], []
     keys: Dict[tuple, int] = {}
-    before: Dict[tuple, int] = {}
     for s in all_stores:
         wanted = sorted(offsets.get(s.broker, ()))
         brokers += [s.broker] * len(wanted)
         found += wanted
         if not keyed(s):
             continue
-        ops = op_units.get(s.broker, set())
-        recs = [r for part in _in_threads(lambda chunk, s=s: records_at(s, chunk, ops), _chunks(wanted))
-                for r in part]
-        copies: Dict[tuple, tuple] = {}         # (queue_id, half queue offset) -> key
-        for rec in recs:
-            if rec["topic"] in (HALF_TOPIC, DISCARD_TOPIC) and rec["uniq_key"] is not None \
-                    and rec["real_topic"] is not None:
-                k = (s.broker, rec["real_topic"], rec["uniq_key"])
-                keys[k] = min(keys.get(k, rec["physical_offset"]), rec["physical_offset"])
-                if rec["topic"] == HALF_TOPIC:
-                    copies[(rec["queue_id"], rec["queue_offset"])] = k
-        before.update(commit_windows(recs, copies))
+        for part in _in_threads(lambda chunk, s=s: records_at(s, chunk), _chunks(wanted)):
+            for rec in part:
+                if rec["topic"] in (HALF_TOPIC, DISCARD_TOPIC) and rec["uniq_key"] is not None \
+                        and rec["real_topic"] is not None:
+                    k = (s.broker, rec["real_topic"], rec["uniq_key"])
+                    keys[k] = min(keys.get(k, rec["physical_offset"]), rec["physical_offset"])
     only_tx = [False] * len(found)
     if keys:        # ONE call: each index file is searched for all its keys at once (lookup_many)
-        batch = pa.RecordBatch.from_pylist([{"broker": b, "real_topic": t, "uniq_key": u, "after": a,
-                                             "before": before.get((b, t, u))}
-                                            for (b, t, u), a in keys.items()],
-                                           schema=LOOKUP_SCHEMA)
+        batch = pa.RecordBatch.from_pylist([{"broker": b, "real_topic": t, "uniq_key": u, "after": a}
+                                            for (b, t, u), a in keys.items()])
         for hits in IndexLookup([s for s in all_stores if keyed(s)])(iter([batch])):
             brokers += hits.column("broker").to_pylist()
             found += hits.column("commitlog_offset").to_pylist()
@@ -273,31 +260,9 @@ def _in_threads(fn, chunks: List[list]) -> list:
         return list(pool.map(fn, chunks))
 
 
-def commit_windows(recs: List[dict], copies: Dict[tuple, tuple]) -> Dict[tuple, int]:
-    """key -> the newest op record naming one of its half copies: its COMMIT record lies before that op.
-
-    EndTransactionProcessor writes the COMMIT record, then the op (``deletePrepareMessage``; 5.1+ batches
-    ops, which only writes them later), so ``[oldest half copy, newest op]`` holds the commit and only the
-    index files overlapping it are searched.  An op body names half queue offsets of the op queue's queue
-    id (``1234`` or ``1,2,3,``: ``jobs.txevidence.op_evidence``); a key no op names keeps an open window."""
-    from jobs.txevidence import body_text
-
-    out: Dict[tuple, int] = {}
-    for rec in recs:
-        if rec["topic"] != OP_TOPIC or rec.get("body") is None:
-            continue
-        for piece in body_text(rec["body"]).split(","):
-            piece = piece.strip(" ")
-            k = copies.get((rec["queue_id"], int(piece))) if piece.isdigit() else None
-            if k is not None:
-                out[k] = max(out.get(k, rec["physical_offset"]), rec["physical_offset"])
-    return out
-
-
-def records_at(store, offsets: Sequence[int], bodies: Optional[set] = None) -> List[dict]:
-    """topic / real_topic / uniq_key / physical_offset / queue_id / queue_offset (and ``body`` for the
-    offsets in ``bodies``, else None) of the records at ``offsets`` (sorted) of one store, header and
-    properties only elsewhere (``txlog_io.commitlog.decode_at`` per CommitLog file)."""
+def records_at(store, offsets: Sequence[int]) -> List[dict]:
+    """topic / real_topic / uniq_key / physical_offset of the records at ``offsets`` (sorted) of one store,
+    header and properties only (``txlog_io.commitlog.decode_at`` per CommitLog file)."""
     import bisect
 
     from txlog_io.commitlog import decode_at
@@ -309,33 +274,22 @@ def records_at(store, offsets: Sequence[int], bodies: Optional[set] = None) -> L
         i = bisect.bisect_right(bases, off) - 1
         if i >= 0 and off < bases[i] + store.commitlog_files[i][2]:
             by_file.setdefault(i, []).append(off - bases[i])
-    columns = ["topic", "real_topic", "uniq_key", "physical_offset", "queue_id", "queue_offset"]
     for i, positions in by_file.items():
         path, base, _ = store.commitlog_files[i]
-        with_body = [p for p in positions if bodies and p + base in bodies]
-        plain = [p for p in positions if not (bodies and p + base in bodies)] if with_body else positions
-        for part, body in ((plain, False), (with_body, True)):
-            if part:
-                batch, _ = decode_at(path, part, base_offset=base, with_body=body)
-                rows = batch.select(columns + (["body"] if body else [])).to_pylist()
-                out += rows if body else [dict(r, body=None) for r in rows]
+        batch, _ = decode_at(path, positions, base_offset=base, with_body=False)
+        out += batch.select(["topic", "real_topic", "uniq_key", "physical_offset"]).to_pylist()
     return out
 
 
 
-LOOKUP_SCHEMA = pa.schema([("broker", pa.string()), ("real_topic", pa.string()), ("uniq_key", pa.string()),
-                           ("after", pa.int64()), ("before", pa.int64())])
-
-
 class IndexLookup:
-    """mapInArrow body: (broker, real_topic, uniq_key, after[, before]) -> the CommitLog offsets the broker's
-    IndexFiles hold for ``real_topic#uniq_key`` past the oldest half copy (``after``): a hash slot and its
-    chain per key and index file (positional reads, or the whole file for many keys against a small file);
-    files that end before ``after``, or begin after ``before`` (the newest op naming the key:
-    :func:`commit_windows`; null = no bound), are skipped."""
+    """mapInArrow body: (broker, real_topic, uniq_key, after) -> the CommitLog offsets the broker's IndexFiles
+    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``): a hash slot and its chain per key
+    and index file (positional reads, or the whole file for many keys against a small file); files that end
+    before ``after`` are skipped."""
 
     def __init__(self, stores: Sequence):
-        self.files = {s.broker: [(f[0], f[1], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
+        self.files = {s.broker: [(f[0], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
                       for s in stores}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -350,9 +304,8 @@ class IndexLookup:
                     mine = [r for r in rows if r["broker"] == broker]
                     hashes = [index_key_hash(build_key(r["real_topic"], r["uniq_key"])) for r in mine]
                     # file by file, every key the file may hold at once (IndexFileReader.lookup_many)
-                    for path, begin, end, slots, entries in self.files.get(broker, ()):
-                        keys = [i for i, r in enumerate(mine) if end >= r["after"]
-                                and (r.get("before") is None or begin <= r["before"])]
+                    for path, end, slots, entries in self.files.get(broker, ()):
+                        keys = [i for i, r in enumerate(mine) if end >= r["after"]]
                         if not keys:
                             continue
                         with IndexFileReader(path, slots, entries) as reader:
@@ -369,7 +322,7 @@ class IndexLookup:
             flush()
 
 
-__all__ = ["IndexLookup", "LOOKUP_SCHEMA", "commit_windows",
+__all__ = ["IndexLookup",
            "plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
            "extremes_of_frame", "driver_table", "dispatch_ends", "units_end", "DRIVER_READ_BYTES",
            "DRIVER_FETCH_UNITS", "GAP_TAIL", "GAP_HEAD", "GAP_TAIL_UNITS", "GAP_OP_QUEUE"]

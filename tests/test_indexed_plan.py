@@ -82,21 +82,6 @@ def test_lookup_many_finds_what_lookup_finds(tmp_path):
                     [r.lookup(k, min_offset=floor) for k in few]
 
 
-def test_commit_window_ends_at_the_newest_op_naming_a_copy():
-    """An op body names half queue offsets of its queue id (4.x ``7``, 5.1+ ``7,9,``): the key of each named
-    copy gets the newest such op as the end of its commit window; an unparsable piece or an unknown copy is
-    ignored, and a key no op names gets none (its window stays open)."""
-    from jobs.indexed_plan import commit_windows
-
-    a, b, c = ("b", "T", "A"), ("b", "T", "B"), ("b", "T", "C")
-    copies = {(0, 7): a, (0, 9): b, (1, 7): c, (0, 12): a}
-    recs = [{"topic": OP_TOPIC, "queue_id": 0, "physical_offset": 500, "body": b"7,9,"},
-            {"topic": OP_TOPIC, "queue_id": 0, "physical_offset": 900, "body": b"12"},
-            {"topic": OP_TOPIC, "queue_id": 0, "physical_offset": 950, "body": b"x,44,"},
-            {"topic": HALF_TOPIC, "queue_id": 1, "physical_offset": 990, "body": None}]
-    assert commit_windows(recs, copies) == {a: 900, b: 500}
-
-
 @pytest.mark.spark
 def test_spark_extremes_equal_the_driver_ones(spark):
     """The path for large transaction queues (one Spark aggregation) gives the driver path's rows."""
