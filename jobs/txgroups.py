@@ -19,15 +19,19 @@ I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 Nullable = Tuple[np.ndarray, np.ndarray]          # (int64 values, bool valid); values are 0 where not valid
 
 
+def valid(arr) -> np.ndarray:
+    """numpy bool mask of the non-null entries of an Arrow array or chunked column."""
+    return ~np.asarray(arr.is_null()) if arr.null_count else np.ones(len(arr), bool)
+
+
 def ints(arr, n: Optional[int] = None) -> Nullable:
     """(int64 values, valid) of an Arrow integer / boolean column (None: all null, length ``n``)."""
     if arr is None:
         return np.zeros(n, np.int64), np.zeros(n, bool)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    valid = np.ones(len(arr), bool) if arr.null_count == 0 else ~np.asarray(arr.is_null())
     vals = np.asarray(pc.fill_null(arr, 0).cast(pa.int64()) if arr.null_count else arr.cast(pa.int64()))
-    return vals.astype(np.int64, copy=False), valid
+    return vals.astype(np.int64, copy=False), valid(arr)
 
 
 def strings(arr) -> pa.Array:
@@ -52,7 +56,7 @@ def str_rank(arr: pa.Array) -> Nullable:
     """Dense ranks of a string column (equal strings equal ranks, order kept): ``max`` / ``==`` on ints."""
     if len(arr) == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
-    ok = ~np.asarray(arr.is_null()) if arr.null_count else np.ones(len(arr), bool)
+    ok = valid(arr)
     r = np.asarray(pc.rank(arr, sort_keys="ascending", tiebreaker="dense")).astype(np.int64)
     return np.where(ok, r, 0), ok
 

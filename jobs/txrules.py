@@ -24,7 +24,7 @@ from jobs.txevidence import (
     Evidence, _np,
 )
 from jobs.txgroups import (
-    Groups, Nullable, coalesce, ints, list_of_strings, member, str_rank, take, to_arrow, where,
+    Groups, Nullable, coalesce, ints, list_of_strings, member, str_rank, take, to_arrow, valid, where,
 )
 from jobs.txparams import (
     COMMITTED, DISCARD_TOPIC, DISCARDED, HALF_QUEUE, HALF_TOPIC, P_3X, P_40, P_43, P_51, P_UNKNOWN, PREPARED,
@@ -121,10 +121,6 @@ def _str_max_row(g: Groups, mask: np.ndarray, s: pa.Array) -> np.ndarray:
     return g.pick(mask & ok, ~rank)
 
 
-def _str_ok(s: pa.Array) -> np.ndarray:
-    return ~np.asarray(s.is_null()) if len(s) and s.null_count else np.ones(len(s), bool)
-
-
 def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[str],
                  params: Optional[AuditParams], problems: Sequence[Tuple[np.ndarray, str]] = (),
                  lost_at: Optional[int] = None) -> pa.Table:
@@ -162,7 +158,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     uk_row = _str_max_row(g, core, s["uniq_key"])
     uniq_key = take(s["uniq_key"], uk_row)
     fc_uk = take(s["uniq_key"], fc)
-    copy_key = pc.if_else(pa.array(has_first & (fc_mech == HALF_Q) & _str_ok(fc_uk)), fc_uk,
+    copy_key = pc.if_else(pa.array(has_first & (fc_mech == HALF_Q) & valid(fc_uk)), fc_uk,
                           to_arrow(*first_phys).cast(pa.string()))
 
     def first_or_any_str(name):
@@ -249,7 +245,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     earlier_gone = half & has_first & (first_ct[1] | first_tpqo[1])
     has_st, has_redo = (facts.get("n_st") or 0) > 0, (facts.get("n_redo") or 0) > 0
     legacy = mech == PREP_R
-    st_ok = _str_ok(st) & True
+    st_ok = valid(st)
     st_arr = np.asarray(st.to_pylist(), dtype=object) if G else np.zeros(0, object)
     compatible = (redolog_state != None) & st_ok & (  # noqa: E711 - numpy elementwise
         (st_arr == redolog_state) | ((redolog_state == "ENDED") & (st_commit | st_rb)))
@@ -347,10 +343,6 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     return out.filter(pa.array(keep)) if not keep.all() else out
 
 
-def _null(v) -> str:
-    return "null" if v is None else str(v)
-
-
 def _optional_list(v: np.ndarray, on: np.ndarray) -> pa.Array:
     """list<int64> holding v where ``on``, else empty."""
     offsets = np.zeros(len(v) + 1, np.int32)
@@ -373,17 +365,13 @@ def flag_rows(flags: pa.Array, codes) -> np.ndarray:
     return out
 
 
-def _valid(col) -> np.ndarray:
-    return ~np.asarray(col.is_null()) if len(col) else np.zeros(0, bool)
-
-
 def check_back(transactions: pa.Table, critical_within_ms: int = 60000) -> pa.Table:
     """CHECK_BACK rows, ranked: priority, deadline ascending (nulls last), age descending, broker,
     transaction key (see jobs.reconstruct.check_back_worklist)."""
     t = transactions
     fl = t.column("flags")
     cand = (_np(pc.equal(t.column("state"), PREPARED)) & flag_rows(fl, ("PREPARED_PAST_TIMEOUT",))
-            & _valid(t.column("newest_copy_commitlog_offset")) & _valid(t.column("producer_group"))
+            & valid(t.column("newest_copy_commitlog_offset")) & valid(t.column("producer_group"))
             & ~flag_rows(fl, ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES)))
     t = t.filter(pa.array(cand))
     fl = t.column("flags")
@@ -442,7 +430,7 @@ def recovery(transactions: pa.Table) -> pa.Table:
         "MARK_DONE": (_np(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])))
                       & _np(pc.equal(t.column("mechanism"), HALF_QUEUE))
                       & (np.asarray(pc.list_value_length(t.column("open_copy_offsets"))) > 0)),
-        "RESUME_DISCARDED": _np(pc.equal(state, DISCARDED)) & _valid(t.column("discard_msg_id")),
+        "RESUME_DISCARDED": _np(pc.equal(state, DISCARDED)) & valid(t.column("discard_msg_id")),
         "REDRIVE_EXPIRED": _np(pc.equal(state, PREPARED)) & flag_rows(fl, _EXPIRED_CODES),
         "REVIEW_EVIDENCE": flag_rows(fl, _EV_CODES),
     }
