@@ -191,6 +191,8 @@ class _Sized:
 def read_local(spark, options, max_rows: int, timings: Optional[dict] = None) -> Optional[LocalRead]:
     """The one-job read of ``options.stores`` (an audit's ``AuditOptions``), or None when its rows exceed
     ``max_rows`` (records + findings; see the module docstring)."""
+    from jobs.txreduce import OP_BODY_COLUMNS      # driver side only: the tasks need no reducer
+
     t0 = time.monotonic()
     sc = spark.sparkContext
     items, sources = plan_items(options, int(sc.defaultParallelism or 1))
@@ -206,8 +208,7 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None) ->
     tables = {k: pa.Table.from_batches(b, schema=KINDS[k]) for k, b in parts.items()}
     clog = tables["commitlog"]
     is_op = pc.and_(pc.equal(clog.column("topic"), OP_TOPIC), pc.is_valid(clog.column("body")))
-    op_bodies = clog.filter(is_op).select(["broker", "queue_id", "physical_offset", "queue_offset",
-                                           "store_timestamp", "total_size", "body_crc_ok", "body"])
+    op_bodies = clog.filter(is_op).select(["broker", *OP_BODY_COLUMNS])
     i = clog.schema.get_field_index("body")
     clog = clog.set_column(i, clog.schema.field(i), pa.nulls(clog.num_rows, pa.binary()))
     read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=tables["anomalies"],

@@ -42,8 +42,9 @@ SOURCES = ("commitlog", "op_body", "consumequeue", "statetable", "redolog", "con
            "bounds")
 _FACT_SUMS = ("n_half", "n_op", "n_discard", "n_prep", "n_prep_uk", "n_prep_qo", "n_v2", "n_txid", "n_st",
               "n_redo", "n_comma", "n_cq")
-_OP_COLS = ("physical_offset", "queue_id", "queue_offset", "store_timestamp", "total_size", "body_crc_ok",
-            "body")
+#: the op records' columns the reduction reads (its ``op_body`` input; the commitlog rows' when absent)
+OP_BODY_COLUMNS = ("physical_offset", "queue_id", "queue_offset", "store_timestamp", "total_size",
+                   "body_crc_ok", "body")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -338,10 +339,10 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> d
     cl = _src(sub, "commitlog")
     records = _relevant(cl)
     if has_op_input:
-        op_rows = _src(sub, "op_body").select(list(_OP_COLS))
+        op_rows = _src(sub, "op_body").select(list(OP_BODY_COLUMNS))
     else:
         op_rows = records.filter(pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False),
-                                         pc.is_valid(records.column("body")))).select(list(_OP_COLS))
+                                         pc.is_valid(records.column("body")))).select(list(OP_BODY_COLUMNS))
     facts = _facts(cl, records, op_rows, sub)
     ev = Evidence.concat([record_evidence(records), op_rows_evidence(op_rows),
                           statetable_evidence(_src(sub, "statetable")),
