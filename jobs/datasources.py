@@ -89,6 +89,9 @@ STATETABLE_FORMAT = "rocketmq_statetable"
 REDOLOG_FORMAT = "rocketmq_redolog"
 CONSUMER_OFFSETS_FORMAT = "rocketmq_consumer_offsets"
 ANOMALIES_FORMAT = "rocketmq_anomalies"
+#: the ``sources`` of the anomalies source that are not the CommitLog decoder: an audit takes the CommitLog's
+#: findings from its one CommitLog pass and these from the anomalies source
+SIDE_SOURCES = "consumequeue,statetable,redolog,config,store"
 FORMATS = (COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT, STATETABLE_FORMAT, REDOLOG_FORMAT, CONSUMER_OFFSETS_FORMAT,
            ANOMALIES_FORMAT)
 TX_SCAN_FORMAT = "rocketmq_txscan"

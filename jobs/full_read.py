@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from jobs.datasources import (
     ANOMALIES_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT, STATETABLE_FORMAT,
-    TX_SCAN_FORMAT, CommitLogCells, CommitLogRange, StoreFiles, UnitFiles, anomalies_batch,
+    SIDE_SOURCES, TX_SCAN_FORMAT, CommitLogCells, CommitLogRange, StoreFiles, UnitFiles, anomalies_batch,
     consumer_offsets_rows, decode_unit_slice, plan_partitions, prepend_broker, store_anomalies, store_listing,
 )
 from jobs.options import parse_options
@@ -46,8 +46,6 @@ from schemas.recon import RECON_INPUT
 from schemas.sources import ANOMALIES_SOURCE, COMMITLOG_SOURCE, SOURCE_TABLES
 from schemas.store import COMMITLOG
 
-#: the decoders other than the CommitLog's (what the audit's ``anomalies`` frame adds to the scan's findings)
-SIDE_SOURCES = "consumequeue,statetable,redolog,config,store"
 #: the records' columns the reducer reads (RECON_INPUT's): the rest (properties map, hosts, file, ...) would
 #: only be shipped to the driver and dropped there
 RECORD_SCHEMA = pa.schema([f for f in COMMITLOG_SOURCE.arrow_schema() if f.name in RECON_INPUT.names])

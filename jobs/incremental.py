@@ -244,7 +244,7 @@ def evidence(spark, plan: Plan, frames, options, persist):
         anomalies = frames.anomalies.unionByName(fallback_findings(spark, plan, options.brokers))
         scan_findings = split_tx_scan(frames.scan)[1] if frames.scan is not None else None
         return records, op_bodies_for(spark, records, frames, options), anomalies, scan_findings
-    from jobs.datasources import ANOMALIES_FORMAT
+    from jobs.datasources import ANOMALIES_FORMAT, SIDE_SOURCES
 
     scan = persist(_tail_scan(spark, plan, frames.layout_info, options))
     new_records, new_findings = split_tx_scan(scan)
@@ -260,7 +260,7 @@ def evidence(spark, plan: Plan, frames, options, persist):
     side = (spark.read.format(ANOMALIES_FORMAT)
             .options(paths=json.dumps(list(options.stores)), brokers=",".join(options.brokers),
                      split_bytes=str(int(options.config.split_bytes)),
-                     sources="consumequeue,statetable,redolog,config,store").load())
+                     sources=SIDE_SOURCES).load())
     return new_records, op_bodies, side.unionByName(new_findings), new_findings
 
 

@@ -87,8 +87,8 @@ import pyarrow as pa
 
 from jobs.datasources import (
     ANOMALIES_FORMAT, COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT,
-    STATETABLE_FORMAT, TX_SCAN_FORMAT, anomalies_batch, prepend_broker, register, tx_scan_batches,
-    tx_scan_rows,
+    SIDE_SOURCES, STATETABLE_FORMAT, TX_SCAN_FORMAT, anomalies_batch, prepend_broker, register,
+    tx_scan_batches, tx_scan_rows,
 )
 from jobs.indexed_plan import (
     DRIVER_FETCH_UNITS, GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, IndexedPlan, IndexLookup,
@@ -268,7 +268,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             base, include_bodies=str(bool(include_bodies)).lower(),
             task_bytes=str(scan_task_bytes(info, split_bytes, spark.sparkContext.defaultParallelism)))).load()
         commitlog, scan_findings = split_tx_scan(scan)
-        anomalies = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store") \
+        anomalies = read(ANOMALIES_FORMAT, sources=SIDE_SOURCES) \
             .unionByName(scan_findings)
     else:
         # the fetched records and their findings come out of ONE pass (rocketmq_txscan rows, like the
@@ -283,7 +283,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             tx_queues = spark.createDataFrame(plan.units, SOURCE_TABLES[CONSUMEQUEUE_FORMAT].spark_schema())
         scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
                                  plan=plan)
-        decoders = read(ANOMALIES_FORMAT, sources="consumequeue,statetable,redolog,config,store")
+        decoders = read(ANOMALIES_FORMAT, sources=SIDE_SOURCES)
         # what the indexes cannot reach is scanned, not silently missed: the gaps of the indexed stores
         # (lost / rebuilt / lagging / zeroed-tail queues), located on the driver (jobs.indexed_plan: a few
         # rows per store) so the scan and the findings share them, and the whole CommitLog of a store
