@@ -236,8 +236,8 @@ def _constant_string(value: str, n: int) -> pa.Array:
 
 
 def _unit_anomaly(kind: str, file_str: str, source: str, base_offset: int, pos: int, detail: str, expected: str,
-                  actual: str, length: int = CQ_UNIT_SIZE) -> Anomaly:
-    """A finding about the one unit at ``pos`` (``length``: the unit size)."""
+                  actual: str, length: int) -> Anomaly:
+    """A finding about the one unit at ``pos`` (``length``: the unit size of its kind of file)."""
     return Anomaly(kind=kind, file=file_str, position=pos, detail=detail, expected=expected, actual=actual,
                    source=source, physical_offset=base_offset + pos, length=length)
 
@@ -292,7 +292,8 @@ def decode_consumequeue(path, *, topic: str, queue_id: int, base_offset: Optiona
                 f"unit with impossible values (queue offset {(base + int(chunk.positions[i])) // CQ_UNIT_SIZE}); "
                 "RocketMQ's recovery truncates the queue here",
                 "commitlog_offset >= 0 and size > 0",
-                f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} tags_code={int(tags[i])}"))
+                f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} tags_code={int(tags[i])}",
+                CQ_UNIT_SIZE))
         keep = ~chunk.zero & ~pre_blank & ~bad
         n = int(keep.sum())
         if n == 0 and not anomalies:
@@ -710,7 +711,8 @@ def decode_redolog(path, *, base_offset: Optional[int] = None, start: int = 0, e
             anomalies.append(_unit_anomaly(
                 AnomalyKind.BAD_REDOLOG_UNIT, file_str, source, base, pos,
                 f"{detail} (index {(base + pos) // REDOLOG_UNIT_SIZE})", expected,
-                f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} tags_code={int(tags[i])}"))
+                f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} tags_code={int(tags[i])}",
+                REDOLOG_UNIT_SIZE))
         n = int(keep.sum())
         if n == 0 and not anomalies:
             continue
