@@ -7,9 +7,10 @@ driver around the modules that do the work:
    ``stat`` only) and returns lazy DataFrames; the store fingerprint is computed from the same kind of
    listing; the ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's
    ``broker.<key>`` overrides with ``as_of_ms`` = ``--as-of``.
-2. **read** -- full mode, reduced on the driver (not incremental, no bodies): ``jobs.full_read``, ONE Spark
-   job whose tasks send the driver Arrow (records, op bodies, findings, transaction queues, statetable,
-   redolog, consumer offsets), with the store's DataFrames never built (``store_frames.LazyStoreFrames``).  Otherwise
+2. **read** -- full mode, reduced on the driver (no bodies; an incremental run from its resume offset):
+   ``jobs.full_read``, ONE Spark job whose tasks send the driver Arrow (records, op bodies, findings,
+   transaction queues, statetable, redolog, consumer offsets), with the store's DataFrames never built
+   (``store_frames.LazyStoreFrames``).  Otherwise
    the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
    with the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and
    the op message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode
@@ -226,21 +227,27 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
 
 
 def _local_read_applies(options) -> bool:
-    """Full mode, not incremental (that carries DataFrames), no bodies (the ``message_bodies`` join reads the
-    records frame), distinct brokers (DLedger replicas of one group are collapsed by the DataFrame plan)."""
-    return (options.mode == "full" and not getattr(options, "incremental", False)
-            and not options.include_bodies and len(set(options.brokers)) == len(options.brokers))
+    """Full mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers (DLedger
+    replicas of one group are collapsed by the DataFrame plan).  Incremental runs too (from the resume
+    offset, the carried rows merged: jobs.incremental.read_local)."""
+    return (options.mode == "full" and not options.include_bodies
+            and len(set(options.brokers)) == len(options.brokers))
 
 
 def _read_local(spark, options, incremental, phases: Dict[str, float]):
-    """``jobs.full_read.read_local`` when :func:`_local_read_applies`, else None (also when the rows are too
-    many for the driver: the DataFrame plan then reads and reduces on the executors)."""
-    if not _local_read_applies(options) or incremental is not None:
+    """``jobs.full_read.read_local`` (``jobs.incremental.read_local`` for an incremental run) when
+    :func:`_local_read_applies`, else None (also when the rows are too many for the driver: the DataFrame
+    plan then reads and reduces on the executors)."""
+    if not _local_read_applies(options):
         return None
     from jobs.full_read import read_local
     from jobs.reconstruct import LOCAL_MAX_ROWS
 
     with _phase(phases, "read.records"):
+        if incremental is not None:
+            from jobs.incremental import read_local as read_incremental
+
+            return read_incremental(spark, incremental, options, LOCAL_MAX_ROWS, phases)
         return read_local(spark, options, LOCAL_MAX_ROWS, phases)
 
 
@@ -354,7 +361,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             # full mode reduced on the driver: one job, Arrow straight to the driver (jobs/full_read.py)
             local_read = _read_local(spark, options, incremental, phases)
             if local_read is not None:
-                records = None
+                records = op_bodies = scan_findings = None      # incremental: the state is plan.fresh
                 n_records, n_anomalies = local_read.commitlog.num_rows, local_read.anomalies.num_rows
             else:
                 side = {name: persist(getattr(frames, name))

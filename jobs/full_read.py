@@ -44,13 +44,15 @@ from jobs.options import parse_options
 from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
 from schemas.recon import RECON_INPUT
 from schemas.sources import ANOMALIES_SOURCE, COMMITLOG_SOURCE, SOURCE_TABLES
+from schemas.state import CELL_OFFSET, STATE_FINDINGS
 from schemas.store import COMMITLOG
 
 #: the records' columns the reducer reads (RECON_INPUT's): the rest (properties map, hosts, file, ...) would
 #: only be shipped to the driver and dropped there
 RECORD_SCHEMA = pa.schema([f for f in COMMITLOG_SOURCE.arrow_schema() if f.name in RECON_INPUT.names])
 #: result kinds -> the schema of their rows (broker + the store table's columns)
-KINDS = {"commitlog": RECORD_SCHEMA, "anomalies": ANOMALIES_SOURCE.arrow_schema(),
+KINDS = {"commitlog": RECORD_SCHEMA, "scan_findings": STATE_FINDINGS.arrow_schema(),
+         "anomalies": ANOMALIES_SOURCE.arrow_schema(),
          "consumequeue": SOURCE_TABLES[CONSUMEQUEUE_FORMAT].arrow_schema(),
          "statetable": SOURCE_TABLES[STATETABLE_FORMAT].arrow_schema(),
          "redolog": SOURCE_TABLES[REDOLOG_FORMAT].arrow_schema(),
@@ -68,6 +70,7 @@ class LocalRead:
     commitlog: pa.Table          # transaction-relevant records (RECORD_SCHEMA's columns), ``body`` null
     op_bodies: pa.Table          # the op records' bodies (reconstruct's ``op_bodies`` input)
     anomalies: pa.Table          # every decoder's findings
+    scan_findings: pa.Table      # the CommitLog decoder's (the first of ``anomalies``) + the cell of each
     consumequeue: pa.Table       # half / op / discard queue units only
     statetable: pa.Table
     redolog: pa.Table
@@ -87,8 +90,8 @@ def _cells(p, out: Dict[str, list]) -> None:
     from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
 
     inner, target = COMMITLOG.arrow_schema(), COMMITLOG_SOURCE.arrow_schema()
-    found: list = []
     for start, end in (p.cells if isinstance(p, CommitLogCells) else ((p.start, p.end),)):
+        found: list = []
         for batch, anomalies in decode_log_range(p.path, base_offset=p.base_offset, start=start, end=end,
                                                  with_body=True, tx_relevant=True):
             found.extend(anomalies)
@@ -99,8 +102,11 @@ def _cells(p, out: Dict[str, list]) -> None:
                                   pa.nulls(batch.num_rows, pa.binary()))
                 batch = prepend_broker(batch.set_column(i, "body", body), p.broker, inner, target)
                 out["commitlog"].append(batch.select(RECORD_SCHEMA.names))
-    if found:
-        out["anomalies"].append(anomalies_batch(p.broker, found, "commitlog", p.path))
+        if found:       # tagged with their cell: an incremental state carries them by it (schemas/state.py)
+            b = anomalies_batch(p.broker, found, "commitlog", p.path)
+            cell = pa.array([p.base_offset + start] * b.num_rows, CELL_OFFSET.type)
+            out["scan_findings"].append(pa.RecordBatch.from_arrays([*b.columns, cell],
+                                                                   schema=KINDS["scan_findings"]))
 
 
 def _units(p: UnitFiles, out: Dict[str, list]) -> None:
@@ -147,7 +153,7 @@ class _ReadTask:
                     _store(part, self.sources, out)
         finally:
             flush()
-        n = sum(b.num_rows for k in ("commitlog", "anomalies") for b in out[k])
+        n = sum(b.num_rows for k in ("commitlog", "scan_findings", "anomalies") for b in out[k])
         if n > self.max_rows:
             yield _OVERFLOW, n
             return
@@ -164,20 +170,29 @@ class _ReadTask:
 # driver side
 # ------------------------------------------------------------------------------------------------------------
 
-def plan_items(options, cores: int) -> tuple:
+def plan_items(options, cores: int, start: Optional[Dict[str, int]] = None) -> tuple:
     """(work items, the side decoders' ``sources``): the txscan plan's cell groups, then the other decoders'
-    partitions."""
+    partitions.  ``start``: broker -> CommitLog offset (an incremental run's resume offset, a cell start):
+    only the ``split_bytes`` cells from there on are read, grouped by the bytes that are left to read (the
+    cells are a full scan's, so their rows and findings are too); the unit files are read whole."""
+    from jobs.datasources import group_cells
     from jobs.store_frames import scan_task_bytes
 
+    start = start or {}
+    split = int(options.config.split_bytes)
     base = {"paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
-            "split_bytes": str(int(options.config.split_bytes))}
+            "split_bytes": str(split)}
     scan_opts = parse_options(TX_SCAN_FORMAT, dict(base, include_bodies="false"))
     listings = {b: store_listing(r, scan_opts.commitlog_dirs_of(r)) for b, r in scan_opts.stores}
-    infos = [_Sized(sum(f.size for f in listings[b].commitlog)) for b, _ in scan_opts.stores]
-    task_bytes = scan_task_bytes(infos, int(options.config.split_bytes), cores)
-    scan_opts = parse_options(TX_SCAN_FORMAT, dict(base, include_bodies="false", task_bytes=str(task_bytes)))
+    infos = [_Sized(sum(max(0, min(f.size, f.base_offset + f.size - start.get(b, 0)))
+                        for f in listings[b].commitlog)) for b, _ in scan_opts.stores]
+    task_bytes = scan_task_bytes(infos, split, cores)
+    # ungrouped cells (task_bytes = one cell), those from ``start`` on, then grouped
+    cells = [r for r in plan_partitions(TX_SCAN_FORMAT, parse_options(TX_SCAN_FORMAT, dict(
+                 base, include_bodies="false", task_bytes=str(split))), listings=listings)
+             if r.base_offset + r.start >= start.get(r.broker, 0)]
     side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
-    return (plan_partitions(TX_SCAN_FORMAT, scan_opts, listings=listings)
+    return ((group_cells(cells, task_bytes) if task_bytes > split else cells)
             + plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)), side_opts.sources
 
 
@@ -186,14 +201,15 @@ class _Sized:
     commitlog_bytes: int
 
 
-def read_local(spark, options, max_rows: int, timings: Optional[dict] = None) -> Optional[LocalRead]:
+def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
+               start: Optional[Dict[str, int]] = None) -> Optional[LocalRead]:
     """The one-job read of ``options.stores`` (an audit's ``AuditOptions``), or None when its rows exceed
-    ``max_rows`` (records + findings; see the module docstring)."""
+    ``max_rows`` (records + findings; see the module docstring).  ``start``: see :func:`plan_items`."""
     from jobs.txreduce import OP_BODY_COLUMNS      # driver side only: the tasks need no reducer
 
     t0 = time.monotonic()
     sc = spark.sparkContext
-    items, sources = plan_items(options, int(sc.defaultParallelism or 1))
+    items, sources = plan_items(options, int(sc.defaultParallelism or 1), start)
     got: List[tuple] = []
     if items:
         got = sc.parallelize(items, len(items)).mapPartitions(_ReadTask(sources, max_rows)).collect()
@@ -209,7 +225,10 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None) ->
     op_bodies = clog.filter(is_op).select(["broker", *OP_BODY_COLUMNS])
     i = clog.schema.get_field_index("body")
     clog = clog.set_column(i, clog.schema.field(i), pa.nulls(clog.num_rows, pa.binary()))
-    read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=tables["anomalies"],
+    scan = tables["scan_findings"]
+    anomalies = pa.concat_tables([scan.select(ANOMALIES_SOURCE.names).cast(KINDS["anomalies"]),
+                                  tables["anomalies"]])       # the task order's: CommitLog tasks first
+    read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=anomalies, scan_findings=scan,
                      consumequeue=tables["consumequeue"], statetable=tables["statetable"],
                      redolog=tables["redolog"], consumer_offsets=tables["consumer_offsets"])
     if timings is not None:

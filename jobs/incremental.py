@@ -13,6 +13,11 @@ store listing.  Only the CommitLog part costs a scan.  An incremental run theref
    files deleted by retention),
 4. runs the unchanged reducer, and writes the new state.
 
+Two ways to do it, as for a full audit: when the rows fit the driver (``reconstruct.LOCAL_MAX_ROWS``), 1-2
+are the ONE Spark job of ``jobs.full_read`` planned from ``resume_offset`` (:func:`read_local`), 3 is an
+Arrow concatenation on the driver, the reducer runs there and the state is written from there with deltalake
+(no Spark job after the read); otherwise the DataFrame plan (:func:`evidence`) and executor-side reduction.
+
 Why that equals a full audit of today's store: a full scan cuts every CommitLog file into ``split_bytes``
 cells and decodes each cell from its own bytes (a record belongs to the cell it starts in).  ``resume_offset``
 is the start of the cell holding the newest transaction-relevant record the previous run decoded: every cell
@@ -44,7 +49,8 @@ import pyarrow as pa
 
 from jobs.delta_tables import read_table
 from schemas.state import (
-    AUDIT_STATE, STATE_FINDINGS, STATE_FORMAT_VERSION, STATE_OP_BODIES, STATE_RECORDS, STATE_TABLES,
+    AUDIT_STATE, CELL_OFFSET, STATE_FINDINGS, STATE_FORMAT_VERSION, STATE_OP_BODIES, STATE_RECORDS,
+    STATE_TABLES,
 )
 from txlog_io.errors import AnomalyKind, UsageError
 
@@ -87,8 +93,11 @@ class Plan:
     #: broker -> CommitLog files still present below read_from: [(path, base, limit position), ...]
     carried_files: Dict[str, list] = field(default_factory=dict)
     state_written: bool = False
-    #: the carried rows (Arrow, read by ``evidence``): records, findings, op_bodies (None with bodies)
+    #: the carried rows (Arrow, read by ``evidence`` or ``read_local``): records, findings, op_bodies (None
+    #: with bodies)
     carried: Dict[str, Optional[pa.Table]] = field(default_factory=dict)
+    #: this run's own rows when it read through the one-job read (``read_local``): its state's new part
+    fresh: Optional[object] = None
 
     @property
     def continuing(self) -> bool:
@@ -218,15 +227,64 @@ def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
 # Spark side: the evidence of an incremental run
 # ------------------------------------------------------------------------------------------------------------
 
-def fallback_findings(spark, plan: Plan, brokers: Sequence[str]):
+def _fallback_rows(plan: Plan, brokers: Sequence[str]) -> List[tuple]:
     """One INCREMENTAL_FALLBACK finding per broker (ANOMALIES_SOURCE rows: the reducer passes them to
     audit_anomalies)."""
-    from schemas.sources import ANOMALIES_SOURCE
-
-    rows = [(b, AnomalyKind.INCREMENTAL_FALLBACK, os.path.join(plan.out, AUDIT_STATE.name), 0,
+    return [(b, AnomalyKind.INCREMENTAL_FALLBACK, os.path.join(plan.out, AUDIT_STATE.name), 0,
              f"--incremental ran a full audit: {plan.detail}", "a completed incremental run to continue from",
              plan.reason, "audit", None, None) for b in brokers]
-    return spark.createDataFrame(rows, ANOMALIES_SOURCE.spark_schema())
+
+
+def fallback_findings(spark, plan: Plan, brokers: Sequence[str]):
+    """:func:`_fallback_rows` as a DataFrame."""
+    from schemas.sources import ANOMALIES_SOURCE
+
+    return spark.createDataFrame(_fallback_rows(plan, brokers), ANOMALIES_SOURCE.spark_schema())
+
+
+def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict] = None):
+    """The one-job read (jobs.full_read) of an incremental run: the CommitLog cells from ``plan.read_from``
+    (the whole store when the plan falls back) and the unit files whole, with the carried rows (deltalake,
+    driver) put before this run's -> a ``full_read.LocalRead`` for ``full_read.reduce_local``, or None when
+    the rows exceed ``max_rows`` (the caller then takes the DataFrame plan, :func:`evidence`).  This run's
+    own rows stay in ``plan.fresh``: ``write_state`` writes them with the carried ones, from the driver."""
+    from jobs.full_read import LocalRead, read_local as one_job_read
+
+    plan.carried, plan.fresh = {}, None
+    read = one_job_read(spark, options, max_rows, timings, start=plan.read_from if plan.continuing else None)
+    if read is None:
+        return None
+    if not plan.continuing:
+        plan.fresh = read
+        fallback = pa.Table.from_pylist([dict(zip(read.anomalies.schema.names, r))
+                                         for r in _fallback_rows(plan, options.brokers)],
+                                        schema=read.anomalies.schema)
+        return LocalRead(**dict(vars(read), anomalies=pa.concat_tables([read.anomalies, fallback])))
+    c = _load_carried(plan, options)
+    if read.rows + c["records"].num_rows + c["findings"].num_rows > max_rows:
+        plan.carried = {}
+        return None
+    plan.carried, plan.fresh = c, read
+    # carried first: the rows in a full audit's order (the CommitLog below the resume offset comes first)
+    return LocalRead(**dict(
+        vars(read),
+        commitlog=pa.concat_tables([_conform(c["records"], read.commitlog.schema), read.commitlog]),
+        op_bodies=pa.concat_tables([_conform(c["op_bodies"], read.op_bodies.schema), read.op_bodies]),
+        anomalies=pa.concat_tables([_conform(c["findings"], read.anomalies.schema), read.anomalies])))
+
+
+def _load_carried(plan: Plan, options) -> Dict[str, Optional[pa.Table]]:
+    return {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
+            "findings": _carried(plan, STATE_FINDINGS, None),
+            "op_bodies": (None if options.include_bodies
+                          else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
+
+
+def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t``'s columns cast to ``schema`` (absent ones null)."""
+    n = t.num_rows
+    return pa.Table.from_arrays([t.column(f.name).cast(f.type) if f.name in t.column_names
+                                 else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
 def evidence(spark, plan: Plan, frames, options, persist):
@@ -250,10 +308,7 @@ def evidence(spark, plan: Plan, frames, options, persist):
     new_records, new_findings = split_tx_scan(scan)
     new_records = relevant_records(SimpleNamespace(mode="full", commitlog=new_records))
     # the carried rows stay Arrow on the driver: the reducer and the state writer take them as they are
-    plan.carried = {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
-                    "findings": _carried(plan, STATE_FINDINGS, None),
-                    "op_bodies": (None if options.include_bodies
-                                  else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
+    plan.carried = _load_carried(plan, options)
     op_bodies = None
     if not options.include_bodies:
         op_bodies = op_bodies_for(spark, new_records, frames, options).select(*STATE_OP_BODIES.names)
@@ -345,8 +400,11 @@ def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
     for broker, kept in plan.carried_files.items():
         mine = pc.equal(t.column("broker"), broker)
         for path, base, limit in kept:
-            if offset_col is None:
-                hit = pc.and_(pc.equal(t.column("file"), path), pc.less(t.column("position"), limit))
+            if offset_col is None:     # by the cell that found it; by position when the cell is unknown
+                cell = t.column(CELL_OFFSET.name)
+                hit = pc.and_(pc.equal(t.column("file"), path), pc.if_else(
+                    pc.is_valid(cell), pc.and_(pc.greater_equal(cell, base), pc.less(cell, base + limit)),
+                    pc.less(t.column("position"), limit)))
             else:
                 off = t.column(offset_col)
                 hit = pc.and_(pc.greater_equal(off, base), pc.less(off, base + limit))
@@ -383,18 +441,27 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
 
     from jobs import delta_sink
 
-    if options.mode != "full" or findings is None or any(_is_dledger(s) for s in layout_info):
+    fresh = plan.fresh
+    if (options.mode != "full" or (findings is None and fresh is None)
+            or any(_is_dledger(s) for s in layout_info)):
         return []
     split = int(options.config.split_bytes)
     carried = plan.carried or {}
-    if local:
-        # few rows (the reduction ran on the driver): one collect per table, counted and written by the
-        # driver -- no Spark write jobs (those cost more than the whole incremental read on a small store)
-        records, findings = (_with_carried(df.select(*t.names).toArrow(), t, carried.get(key))
-                             for df, t, key in ((records, STATE_RECORDS, "records"),
-                                                (findings, STATE_FINDINGS, "findings")))
-        op_bodies = (_with_carried(op_bodies.select(*STATE_OP_BODIES.names).toArrow(), STATE_OP_BODIES,
-                                   carried.get("op_bodies")) if op_bodies is not None else None)
+    if fresh is not None or local:
+        # few rows (the reduction ran on the driver): Arrow on the driver (the one-job read's own rows, else
+        # one collect per table), counted and written by the driver -- no Spark write jobs (those cost more
+        # than the whole incremental read on a small store)
+        if fresh is not None:
+            new = {"records": fresh.commitlog, "findings": fresh.scan_findings, "op_bodies": fresh.op_bodies}
+        else:
+            new = {key: (_spark_conformed(df, t).toArrow() if df is not None else None)
+                   for df, t, key in ((records, STATE_RECORDS, "records"),
+                                      (findings, STATE_FINDINGS, "findings"),
+                                      (op_bodies, STATE_OP_BODIES, "op_bodies"))}
+        records, findings, op_bodies = (
+            _with_carried(new[key], t, carried.get(key)) if new[key] is not None else None
+            for t, key in ((STATE_RECORDS, "records"), (STATE_FINDINGS, "findings"),
+                           (STATE_OP_BODIES, "op_bodies")))
         agg = records.group_by("broker").aggregate([("physical_offset", "max"), ([], "count_all")])
         stats = {b: (m, n) for b, m, n in zip(agg.column("broker").to_pylist(),
                                                agg.column("physical_offset_max").to_pylist(),
@@ -404,7 +471,7 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
     else:
         def union(df, t, key):
             extra = carried.get(key)
-            df = df.select(*t.names)
+            df = _spark_conformed(df, t)
             return df if extra is None or not extra.num_rows else df.unionByName(
                 spark.createDataFrame(extra, schema=t.spark_schema()))
 
@@ -433,9 +500,16 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
     return outs
 
 
+def _spark_conformed(df, table):
+    """``df`` as ``table``'s columns (absent ones null: a findings frame has no cell)."""
+    from pyspark.sql import functions as F
+
+    return df.select(*(F.col(f.name).cast(f.dataType) if f.name in df.columns
+                       else F.lit(None).cast(f.dataType).alias(f.name) for f in table.spark_schema()))
+
+
 def _with_carried(new: pa.Table, table, carried: Optional[pa.Table]) -> pa.Table:
-    schema = table.arrow_schema()
-    new = pa.Table.from_arrays([new.column(f.name).cast(f.type) for f in schema], schema=schema)
+    new = _conform(new, table.arrow_schema())
     return new if carried is None or not carried.num_rows else pa.concat_tables([carried, new])
 
 

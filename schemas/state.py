@@ -4,8 +4,10 @@ needs to continue from this run instead of re-reading the whole CommitLog.
 ``audit_state``                one header row per broker: where the run's CommitLog read may be continued
                                (``resume_offset``), what the store looked like below it (hashes), and the
                                hash of the settings (a change falls back to a full audit)
-``audit_state_records``        the transaction-relevant CommitLog records the run read (COMMITLOG_SOURCE rows)
-``audit_state_findings``       the CommitLog decoder findings of the run's scan (ANOMALIES_SOURCE rows)
+``audit_state_records``        the transaction-relevant CommitLog records the run read (COMMITLOG_SOURCE rows,
+                               the columns the reducer reads: schemas.recon.RECON_INPUT's)
+``audit_state_findings``       the CommitLog decoder findings of the run's scan (ANOMALIES_SOURCE rows + the
+                               start of the cell whose decoding gave each)
 ``audit_state_op_bodies``      the op message bodies fetched for the run's op records (the reducer's
                                ``op_bodies`` input; absent rows when the run copied every body)
 
@@ -17,11 +19,13 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.core import Column as C, Table
+from schemas.recon import RECON_INPUT
 from schemas.sources import ANOMALIES_SOURCE, BROKER, COMMITLOG_SOURCE
 from schemas.store import COMMITLOG
 
-#: bumped whenever what is carried or how it is checked changes: an older state falls back to a full audit
-STATE_FORMAT_VERSION = 1
+#: bumped whenever what is carried or how it is checked changes: an older state falls back to a full audit.
+#: 2: records narrowed to the reducer's columns, findings with their cell, op bodies as bytes
+STATE_FORMAT_VERSION = 2
 
 _str, _i32, _i64 = pa.string(), pa.int32(), pa.int64()
 
@@ -46,17 +50,26 @@ AUDIT_STATE = Table.of("audit_state", [
     C("findings", _i64, False, "rows carried in audit_state_findings"),
 ], "Incremental audit state: one row per broker", partition_by=("broker",))
 
-STATE_RECORDS = COMMITLOG_SOURCE.with_columns("audit_state_records")
-STATE_FINDINGS = ANOMALIES_SOURCE.with_columns("audit_state_findings")
+# only what the reducer reads is carried (the properties map, hosts, ... would be rewritten every run for
+# nothing)
+STATE_RECORDS = COMMITLOG_SOURCE.with_columns(
+    "audit_state_records",
+    exclude=[c.name for c in COMMITLOG_SOURCE.columns if c.name not in RECON_INPUT.names])
+#: a CommitLog cell below the resume offset can report a finding at a position above it (a record crossing
+#: the cell's end, TRUNCATED_FILE after it): carried by the cell that found it, not by its position
+CELL_OFFSET = C("cell_offset", _i64, True,
+                "CommitLog offset of the split_bytes cell whose decoding gave the finding (null: unknown, "
+                "carried by its position)")
+STATE_FINDINGS = ANOMALIES_SOURCE.with_columns("audit_state_findings", after=[CELL_OFFSET])
 STATE_OP_BODIES = Table.of("audit_state_op_bodies", [
     BROKER,
     *(C(n, COMMITLOG.column(n).type, True, COMMITLOG.column(n).comment)
       for n in ("queue_id", "physical_offset", "queue_offset", "store_timestamp", "total_size",
                 "body_crc_ok")),
-    C("body", _str, True, "op message body as text (the half queue offsets it marks)"),
+    C("body", pa.binary(), True, "op message body as stored (the half queue offsets it marks)"),
 ], "Op message bodies carried for the next incremental run")
 
 STATE_TABLES = {t.name: t for t in (AUDIT_STATE, STATE_RECORDS, STATE_FINDINGS, STATE_OP_BODIES)}
 
 __all__ = ["AUDIT_STATE", "STATE_RECORDS", "STATE_FINDINGS", "STATE_OP_BODIES", "STATE_TABLES",
-           "STATE_FORMAT_VERSION"]
+           "STATE_FORMAT_VERSION", "CELL_OFFSET"]

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 AS_OF = "2026-11-23T00:00:00Z"
@@ -81,10 +82,12 @@ def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypat
     import jobs.reconstruct
 
     monkeypatch.setattr(jobs.reconstruct, "LOCAL_MAX_ROWS", 0)
-    _equivalence(spark, tmp_path, "5.1+", "crashy", 30)
+    _equivalence(spark, tmp_path, "5.1+", "crashy", 30, one_job=False)
 
 
-def _equivalence(spark, tmp_path, profile, scenario, n_tx):
+def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True):
+    """``one_job``: every run read through jobs.full_read's one job (its ``read.job`` phase), else through
+    the DataFrame plan."""
     from refbroker.generate import generate
 
     gen = generate(profile, scenario, n_tx, 7, tmp_path / "gen", snapshot_every=n_tx // 3,
@@ -106,6 +109,7 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx):
             assert info["continued"], info
             read_from.append(info["read_from"]["b1"])
         assert info["state_written"]
+        assert ("read.job" in s.phases) == one_job, sorted(s.phases)
     assert max(read_from) > 0, read_from        # some run did not read the CommitLog below it again
     last = f"s{len(states) - 1}"
     full_out = tmp_path / "full"
@@ -119,6 +123,36 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx):
 
     state_runs = set(read_rows(str(out / "audit_state")).column("run_id").to_pylist())
     assert state_runs == {last}
+
+
+def test_carried_findings_follow_their_cell(tmp_path):
+    """A finding is carried when the cell that reported it lies below the resume offset, whatever its
+    position (a record crossing the cell's end can be reported past it), and not when its cell is read again;
+    without a cell (a state written by the DataFrame plan) by its position.  Spark-free: the state table is
+    written and read with deltalake."""
+    from jobs import delta_sink
+    from jobs.incremental import Plan, _carried
+    from schemas.state import STATE_FINDINGS
+
+    path, base, split = "/s/commitlog/00000000000000000000", 0, 1000
+    rows = [  # (position, cell_offset): resume (read_from) is the cell at 2000
+        (1500, 1000),       # below, in its cell: carried
+        (2100, 1000),       # reported by the cell below, past the resume offset: carried
+        (1990, 2000),       # hypothetical: the resumed cell's, below it: read again, not carried
+        (2500, 2000),       # the resumed cell's: read again
+        (1200, None),       # no cell: by position, carried
+        (2200, None),       # no cell: by position, read again
+    ]
+    blank = {f.name: None for f in STATE_FINDINGS.arrow_schema()}
+    table = pa.Table.from_pylist([dict(blank, broker="b1", kind="CRC_MISMATCH", file=path, position=p,
+                                       source="commitlog", detail=f"{p}", cell_offset=c)
+                                  for p, c in rows], schema=STATE_FINDINGS.arrow_schema())
+    out = str(tmp_path / "out")
+    delta_sink.write_table(table, out, STATE_FINDINGS, "r1", ["run_date"], writer="delta-rs")
+    plan = Plan(out=out, run_id="r2", hash="", previous_run="r1", read_from={"b1": 2 * split},
+                carried_files={"b1": [(path, base, 2 * split)]})
+    kept = sorted(_carried(plan, STATE_FINDINGS, None).column("position").to_pylist())
+    assert kept == [1200, 1500, 2100]
 
 
 # ------------------------------------------------------------------------------------------------------------
