@@ -494,6 +494,9 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
                       (AUDIT_STATE, header_table)):       # the header last: it says the rest is there
         if not isinstance(df, pa.Table):
             df = df.select(*table.names)
+        else:   # one chunk: the one-job read's rows come in one small batch per cell and task, and the
+            # sink writes a row group per batch (8 GiB bench: 2,215 row groups, 3.6 s to write, 5.4 s to read)
+            df = df.combine_chunks()
         outs.append(delta_sink.write_table(df, options.out, table, options.run_id, parts, spark,
                                            run_date=run_date, writer=writer))
     plan.state_written = True
