@@ -97,7 +97,7 @@ class Plan:
     #: with bodies)
     carried: Dict[str, Optional[pa.Table]] = field(default_factory=dict)
     #: this run's own rows when it read through the one-job read (``read_local``): its state's new part
-    fresh: Optional[object] = None
+    fresh: Optional[object] = None          # a jobs.full_read.LocalRead
 
     @property
     def continuing(self) -> bool:
@@ -434,8 +434,9 @@ def _read_state(out: str, table, run_id: str) -> pa.Table:
 def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
                 local: bool = False) -> list:
     """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
-    ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver.
-    Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog scan
+    ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver; with
+    ``plan.fresh`` (the run read through :func:`read_local`) they are on the driver already (the frames are
+    None).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog scan
     findings frame."""
     from pyspark.sql import functions as F
 
