@@ -39,7 +39,7 @@ from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
 from txlog_io.commitlog_rows import SOURCE, anomaly as _anomaly, decode_rows, empty_batch as _empty_batch
 from txlog_io.errors import Anomaly, AnomalyKind, UsageError
-from txlog_io.positional import PositionalFile
+from txlog_io.positional import ChunkPool, PositionalFile
 
 # 4 MiB: the chunk, its field matrix and its output columns stay in the L3 cache while the kernels pass over
 # them (measured, 1 KiB records, CPU time: 2 MiB 1769 MB/s, 4 MiB 1869, 8 MiB 1738, 16 MiB 1130)
@@ -172,6 +172,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
     min_size = L.MIN_RECORD_SIZE
     v1, v2 = L.MAGIC_V1, L.MAGIC_V2
     unpack = _HEADER.unpack_from
+    pool = ChunkPool()
     while pos is not None and pos < size:
         # past the range end only the boundary record has to be looked at: read a little, not a whole chunk;
         # and a file hole is not read as data.  (Shortening the last chunk before the end as well, to
@@ -184,7 +185,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
             first_total = _HEADER.unpack(head)[0]
             if first_total > want and pos + first_total <= size:
                 want = first_total          # one record larger than a chunk: read exactly that record
-        buf = reader.read_chunk(pos, want, _PAD)
+        buf = reader.read_chunk(pos, want, _PAD, pool)
         n = len(buf) - _PAD
         found = np.empty(n // min_size + 2, np.int64)
         count = 0

@@ -13,6 +13,7 @@ decoded text), a numeric property that Arrow cannot parse (null).
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import numpy as np
@@ -24,6 +25,7 @@ from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
 from txlog_io import properties as P
 from txlog_io.errors import Anomaly, AnomalyKind
+from txlog_io.positional import ChunkPool
 
 SOURCE = "commitlog"
 SCHEMA = COMMITLOG.arrow_schema()
@@ -68,11 +70,21 @@ def to_utf8(arr: pa.Array) -> pa.Array:
                         pa.string())
 
 
-def _cut(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid=None) -> tuple:
-    if K.gather_size(starts, ends) >= 2 ** 31:
+#: per thread: output buffers of ``_cut`` (bodies) reused once the batch that held them is gone (see
+#: positional.ChunkPool: a fresh multi-MiB array per batch costs a page fault per 4 KiB)
+_POOLS = threading.local()
+
+
+def _cut(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    size = K.gather_size(starts, ends)
+    if size >= 2 ** 31:
         raise OverflowError("chunk too large for 32-bit Arrow offsets")
-    off, data = K.gather(u8, starts, ends)
-    return off, data, _binary(off, data, valid)
+    pool = getattr(_POOLS, "cut", None)
+    if pool is None:
+        pool = _POOLS.cut = ChunkPool()
+    data = pool.take(size)
+    off = K.gather(u8, starts, ends, data)
+    return _binary(off, data)
 
 
 def _int_column(strings: pa.Array, typ: pa.DataType) -> pa.Array:
@@ -181,7 +193,7 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
     compression = pa.DictionaryArray.from_arrays(pa.array(comp_idx.astype(np.int8)),
                                                  _COMPRESSION_NAMES).cast(pa.string())
     body_at = f[K.F_BODY_AT]
-    body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE])[2] if with_body else pa.nulls(n, pa.binary())
+    body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE]) if with_body else pa.nulls(n, pa.binary())
     pmap = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
     tran_msg_s = prop(P.TRAN_MSG)
     i32 = np.int32
