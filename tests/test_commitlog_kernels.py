@@ -171,3 +171,9 @@ def test_chunk_pool_never_hands_out_a_buffer_something_still_references():
     del held, second
     third = pool.take(50)                       # now only the pool holds it: reused
     assert third[0] == 7 and third.size == 50
+    held = pa.py_buffer(third)                  # a slice of the pooled array keeps it taken too
+    del third
+    assert pool.take(50)[0] != 7 or bytes(held) == bytes([7]) * 50
+    fourth = pool.take(50)
+    fourth[:] = 1
+    assert bytes(held) == bytes([7]) * 50

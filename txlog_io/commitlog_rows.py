@@ -109,8 +109,21 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
 
     ``topics``: packed topic set (``commitlog_kernels.pack_strings``) to keep, None = every topic.
     ``tx_relevant``: keep only transaction-relevant rows (``commitlog_kernels.relevant``)."""
-    anomalies: list = []
     u8 = np.frombuffer(buf, np.uint8)
+    f, pos, file_pos, crc_ok, anomalies = check_rows(u8, pos, file_pos, path, base, topics, verify_crc, f,
+                                                     tx_relevant)
+    n = pos.size
+    if n == 0:
+        return empty_batch(), anomalies
+    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n), anomalies
+
+
+def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int,
+               topics: Optional[tuple], verify_crc: bool, f: Optional[np.ndarray] = None,
+               tx_relevant: bool = False) -> tuple:
+    """Every record's checks and findings, then the row selection of ``decode_rows`` (same arguments):
+    ``(fields, positions, file positions, body_crc_ok, anomalies)`` of the selected records only."""
+    anomalies: list = []
     f = f if f is not None else K.fields(u8, pos)
     ok = f[K.F_OK] != 0
     if not ok.all():
@@ -150,10 +163,15 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
     if not keep.all():
         sel = np.flatnonzero(keep)
         f, pos, file_pos, crc_ok = f[:, sel], pos[sel], file_pos[sel], crc_ok[sel]
-    n = pos.size
-    if n == 0:
-        return empty_batch(), anomalies
-    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n), anomalies
+    return f, pos, file_pos, crc_ok, anomalies
+
+
+def batch_of(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, base: int, path: str, with_body: bool,
+             crc_ok: np.ndarray) -> pa.RecordBatch:
+    """The COMMITLOG rows of records that ``check_rows`` selected, at ``pos`` in ``u8`` (zero-padded)."""
+    if pos.size == 0:
+        return empty_batch()
+    return _batch(u8, K.fields(u8, pos), pos, file_pos, base, path, with_body, crc_ok, pos.size)
 
 
 def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordBatch:
