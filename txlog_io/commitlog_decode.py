@@ -382,6 +382,15 @@ def _decode_selected(frames: Iterable[Frame], path: str, base: int, with_body: b
                 u8, frame.positions, frame.positions + frame.file_pos, path, base, topic_set, verify_crc,
                 frame.fields, tx_relevant)
             found.extend(anomalies)
+            if pos.size * 4 >= frame.positions.size:
+                # a filter that keeps many of the records (a notebook's topic filter): the chunk is a batch
+                # of its own, as without a filter -- gathering it aside would only copy it twice more
+                if rows:
+                    yield _selected_batch(parts, starts, fpos, crcs, path, base, with_body), []
+                    parts, starts, fpos, crcs, rows, size = [], [], [], [], 0, 0
+                yield batch_of(u8, pos, file_pos, base, path, with_body, crc_ok, f), found
+                found = []
+                continue
             if pos.size:
                 ends = pos + f[K.F_TOTAL]
                 data = np.empty(K.gather_size(pos, ends), np.uint8)

@@ -167,11 +167,13 @@ def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str,
 
 
 def batch_of(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, base: int, path: str, with_body: bool,
-             crc_ok: np.ndarray) -> pa.RecordBatch:
-    """The COMMITLOG rows of records that ``check_rows`` selected, at ``pos`` in ``u8`` (zero-padded)."""
+             crc_ok: np.ndarray, f: Optional[np.ndarray] = None) -> pa.RecordBatch:
+    """The COMMITLOG rows of records that ``check_rows`` selected, at ``pos`` in ``u8`` (zero-padded);
+    ``f``: their field matrix when known."""
     if pos.size == 0:
         return empty_batch()
-    return _batch(u8, K.fields(u8, pos), pos, file_pos, base, path, with_body, crc_ok, pos.size)
+    f = f if f is not None else K.fields(u8, pos)
+    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, pos.size)
 
 
 def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordBatch:
