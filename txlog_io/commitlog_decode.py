@@ -2,7 +2,9 @@
 
 Framing
 -------
-``scan_range`` walks the TOTALSIZE chain of one mapped file, reading it in bounded chunks with ``readinto``, and
+``scan_range`` walks the TOTALSIZE chain of one mapped file, reading it in bounded chunks with ``preadv`` into
+buffers reused from chunk to chunk (``positional.ChunkPool``; not mmap: a file truncated while mapped kills the
+process with SIGBUS, which Python cannot catch -- see docs/ARCHITECTURE.md), and
 reports record positions per chunk plus anything it had to skip.  As in ``CommitLog.checkMessageAndReturnSize``,
 a BLANK header or a zero header ends the data of a file; everything else that is not a record is damage: it
 becomes an :class:`~txlog_io.errors.Anomaly` and the scan resynchronises at the next *self-verifying* record.
@@ -19,7 +21,9 @@ So the ranges of a split file produce every record exactly once, whatever the sp
 
 Decoding
 --------
-``decode_range`` turns a chunk's positions into one Arrow RecordBatch through the compiled kernels of
+``decode_range`` turns a chunk's positions into one Arrow RecordBatch (a filtered decode -- ``topics`` or
+``tx_relevant`` -- checks each chunk as it is read but builds one batch per many chunks, see
+``_decode_selected``) through the compiled kernels of
 ``txlog_io.commitlog_kernels`` (header fields, shape check, CRCs, properties split, TAGS hash, hosts, msgId)
 and ``txlog_io.commitlog_rows`` (Arrow arrays over the kernels' buffers); no per-record Python on that path.
 The chain walk of ``scan_range`` and the boundary search of ``next_boundary`` are kernels too; the rare
@@ -37,9 +41,10 @@ import pyarrow as pa
 
 from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
-from txlog_io.commitlog_rows import SOURCE, anomaly as _anomaly, decode_rows, empty_batch as _empty_batch
+from txlog_io.commitlog_rows import (SOURCE, anomaly as _anomaly, batch_of, check_rows, decode_rows,
+                                     empty_batch as _empty_batch)
 from txlog_io.errors import Anomaly, AnomalyKind, UsageError
-from txlog_io.positional import PositionalFile
+from txlog_io.positional import ChunkPool, PositionalFile
 
 # 4 MiB: the chunk, its field matrix and its output columns stay in the L3 cache while the kernels pass over
 # them (measured, 1 KiB records, CPU time: 2 MiB 1769 MB/s, 4 MiB 1869, 8 MiB 1738, 16 MiB 1130)
@@ -172,6 +177,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
     min_size = L.MIN_RECORD_SIZE
     v1, v2 = L.MAGIC_V1, L.MAGIC_V2
     unpack = _HEADER.unpack_from
+    pool = ChunkPool()
     while pos is not None and pos < size:
         # past the range end only the boundary record has to be looked at: read a little, not a whole chunk;
         # and a file hole is not read as data.  (Shortening the last chunk before the end as well, to
@@ -184,7 +190,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
             first_total = _HEADER.unpack(head)[0]
             if first_total > want and pos + first_total <= size:
                 want = first_total          # one record larger than a chunk: read exactly that record
-        buf = reader.read_chunk(pos, want, _PAD)
+        buf = reader.read_chunk(pos, want, _PAD, pool)
         n = len(buf) - _PAD
         found = np.empty(n // min_size + 2, np.int64)
         count = 0
@@ -343,10 +349,71 @@ def decode_range(path: str, *, base_offset: Optional[int] = None, start: int = 0
     """
     base = file_base_offset(path, base_offset)
     topic_set = None if topics is None else K.pack_strings(sorted(set(topics)))
-    for frame in scan_range(path, base_offset=base, start=start, end=end, chunk_bytes=chunk_bytes,
-                            summary=summary):
-        yield from _decode_frame(frame, str(path), base, with_body, topic_set, verify_crc,
-                                 tx_relevant=tx_relevant)
+    frames = scan_range(path, base_offset=base, start=start, end=end, chunk_bytes=chunk_bytes, summary=summary)
+    if topic_set is not None or tx_relevant:
+        yield from _decode_selected(frames, str(path), base, with_body, topic_set, verify_crc, tx_relevant)
+        return
+    for frame in frames:
+        yield from _decode_frame(frame, str(path), base, with_body, topic_set, verify_crc)
+
+
+#: a filtered decode (``topics`` / ``tx_relevant``) builds one batch per this many selected rows or bytes
+SELECTED_FLUSH_ROWS = 16384
+SELECTED_FLUSH_BYTES = 16 << 20
+
+
+def _decode_selected(frames: Iterable[Frame], path: str, base: int, with_body: bool, topic_set,
+                     verify_crc: bool, tx_relevant: bool) -> Iterator[tuple]:
+    """``decode_range`` when few records become rows: every chunk is checked as it is read, and the selected
+    records' bytes are copied aside (one gather kernel call per chunk) until enough of them make one batch.
+    A batch per 4 MiB chunk cost ~0.3 ms of Arrow building whatever its row count -- in a full audit (~1 %
+    of the records selected) more than the body CRCs of the chunk's records."""
+    parts: list = []
+    starts: list = []
+    fpos: list = []
+    crcs: list = []
+    found: list = []
+    rows = size = 0
+    for frame in frames:
+        found.extend(frame.anomalies)
+        if frame.positions.size:
+            u8 = np.frombuffer(frame.buf, np.uint8)
+            f, pos, file_pos, crc_ok, anomalies = check_rows(
+                u8, frame.positions, frame.positions + frame.file_pos, path, base, topic_set, verify_crc,
+                frame.fields, tx_relevant)
+            found.extend(anomalies)
+            if pos.size * 4 >= frame.positions.size:
+                # a filter that keeps many of the records (a notebook's topic filter): the chunk is a batch
+                # of its own, as without a filter -- gathering it aside would only copy it twice more
+                if rows:
+                    yield _selected_batch(parts, starts, fpos, crcs, path, base, with_body), []
+                    parts, starts, fpos, crcs, rows, size = [], [], [], [], 0, 0
+                yield batch_of(u8, pos, file_pos, base, path, with_body, crc_ok, f), found
+                found = []
+                continue
+            if pos.size:
+                ends = pos + f[K.F_TOTAL]
+                data = np.empty(K.gather_size(pos, ends), np.uint8)
+                starts.append(K.gather(u8, pos, ends, data)[:-1] + np.int64(size))
+                parts.append(data)
+                fpos.append(file_pos)
+                crcs.append(crc_ok)
+                rows += pos.size
+                size += data.size
+        if rows >= SELECTED_FLUSH_ROWS or size >= SELECTED_FLUSH_BYTES:
+            yield _selected_batch(parts, starts, fpos, crcs, path, base, with_body), found
+            parts, starts, fpos, crcs, found, rows, size = [], [], [], [], [], 0, 0
+    if rows or found:
+        yield _selected_batch(parts, starts, fpos, crcs, path, base, with_body), found
+
+
+def _selected_batch(parts: list, starts: list, fpos: list, crcs: list, path: str, base: int,
+                    with_body: bool) -> pa.RecordBatch:
+    if not parts:
+        return _empty_batch()
+    u8 = np.concatenate(parts + [np.zeros(_PAD, np.uint8)])
+    return batch_of(u8, np.concatenate(starts), np.concatenate(fpos), base, path, with_body,
+                    np.concatenate(crcs))
 
 
 def decode_file(path: str, **kwargs) -> Iterator[tuple]:

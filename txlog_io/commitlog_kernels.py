@@ -9,10 +9,12 @@ Every kernel works on one chunk of file bytes (a ``uint8`` array padded with zer
 (per-record values, or Arrow-style ``int32`` offsets + ``uint8`` data) that ``commitlog_decode`` wraps into Arrow
 arrays without copying them.  No kernel allocates per record or calls back into Python.
 
-Body CRC: ``java.util.zip.CRC32`` is zlib's CRC-32; the kernels call zlib's own ``crc32`` (the library Python's
-``zlib`` module uses, loaded into the JIT's symbol table).  Measured on 1000-byte bodies, 2 cores, load ~8:
-1.12 GB/s, against 0.53 GB/s for a numba slicing-by-8 loop and 0.48 GB/s for ``zlib.crc32`` called per body
-from Python.
+Body CRC: ``java.util.zip.CRC32`` is zlib's CRC-32.  The kernels call it through one symbol, ``txaudit_crc32``
+(``crc32(init, ptr, len)``), bound at import to ISA-L's ``crc32_gzip_refl`` (PCLMULQDQ folding, shipped inside
+the ``isal`` package's extension module) when that package is installed, else to the system zlib's ``crc32``.
+Measured from Python on this EPYC (idle, 64 MiB buffer / 1000-byte buffers incl. the ~40 ns call): ISA-L
+33.4 GB/s / 67 ns, zlib-ng 28.6 GB/s / 76 ns, zlib 1.2.13 7.2 GB/s / 241 ns; earlier, a numba slicing-by-8
+loop did 0.53 GB/s against zlib's 1.12 GB/s (load ~8).  Both give the same CRC (tested).
 """
 from __future__ import annotations
 
@@ -26,10 +28,24 @@ from txlog_io.jit import njit  # sets NUMBA_CACHE_DIR before numba is imported
 import llvmlite.binding as _llvm  # noqa: E402
 from numba import types as _nt  # noqa: E402
 
-# --- zlib's crc32, callable from nopython code -----------------------------------------------------------
-_ZLIB = ctypes.util.find_library("z") or "libz.so.1"
-_llvm.load_library_permanently(_ZLIB)
-_crc32 = _nt.ExternalFunction("crc32", _nt.uint64(_nt.uint64, _nt.voidptr, _nt.uint32))
+# --- CRC-32 (zlib polynomial), callable from nopython code ---------------------------------------------------
+def _crc32_address() -> tuple:
+    """(address, name) of the fastest ``crc32(uint32 init, const uint8 *buf, len)`` at hand (see docstring).
+    ISA-L takes a 64-bit length and zlib a 32-bit one: kernels pass lengths < 2**31, so both read it right."""
+    try:
+        from isal import isal_zlib
+
+        fn = ctypes.CDLL(isal_zlib.__file__).crc32_gzip_refl
+        return ctypes.cast(fn, ctypes.c_void_p).value, "isal crc32_gzip_refl"
+    except (ImportError, OSError, AttributeError):
+        fn = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1").crc32
+        return ctypes.cast(fn, ctypes.c_void_p).value, "zlib crc32"
+
+
+_CRC32_ADDRESS, CRC32_IMPL = _crc32_address()
+# one fixed symbol name, so the kernels' on-disk cache stays valid whichever library backs it
+_llvm.add_symbol("txaudit_crc32", _CRC32_ADDRESS)
+_crc32 = _nt.ExternalFunction("txaudit_crc32", _nt.uint32(_nt.uint32, _nt.voidptr, _nt.uint64))
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -210,7 +226,7 @@ def fields(u8, pos):
 def crc32_zlib(u8, start, length):
     if length <= 0:
         return np.int64(0)
-    return np.int64(_crc32(0, u8[start:].ctypes.data, np.uint32(length)) & 0x7FFFFFFF)
+    return np.int64(_crc32(np.uint32(0), u8[start:].ctypes.data, np.uint64(length)) & 0x7FFFFFFF)
 
 
 @njit
@@ -412,21 +428,19 @@ def wanted_keys(keys) -> tuple:
 
 
 @njit
-def gather(u8, starts, ends):
-    """The byte ranges ``[starts[k], ends[k])`` as Arrow offsets + data (a negative start: empty value)."""
+def gather(u8, starts, ends, data):
+    """The byte ranges ``[starts[k], ends[k])`` as Arrow offsets, their bytes copied into ``data`` (at least
+    ``gather_size`` long: the caller owns it, so it can come from a pool); a negative start: empty value."""
     n = starts.size
     off = np.empty(n + 1, np.int32)
     total = np.int64(0)
     for k in range(n):
         off[k] = total
         if starts[k] >= 0:
+            _copy(data, total, u8, starts[k], ends[k] - starts[k])
             total += ends[k] - starts[k]
     off[n] = total
-    data = np.empty(total, np.uint8)
-    for k in range(n):
-        if starts[k] >= 0:
-            _copy(data, off[k], u8, starts[k], ends[k] - starts[k])
-    return off, data
+    return off
 
 
 _memcpy = _nt.ExternalFunction("memcpy", _nt.voidptr(_nt.voidptr, _nt.voidptr, _nt.uintp))

@@ -13,6 +13,7 @@ decoded text), a numeric property that Arrow cannot parse (null).
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import numpy as np
@@ -24,6 +25,7 @@ from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
 from txlog_io import properties as P
 from txlog_io.errors import Anomaly, AnomalyKind
+from txlog_io.positional import ChunkPool
 
 SOURCE = "commitlog"
 SCHEMA = COMMITLOG.arrow_schema()
@@ -68,11 +70,21 @@ def to_utf8(arr: pa.Array) -> pa.Array:
                         pa.string())
 
 
-def _cut(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid=None) -> tuple:
-    if K.gather_size(starts, ends) >= 2 ** 31:
+#: per thread: output buffers of ``_cut`` (bodies) reused once the batch that held them is gone (see
+#: positional.ChunkPool: a fresh multi-MiB array per batch costs a page fault per 4 KiB)
+_POOLS = threading.local()
+
+
+def _cut(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    size = K.gather_size(starts, ends)
+    if size >= 2 ** 31:
         raise OverflowError("chunk too large for 32-bit Arrow offsets")
-    off, data = K.gather(u8, starts, ends)
-    return off, data, _binary(off, data, valid)
+    pool = getattr(_POOLS, "cut", None)
+    if pool is None:
+        pool = _POOLS.cut = ChunkPool()
+    data = pool.take(size)
+    off = K.gather(u8, starts, ends, data)
+    return _binary(off, data)
 
 
 def _int_column(strings: pa.Array, typ: pa.DataType) -> pa.Array:
@@ -97,8 +109,21 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
 
     ``topics``: packed topic set (``commitlog_kernels.pack_strings``) to keep, None = every topic.
     ``tx_relevant``: keep only transaction-relevant rows (``commitlog_kernels.relevant``)."""
-    anomalies: list = []
     u8 = np.frombuffer(buf, np.uint8)
+    f, pos, file_pos, crc_ok, anomalies = check_rows(u8, pos, file_pos, path, base, topics, verify_crc, f,
+                                                     tx_relevant)
+    n = pos.size
+    if n == 0:
+        return empty_batch(), anomalies
+    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n), anomalies
+
+
+def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int,
+               topics: Optional[tuple], verify_crc: bool, f: Optional[np.ndarray] = None,
+               tx_relevant: bool = False) -> tuple:
+    """Every record's checks and findings, then the row selection of ``decode_rows`` (same arguments):
+    ``(fields, positions, file positions, body_crc_ok, anomalies)`` of the selected records only."""
+    anomalies: list = []
     f = f if f is not None else K.fields(u8, pos)
     ok = f[K.F_OK] != 0
     if not ok.all():
@@ -138,10 +163,17 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
     if not keep.all():
         sel = np.flatnonzero(keep)
         f, pos, file_pos, crc_ok = f[:, sel], pos[sel], file_pos[sel], crc_ok[sel]
-    n = pos.size
-    if n == 0:
-        return empty_batch(), anomalies
-    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n), anomalies
+    return f, pos, file_pos, crc_ok, anomalies
+
+
+def batch_of(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, base: int, path: str, with_body: bool,
+             crc_ok: np.ndarray, f: Optional[np.ndarray] = None) -> pa.RecordBatch:
+    """The COMMITLOG rows of records that ``check_rows`` selected, at ``pos`` in ``u8`` (zero-padded);
+    ``f``: their field matrix when known."""
+    if pos.size == 0:
+        return empty_batch()
+    f = f if f is not None else K.fields(u8, pos)
+    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, pos.size)
 
 
 def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordBatch:
@@ -181,7 +213,7 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
     compression = pa.DictionaryArray.from_arrays(pa.array(comp_idx.astype(np.int8)),
                                                  _COMPRESSION_NAMES).cast(pa.string())
     body_at = f[K.F_BODY_AT]
-    body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE])[2] if with_body else pa.nulls(n, pa.binary())
+    body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE]) if with_body else pa.nulls(n, pa.binary())
     pmap = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
     tran_msg_s = prop(P.TRAN_MSG)
     i32 = np.int32
