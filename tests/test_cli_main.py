@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import time
-import zipfile
 
 import pytest
 
@@ -94,27 +93,9 @@ def test_help():
     assert p.returncode == 0 and "--store" in p.stdout and "--include-bodies" in p.stdout
 
 
-@pytest.mark.slow
-def test_audit_reaches_the_job_through_spark_submit(tmp_path):
-    """Full path: bootstrap, pre-check, py-files zip, log4j2 config, spark-submit, jobs/main.py, run_audit."""
-    out = tmp_path / "out"
-    p, _ = _submit("--master", "local[1]", "audit", "--store", STORE, "--out", str(out),
-                   "--as-of", "2024-05-01T00:00:00Z", "--conf", "spark.sql.shuffle.partitions=2", timeout=600)
-    if p.returncode == 1:       # while jobs.audit is the placeholder
-        # Spark's PythonRunner merges the driver script's stderr into spark-submit's stdout
-        ours = [line for line in (p.stdout + p.stderr).splitlines() if line.startswith("txaudit: ")]
-        assert ours == ["txaudit: error: audit failed: reconstruction not wired yet"], p.stdout + p.stderr
-    else:
-        assert p.returncode == 0, p.stderr
-    both = p.stdout + p.stderr
-    assert "Using Spark's default log4j profile" not in both          # conf/log4j2.properties was used
-    assert " INFO " not in both
-    with zipfile.ZipFile(os.path.join(ROOT, "build", "txaudit-pyfiles.zip")) as zf:
-        names = set(zf.namelist())
-    for mod in ("jobs/main.py", "jobs/delta_sink.py", "jobs/config.py", "schemas/core.py",
-                "txlog_io/errors.py"):
-        assert mod in names
-    assert not any("__pycache__" in n for n in names)
+# The full path of an audit (bootstrap, pre-check, py-files zip, log4j2 config, spark-submit, jobs/main.py,
+# run_audit) is tested by test_dledger_cli.test_spark_submit_audit_of_a_dledger_store_reports_its_transactions:
+# one JVM run for both (test_check_e2e, test_audit_e2e and test_crash_safety go through spark-submit, too).
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -4,8 +4,10 @@ The whole-job test runs ``./spark-submit.sh audit`` on the 5.3.3 fixture in its 
 that group with SIGKILL at points injected through ``TXAUDIT_KILL_AT`` (jobs.guard.kill_point): after a
 table in the middle of the write phase, and right after a rerun retracted its old ``audit_runs`` row.  After
 each kill every table under ``--out`` must load at its latest version, and ``audit_runs`` must not list the
-run unless the run completed.  (The ``before.audit_runs`` point is not exercised: three audits already take
-1.5-8 minutes depending on the machine's load.)  The commit protocol itself is killed at random moments
+run unless the run completed.  The completing rerun between the two kills runs in-process on the session's
+Spark, held at its first kill point while a second audit on the same ``--out`` is turned away (a third
+spark-submit cost ~30 s more).  (The ``before.audit_runs`` point is not exercised: each spark-submit audit
+takes 20-60 s depending on the machine's load.)  The commit protocol itself is killed at random moments
 without Spark (``delta_sink._commit_files`` in a loop in a child process).
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -84,7 +87,7 @@ def _assert_once(tables, run_row):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_kill_at_several_points_then_rerun_and_a_concurrent_run(tmp_path):
+def test_kill_at_several_points_then_rerun_and_a_concurrent_run(spark, tmp_path, monkeypatch):
     out = tmp_path / "out dir ü"        # a space and a non-ASCII letter on the way, too
 
     # 1: killed in the middle of the write phase (two tables written, the others not yet)
@@ -94,22 +97,53 @@ def test_kill_at_several_points_then_rerun_and_a_concurrent_run(tmp_path):
     assert {"transactions", "check_back_worklist"} <= set(t) and "audit_runs" not in t, (set(t), log[-2000:])
     assert guard.probe_lock(str(out)) is None           # the kernel dropped the dead run's lock
 
-    # 2: the same run id again, to completion; meanwhile a second audit on the same --out is turned away
-    p = _audit(out)
+    # 2: the same run id again, to completion; meanwhile a second audit on the same --out is turned away.
+    # This run is in-process on the session's Spark (steps 1 and 3 are the spark-submit path, and a JVM start
+    # costs more than the audit); it takes the lock as jobs.main does and is held at its first kill point
+    # (after the retraction, before any table is written) until the second audit has been refused.
+    from jobs import audit as audit_job
+    from jobs.main import parse_args
+
+    monkeypatch.delenv("TXAUDIT_KILL_AT", raising=False)
+    at_first_point, go_on, done = threading.Event(), threading.Event(), {}
+
+    def hold(name):
+        if not at_first_point.is_set():
+            done["held_at"] = name
+            at_first_point.set()
+            go_on.wait(600)
+
+    def complete_run():
+        try:
+            with guard.out_lock(str(out), RUN):
+                done["summary"] = audit_job.run_audit(spark, opts, print_summary=False)
+        except BaseException as e:      # noqa: BLE001 - reported by the main thread
+            done["error"] = e
+        finally:
+            at_first_point.set()
+
+    _, opts = parse_args(["audit", "--store", STORE, "--out", str(out), "--as-of", "2026-11-22T00:00:00Z",
+                          "--run-id", RUN])
+    monkeypatch.setattr(audit_job, "kill_point", hold)
     lock_file = out / guard.LOCK_NAME
-    deadline = time.monotonic() + 600
-    while guard.probe_lock(str(out)) is None and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert guard.probe_lock(str(out)) is not None, "the running audit does not hold the lock"
-    second = subprocess.run(["bash", SUBMIT, "audit", "--store", STORE, "--out", str(out),
-                             "--run-id", "other"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert second.returncode == 2, second.stderr
-    assert second.stderr.strip().startswith("txaudit: error: --out") and "in use by another txaudit run" in \
-        second.stderr and second.stderr.strip().count("\n") == 0, second.stderr
-    assert lock_file.read_text().startswith("pid ")
-    rc, log = _finish(p)
-    assert rc == 0, log[-3000:]
+    runner = threading.Thread(target=complete_run, daemon=True)
+    runner.start()
+    try:
+        assert at_first_point.wait(600) and "error" not in done, done.get("error")
+        assert done["held_at"] == "retracted"
+        assert guard.probe_lock(str(out)) is not None, "the running audit does not hold the lock"
+        second = subprocess.run(["bash", SUBMIT, "audit", "--store", STORE, "--out", str(out),
+                                 "--run-id", "other"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip().startswith("txaudit: error: --out") and "in use by another txaudit run" \
+            in second.stderr and second.stderr.strip().count("\n") == 0, second.stderr
+        assert lock_file.read_text().startswith("pid ")
+    finally:
+        go_on.set()
+        runner.join(600)
+    assert not runner.is_alive() and "error" not in done, done.get("error")
+    assert guard.probe_lock(str(out)) is None
     t = _tables(out)
     runs = _runs(t)
     assert [r["run_id"] for r in runs] == [RUN] and runs[0]["status"] == "COMPLETE"

@@ -1,5 +1,7 @@
 """DLedger stores at the user-facing commands: store detection before any JVM, and a whole audit through
-./spark-submit.sh of the real store-clean (issue 21: it used to report a silent "Transactions: 0")."""
+./spark-submit.sh of the real store-clean (issue 21: it used to report a silent "Transactions: 0").  That run
+is also the suite's test of the audit's full path through spark-submit (bootstrap, pre-check, py-files zip,
+log4j2 config, jobs/main.py, run_audit), once test_cli_main's own JVM run."""
 from __future__ import annotations
 
 import json
@@ -7,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 
 import deltalake
 import pytest
@@ -59,6 +62,15 @@ def test_spark_submit_audit_of_a_dledger_store_reports_its_transactions(tmp_path
     assert "profile 4.3-5.0" in both
     tx = deltalake.DeltaTable(str(out / "transactions")).to_pandas()
     assert len(tx) == 204 and set(tx["keys"]) == set(truth)
+    # the launcher's own wiring: conf/log4j2.properties was used, the job's code went as one clean zip
+    assert "Using Spark's default log4j profile" not in both
+    assert " INFO " not in both
+    with zipfile.ZipFile(os.path.join(ROOT, "build", "txaudit-pyfiles.zip")) as zf:
+        names = set(zf.namelist())
+    for mod in ("jobs/main.py", "jobs/delta_sink.py", "jobs/config.py", "schemas/core.py",
+                "txlog_io/errors.py"):
+        assert mod in names
+    assert not any("__pycache__" in n for n in names)
 
 
 def test_one_broker_name_for_several_stores_only_for_dledger_replicas(tmp_path):

@@ -10,9 +10,13 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html.parser
+import importlib.util
 import os
 import re
+import signal
 import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -281,27 +285,59 @@ def test_failing_report_does_not_fail_the_audit(tmp_path, capsys):
     assert err.startswith("txaudit: warning: report not written:") and err.count("\n") == 1
 
 
-@pytest.mark.slow
-def test_notebook_executes(tmp_path):
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
+_NOTEBOOK_RUNNER = """
+import sys
+import nbformat
+from nbclient import NotebookClient
+src, dst, cwd = sys.argv[1:4]
+nb = nbformat.read(src, as_version=4)
+try:
+    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": cwd}}).execute()
+finally:
+    nbformat.write(nb, dst)
+"""
 
+
+@pytest.fixture(scope="module", autouse=True)
+def notebook_process(request, tmp_path_factory):
+    """The walkthrough notebook runs in its own kernel (its own SparkSession): started in a child process
+    before the first test of the module when test_notebook_executes is selected, so that it runs while the
+    in-process audits do (as test_audit_e2e does with the demo); killed if never awaited."""
+    mine = [i for i in request.session.items if i.module is request.module]
+    if not any(i.name == "test_notebook_executes" for i in mine) or \
+            importlib.util.find_spec("nbclient") is None:
+        yield None
+        return
+    work = tmp_path_factory.mktemp("notebook")
     path = ROOT / "notebooks" / "txaudit-walkthrough.ipynb"
-    nb = nbformat.read(str(path), as_version=4)
+    executed = work / "executed.ipynb"
+    proc = subprocess.Popen([sys.executable, "-c", _NOTEBOOK_RUNNER, str(path), str(executed), str(path.parent)],
+                            env=dict(os.environ, TXAUDIT_NOTEBOOK_DIR=str(work)), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    t0 = time.monotonic()
+    yield {"proc": proc, "path": path, "executed": executed, "work": work, "t0": t0}
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+@pytest.mark.slow
+def test_notebook_executes(notebook_process):
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    nb = nbformat.read(str(notebook_process["path"]), as_version=4)
     assert all(not c.get("outputs") and c.get("execution_count") is None
                for c in nb.cells if c.cell_type == "code"), "store the notebook without outputs"
-    os.environ["TXAUDIT_NOTEBOOK_DIR"] = str(tmp_path)
-    try:
-        t0 = dt.datetime.now()
-        NotebookClient(nb, timeout=900, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-    finally:
-        os.environ.pop("TXAUDIT_NOTEBOOK_DIR", None)
-    print(f"notebook executed in {(dt.datetime.now() - t0).total_seconds():.1f} s")
+    proc = notebook_process["proc"]
+    log, _ = proc.communicate(timeout=1500)
+    print(f"notebook executed in {time.monotonic() - notebook_process['t0']:.1f} s (started at module start)")
+    assert proc.returncode == 0, log[-5000:]
+    nb = nbformat.read(str(notebook_process["executed"]), as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs)          # the plot was drawn
-    assert (tmp_path / "out" / "report" / "index.html").is_file()
+    assert (notebook_process["work"] / "out" / "report" / "index.html").is_file()
 
 
 def test_importing_the_report_keeps_the_callers_matplotlib_backend():
