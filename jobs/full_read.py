@@ -201,15 +201,47 @@ class _Sized:
     commitlog_bytes: int
 
 
+def findings_only_units(items: list) -> Dict[str, List[str]]:
+    """broker -> the consume-queue files of non-transaction topics among ``items``: decoded for their
+    findings only (no row of theirs reaches the reducer), so an incremental run may carry those findings."""
+    out: Dict[str, List[str]] = {}
+    for p in items:
+        if isinstance(p, UnitFiles):
+            for s in p.slices:
+                if s.kind == "consumequeue" and s.topic not in TX_SYSTEM_TOPICS:
+                    paths = out.setdefault(p.broker, [])
+                    if not paths or paths[-1] != s.path:
+                        paths.append(s.path)
+    return out
+
+
+def _skipping(items: list, skip: Dict[str, frozenset]) -> list:
+    """``items`` without the unit slices of the files in ``skip`` (broker -> paths)."""
+    out = []
+    for p in items:
+        if isinstance(p, UnitFiles) and skip.get(p.broker):
+            kept = tuple(s for s in p.slices if s.path not in skip[p.broker])
+            if kept:
+                out.append(UnitFiles(p.broker, kept))
+        else:
+            out.append(p)
+    return out
+
+
 def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
-               start: Optional[Dict[str, int]] = None) -> Optional[LocalRead]:
+               start: Optional[Dict[str, int]] = None, units=None) -> Optional[LocalRead]:
     """The one-job read of ``options.stores`` (an audit's ``AuditOptions``), or None when its rows exceed
-    ``max_rows`` (records + findings; see the module docstring).  ``start``: see :func:`plan_items`."""
+    ``max_rows`` (records + findings; see the module docstring).  ``start``: see :func:`plan_items`.
+    ``units`` (an incremental run's): ``units.seen(findings_only_units(items))`` is called before the job,
+    and the files in ``units.skip`` (broker -> paths) are not read (their findings are carried)."""
     from jobs.txreduce import OP_BODY_COLUMNS      # driver side only: the tasks need no reducer
 
     t0 = time.monotonic()
     sc = spark.sparkContext
     items, sources = plan_items(options, int(sc.defaultParallelism or 1), start)
+    if units is not None:
+        units.seen(findings_only_units(items))
+        items = _skipping(items, units.skip)
     got: List[tuple] = []
     if items:
         got = sc.parallelize(items, len(items)).mapPartitions(_ReadTask(sources, max_rows)).collect()

@@ -98,6 +98,10 @@ class Plan:
     carried: Dict[str, Optional[pa.Table]] = field(default_factory=dict)
     #: this run's own rows when it read through the one-job read (``read_local``): its state's new part
     fresh: Optional[object] = None          # a jobs.full_read.LocalRead
+    #: broker -> the previous state's ``unit_files_json`` (consume-queue files whose findings it carries)
+    prev_units: Dict[str, dict] = field(default_factory=dict)
+    #: this run's unit-file carry (:class:`UnitCarry`; the one-job read only)
+    units: Optional["UnitCarry"] = None
 
     @property
     def continuing(self) -> bool:
@@ -106,12 +110,46 @@ class Plan:
     def describe(self) -> dict:
         """The ``incremental`` entry of ``audit_runs.config_json``."""
         return {"continued": self.continuing, "previous_run": self.previous_run, "fallback": self.reason,
-                "detail": self.detail, "read_from": dict(self.read_from), "state_written": self.state_written}
+                "detail": self.detail, "read_from": dict(self.read_from), "state_written": self.state_written,
+                "units_carried": {b: len(p) for b, p in (self.units.skip if self.units else {}).items()}}
 
 
 def _fallback(plan: Plan, reason: str, detail: str) -> Plan:
     plan.reason, plan.detail, plan.read_from, plan.carried_files = reason, detail, {}, {}
+    plan.prev_units = {}
     return plan
+
+
+class UnitCarry:
+    """Which consume-queue files of non-transaction topics the one-job read skips, their findings carried.
+
+    Such a file's findings depend on its own bytes only: ``decode_consumequeue`` checks each unit's values,
+    the unit before a slice (same file) and the file's size; its rows are never the reducer's (only the
+    half / op / discard queues' are, and those are always decoded again).  What looks across files -- unit
+    chains, gaps and overlaps between neighbours, the store listing -- is the store task's
+    (``datasources.store_anomalies``), which every run does again; a file retention deleted has no print
+    now and is not carried.  A file is skipped when its print (size, mtime_ns, sha256 of its first and last
+    64 KiB) equals the one the previous state recorded: the broker writes units through a mapping, which sets
+    mtime.  Prints are taken BEFORE the read, so a file written during it differs next time."""
+
+    def __init__(self, previous: Dict[str, dict]):
+        self.previous = previous
+        self.skip: Dict[str, frozenset] = {}
+        self.prints: Dict[str, dict] = {}
+
+    def seen(self, files: Dict[str, List[str]]) -> None:
+        from txlog_io.fingerprint import file_print
+
+        for broker, paths in files.items():
+            prints, prev = {}, self.previous.get(broker, {})
+            for path in paths:
+                try:
+                    fp = file_print("", path)
+                except OSError:       # gone since the listing: decoded (and reported) as the read finds it
+                    continue
+                prints[path] = [fp.size, fp.mtime_ns, fp.edge_sha256]
+            self.prints[broker] = prints
+            self.skip[broker] = frozenset(p for p, fp in prints.items() if prev.get(p) == fp)
 
 
 def _commitlog_end(store) -> int:
@@ -217,6 +255,7 @@ def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
         return STORE_REWRITTEN, f"{b}: CommitLog file {h['resume_file']} holding the resume offset is gone " \
                                 f"while older files remain"
     read_from = max(resume, first)
+    plan.prev_units[b] = json.loads(h["unit_files_json"] or "{}")
     plan.read_from[b] = read_from
     plan.carried_files[b] = [(p, base, read_from - base) for p, base, _ in store.commitlog_files
                              if base < read_from]
@@ -251,8 +290,11 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
     from jobs.full_read import LocalRead, read_local as one_job_read
 
     plan.carried, plan.fresh = {}, None
-    read = one_job_read(spark, options, max_rows, timings, start=plan.read_from if plan.continuing else None)
-    if read is None:
+    plan.units = UnitCarry(plan.prev_units if plan.continuing else {})
+    read = one_job_read(spark, options, max_rows, timings, start=plan.read_from if plan.continuing else None,
+                        units=plan.units)
+    if read is None:        # the DataFrame plan reads every unit file again: nothing of theirs is carried
+        plan.units = None
         return None
     if not plan.continuing:
         plan.fresh = read
@@ -262,7 +304,7 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
         return LocalRead(**dict(vars(read), anomalies=pa.concat_tables([read.anomalies, fallback])))
     c = _load_carried(plan, options)
     if read.rows + c["records"].num_rows + c["findings"].num_rows > max_rows:
-        plan.carried = {}
+        plan.carried, plan.units = {}, None
         return None
     plan.carried, plan.fresh = c, read
     # carried first: the rows in a full audit's order (the CommitLog below the resume offset comes first)
@@ -396,7 +438,7 @@ def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
     if not _state_files(plan.out, table, plan.previous_run):
         return schema.empty_table()
     t = _read_state(plan.out, table, plan.previous_run)
-    keep = pa.array([False] * t.num_rows)
+    keep = pa.array([False] * t.num_rows, pa.bool_())
     for broker, kept in plan.carried_files.items():
         mine = pc.equal(t.column("broker"), broker)
         for path, base, limit in kept:
@@ -411,6 +453,11 @@ def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
             keep = pc.or_(keep, pc.and_(mine, hit))
     if offset_col is None:
         keep = pc.and_(keep, pc.equal(t.column("source"), "commitlog"))
+        for broker, paths in (plan.units.skip if plan.units is not None else {}).items():
+            if paths:       # the consume-queue files the read skipped (UnitCarry)
+                keep = pc.or_(keep, pc.and_(
+                    pc.and_(pc.equal(t.column("broker"), broker), pc.equal(t.column("source"), "consumequeue")),
+                    pc.is_in(t.column("file"), value_set=pa.array(sorted(paths), pa.string()))))
     return t.filter(pc.fill_null(keep, False))
 
 
@@ -453,7 +500,8 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
         # one collect per table), counted and written by the driver -- no Spark write jobs (those cost more
         # than the whole incremental read on a small store)
         if fresh is not None:
-            new = {"records": fresh.commitlog, "findings": fresh.scan_findings, "op_bodies": fresh.op_bodies}
+            new = {"records": fresh.commitlog, "findings": _with_unit_findings(fresh, plan.units),
+                   "op_bodies": fresh.op_bodies}
         else:
             new = {key: (_spark_conformed(df, t).toArrow() if df is not None else None)
                    for df, t, key in ((records, STATE_RECORDS, "records"),
@@ -484,8 +532,9 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
             F.max("physical_offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
         n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
             F.count(F.lit(1)).alias("n")).collect()}
-    headers = [_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash)
-               for s in layout_info]
+    units = plan.units.prints if fresh is not None and plan.units is not None else {}
+    headers = [_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash,
+                       units.get(s.broker, {})) for s in layout_info]
     outs = []
     parts = ["run_date"]
     header_table = pa.Table.from_pylist(headers, schema=AUDIT_STATE.arrow_schema())
@@ -517,7 +566,26 @@ def _with_carried(new: pa.Table, table, carried: Optional[pa.Table]) -> pa.Table
     return new if carried is None or not carried.num_rows else pa.concat_tables([carried, new])
 
 
-def _header(store, last_and_n, n_findings: int, split: int, digest: str) -> dict:
+def _with_unit_findings(fresh, units: Optional[UnitCarry]) -> pa.Table:
+    """The one-job read's CommitLog findings + the consume-queue findings of the files ``units`` printed
+    (those decoded now; the skipped ones' come with the carried findings)."""
+    import pyarrow.compute as pc
+
+    scan = fresh.scan_findings
+    if units is None or not any(units.prints.values()):
+        return scan
+    a = fresh.anomalies
+    keep = pa.array([False] * a.num_rows, pa.bool_())
+    for broker, prints in units.prints.items():
+        if prints:
+            keep = pc.or_(keep, pc.and_(
+                pc.and_(pc.equal(a.column("broker"), broker), pc.equal(a.column("source"), "consumequeue")),
+                pc.is_in(a.column("file"), value_set=pa.array(sorted(prints), pa.string()))))
+    found = a.filter(pc.fill_null(keep, False))
+    return pa.concat_tables([scan, _conform(found, STATE_FINDINGS.arrow_schema())])
+
+
+def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_prints: dict) -> dict:
     """The audit_state row of one broker: resume at the cell of its newest relevant record."""
     from txlog_io.fingerprint import file_print
 
@@ -538,7 +606,8 @@ def _header(store, last_and_n, n_findings: int, split: int, digest: str) -> dict
             "resume_prefix_sha256": (_prefix_sha(holder[0], resume - holder[1]) if holder
                                      else _prefix_sha("", 0)),
             "below_files_json": json.dumps(below, sort_keys=True),
-            "commitlog_end": int(_commitlog_end(store)), "records": int(n), "findings": int(n_findings)}
+            "commitlog_end": int(_commitlog_end(store)), "records": int(n), "findings": int(n_findings),
+            "unit_files_json": json.dumps(unit_prints, sort_keys=True)}
 
 
 def retire_previous(plan: Plan) -> None:

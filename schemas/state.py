@@ -7,7 +7,8 @@ needs to continue from this run instead of re-reading the whole CommitLog.
 ``audit_state_records``        the transaction-relevant CommitLog records the run read (COMMITLOG_SOURCE rows,
                                the columns the reducer reads: schemas.recon.RECON_INPUT's)
 ``audit_state_findings``       the CommitLog decoder findings of the run's scan (ANOMALIES_SOURCE rows + the
-                               start of the cell whose decoding gave each)
+                               start of the cell whose decoding gave each) and the consume-queue decoder
+                               findings of the files in ``unit_files_json`` (no cell)
 ``audit_state_op_bodies``      the op message bodies fetched for the run's op records (the reducer's
                                ``op_bodies`` input; absent rows when the run copied every body)
 
@@ -25,7 +26,8 @@ from schemas.store import COMMITLOG
 
 #: bumped whenever what is carried or how it is checked changes: an older state falls back to a full audit.
 #: 2: records narrowed to the reducer's columns, findings with their cell, op bodies as bytes
-STATE_FORMAT_VERSION = 2
+#: 3: findings of unchanged consume-queue files of non-transaction topics carried (``unit_files_json``)
+STATE_FORMAT_VERSION = 3
 
 _str, _i32, _i64 = pa.string(), pa.int32(), pa.int64()
 
@@ -46,6 +48,10 @@ AUDIT_STATE = Table.of("audit_state", [
       "JSON {relative path: [base offset, size, edge sha256]} of the CommitLog files wholly below "
       "resume_offset (txlog_io.fingerprint edges): a rewritten file falls back to a full audit"),
     C("commitlog_end", _i64, False, "end offset of the newest CommitLog file the run saw"),
+    C("unit_files_json", _str, True,
+      "JSON {path: [size, mtime_ns, edge sha256]} of the consume-queue files of non-transaction topics whose "
+      "decoder findings audit_state_findings carries (taken before the read): the next run decodes again "
+      "only those whose print differs"),
     C("records", _i64, False, "rows carried in audit_state_records"),
     C("findings", _i64, False, "rows carried in audit_state_findings"),
 ], "Incremental audit state: one row per broker", partition_by=("broker",))

@@ -286,3 +286,76 @@ def test_check_passes_incremental_through(tmp_path, small_store):
     assert not opts.incremental
     with pytest.raises(UsageError, match="--incremental: only with --store"):
         parse_args(["check", "--out", str(out), "--incremental"])
+
+
+def _old_unit_file(first: Path, last: Path) -> str:
+    """A consume-queue file of a non-transaction topic, not the newest of its queue, with the same bytes in
+    the ``first`` and ``last`` store states (relative path)."""
+    from jobs.txparams import TX_SYSTEM_TOPICS
+
+    for path in sorted((last / "consumequeue").rglob("*")):
+        rel = path.relative_to(last)
+        if (path.is_file() and rel.parts[1] not in TX_SYSTEM_TOPICS and (first / rel).is_file()
+                and path != max(path.parent.iterdir()) and path.read_bytes() == (first / rel).read_bytes()):
+            return str(rel)
+    raise AssertionError("no unchanged old consume-queue file")
+
+
+def _bad_unit(path: Path, unit: int) -> None:
+    """Unit ``unit`` of a consume-queue file given impossible values (a BAD_CQ_ENTRY finding)."""
+    import struct
+
+    with open(path, "r+b") as f:
+        f.seek(unit * 20)
+        f.write(struct.pack(">qiq", -7, -1, 0))
+
+
+def _equal_to_full(spark, tmp_path, out, live, run_id, conf, name):
+    _audit(spark, tmp_path / name, [("b1", live)], "full", conf)
+    for table in COMPARED:
+        got, want = _rows(out, table, run_id), _rows(tmp_path / name, table, "full")
+        assert got == want, f"{table}: incremental {len(got)} rows vs full {len(want)}"
+    return _rows(out, "audit_anomalies", run_id)
+
+
+def test_unchanged_unit_file_carries_its_findings(spark, tmp_path):
+    """An old consume-queue file of a non-transaction topic that did not change since the previous run is not
+    decoded again: its finding comes from the state, run after run; once the file is modified it is decoded
+    again (its new finding seen), once deleted its findings are gone -- each time equal to a full audit."""
+    from refbroker.generate import generate
+
+    gen = generate("5.1+", "clean", 40, 7, tmp_path / "gen", snapshot_every=10, cq_file_units=4)
+    snaps = sorted((tmp_path / "gen" / "snapshots").iterdir())
+    states = [s / "store" for s in snaps] + [gen.store_dir]
+    rel = _old_unit_file(states[0], states[-1])
+    conf, out, live = _conf(tmp_path), tmp_path / "out", tmp_path / "live" / "b1"
+    keep = tmp_path / "bad-unit"
+    _sync(states[0], live)
+    _bad_unit(live / rel, 1)
+    shutil.copy2(live / rel, keep)               # the file as the first run saw it (bytes and mtime)
+
+    def bad_units(run_id):
+        return {r["position"] for r in _rows(out, "audit_anomalies", run_id)
+                if r["code"] == "BAD_CQ_ENTRY" and r["file"] == str(live / rel)}
+
+    _audit(spark, out, [("b1", live)], "s0", conf, "--incremental")
+    assert bad_units("s0") == {20}
+    for k, state in enumerate(states[1:], 1):
+        _sync(state, live)
+        shutil.copy2(keep, live / rel)           # unchanged since the previous run
+        s = _audit(spark, out, [("b1", live)], f"s{k}", conf, "--incremental")
+        assert s.extra["incremental"]["continued"] and s.extra["incremental"]["units_carried"]["b1"] >= 1
+        assert bad_units(f"s{k}") == {20}
+    last = len(states) - 1
+    _equal_to_full(spark, tmp_path, out, live, f"s{last}", conf, "full1")
+    # modified: decoded again (and printed anew)
+    _bad_unit(live / rel, 2)
+    _audit(spark, out, [("b1", live)], "m", conf, "--incremental")
+    assert bad_units("m") == {20, 40}
+    _equal_to_full(spark, tmp_path, out, live, "m", conf, "full2")
+    # deleted: nothing of it is carried
+    os.remove(live / rel)
+    s = _audit(spark, out, [("b1", live)], "d", conf, "--incremental")
+    assert s.extra["incremental"]["continued"]
+    assert bad_units("d") == set()
+    _equal_to_full(spark, tmp_path, out, live, "d", conf, "full3")
