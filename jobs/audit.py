@@ -226,9 +226,10 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
 
 
 def _local_read_applies(options) -> bool:
-    """Full mode, not incremental (that carries DataFrames), no bodies (the ``message_bodies`` join reads the
-    records frame), distinct brokers (DLedger replicas of one group are collapsed by the DataFrame plan)."""
-    return (options.mode == "full" and not getattr(options, "incremental", False)
+    """Full or indexed mode, not incremental (that carries DataFrames), no bodies (the ``message_bodies`` join
+    reads the records frame), distinct brokers (DLedger replicas of one group are collapsed by the DataFrame
+    plan)."""
+    return (options.mode in ("full", "indexed") and not getattr(options, "incremental", False)
             and not options.include_bodies and len(set(options.brokers)) == len(options.brokers))
 
 
@@ -240,6 +241,8 @@ def _read_local(spark, options, incremental, phases: Dict[str, float]):
     from jobs.full_read import read_local
     from jobs.reconstruct import LOCAL_MAX_ROWS
 
+    if options.mode == "indexed":       # the same shape for indexed mode (jobs/indexed_read.py)
+        from jobs.indexed_read import read_indexed_local as read_local
     with _phase(phases, "read.records"):
         return read_local(spark, options, LOCAL_MAX_ROWS, phases)
 
