@@ -227,11 +227,13 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
 
 
 def _local_read_applies(options) -> bool:
-    """Full mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers (DLedger
-    replicas of one group are collapsed by the DataFrame plan).  Incremental runs too (from the resume
-    offset, the carried rows merged: jobs.incremental.read_local)."""
-    return (options.mode == "full" and not options.include_bodies
-            and len(set(options.brokers)) == len(options.brokers))
+    """Full or indexed mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers
+    (DLedger replicas of one group are collapsed by the DataFrame plan).  Incremental runs in full mode too
+    (from the resume offset, the carried rows merged: jobs.incremental.read_local); an indexed incremental
+    run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
+    incremental = getattr(options, "incremental", False)
+    return (not options.include_bodies and len(set(options.brokers)) == len(options.brokers)
+            and (options.mode == "full" or (options.mode == "indexed" and not incremental)))
 
 
 def _read_local(spark, options, incremental, phases: Dict[str, float]):
@@ -248,6 +250,10 @@ def _read_local(spark, options, incremental, phases: Dict[str, float]):
             from jobs.incremental import read_local as read_incremental
 
             return read_incremental(spark, incremental, options, LOCAL_MAX_ROWS, phases)
+        if options.mode == "indexed":       # the same shape for indexed mode (jobs/indexed_read.py)
+            from jobs.indexed_read import read_indexed_local
+
+            return read_indexed_local(spark, options, LOCAL_MAX_ROWS, phases)
         return read_local(spark, options, LOCAL_MAX_ROWS, phases)
 
 

@@ -131,36 +131,43 @@ def _store(p: StoreFiles, sources: frozenset, out: Dict[str, list]) -> None:
         out["anomalies"].append(anomalies_batch(p.broker, found, "store", p.root))
 
 
-class _ReadTask:
+class ReadTask:
     """mapPartitions body: partitions (work items) -> ``(kind, Arrow IPC stream)`` pairs, or one
-    ``(overflow, rows)`` pair when the task read more than ``max_rows`` records + findings."""
+    ``(overflow, rows)`` pair when the task read more than ``max_rows`` records + findings.  Indexed mode's
+    read (jobs/indexed_read.py) extends ``kinds`` / ``counted`` and :meth:`read` with its own work items."""
+
+    kinds: Dict[str, pa.Schema] = KINDS
+    counted = ("commitlog", "scan_findings", "anomalies")
 
     def __init__(self, sources: frozenset, max_rows: int):
         self.sources = sources
         self.max_rows = max_rows
 
+    def read(self, part, out: Dict[str, list]) -> None:
+        if isinstance(part, (CommitLogCells, CommitLogRange)):
+            _cells(part, out)
+        elif isinstance(part, UnitFiles):
+            _units(part, out)
+        elif isinstance(part, StoreFiles):
+            _store(part, self.sources, out)
+
     def __call__(self, items: Iterator[tuple]) -> Iterator[tuple]:
         from txlog_io.readstats import flush
 
-        out: Dict[str, list] = {k: [] for k in KINDS}
+        out: Dict[str, list] = {k: [] for k in self.kinds}
         try:
             for part in items:
-                if isinstance(part, (CommitLogCells, CommitLogRange)):
-                    _cells(part, out)
-                elif isinstance(part, UnitFiles):
-                    _units(part, out)
-                elif isinstance(part, StoreFiles):
-                    _store(part, self.sources, out)
+                self.read(part, out)
         finally:
             flush()
-        n = sum(b.num_rows for k in ("commitlog", "scan_findings", "anomalies") for b in out[k])
+        n = sum(b.num_rows for k in self.counted for b in out[k])
         if n > self.max_rows:
             yield _OVERFLOW, n
             return
         for kind, batches in out.items():
             if batches:
                 sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, KINDS[kind]) as w:
+                with pa.ipc.new_stream(sink, self.kinds[kind]) as w:
                     for b in batches:
                         w.write_batch(b)
                 yield kind, sink.getvalue().to_pybytes()
@@ -244,7 +251,7 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
         items = _skipping(items, units.skip)
     got: List[tuple] = []
     if items:
-        got = sc.parallelize(items, len(items)).mapPartitions(_ReadTask(sources, max_rows)).collect()
+        got = sc.parallelize(items, len(items)).mapPartitions(ReadTask(sources, max_rows)).collect()
     t1 = time.monotonic()
     if any(kind == _OVERFLOW for kind, _ in got):
         return None
@@ -287,4 +294,4 @@ def reduce_local(read: LocalRead, layout_info, params, override, timings: Option
     return outs
 
 
-__all__ = ["LocalRead", "read_local", "reduce_local", "plan_items"]
+__all__ = ["LocalRead", "ReadTask", "read_local", "reduce_local", "plan_items"]

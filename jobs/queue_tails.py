@@ -24,6 +24,12 @@ from txlog_io.errors import AnomalyKind
 GAP_QUEUE_IDLE_TAIL = "QUEUE_IDLE_TAIL"   # after a transaction queue's last unit, before the dispatch point
 
 
+IDLE_DETAIL = ("%s: %s; %d records of this queue at CommitLog offsets %d..%d have no unit (its tail was "
+               "lost: zeroed or cut); indexed mode scanned CommitLog [%d, %d) for transaction records")
+IDLE_EXPECTED = "a unit for every record of the queue"
+IDLE_ACTUAL = "%d records without a unit"
+
+
 def split_idle_tails(gap_rows: Sequence[tuple]) -> Tuple[List[tuple], List[tuple]]:
     """(gap rows to scan, the per-queue idle-tail rows): idle tails merged into one row per broker."""
     idle = [r for r in gap_rows if r[3] == GAP_QUEUE_IDLE_TAIL]
@@ -45,15 +51,8 @@ def only_queue_records(scanned, gap_rows: Sequence[tuple], topics: Sequence[str]
     from pyspark.sql import functions as F
 
     c = F.col
-    others = [(r[0], r[1], r[2]) for r in gap_rows if r[3] != GAP_QUEUE_IDLE_TAIL and r[3] not in unlisted]
     inside = None
-    for broker, lo, hi, reason, *_ in gap_rows:
-        if reason != GAP_QUEUE_IDLE_TAIL:
-            continue
-        pieces = [(lo, hi)]
-        for other, o_lo, o_hi in others:
-            if other == broker:
-                pieces = [p for a, z in pieces for p in ((a, min(z, o_lo)), (max(a, o_hi), z)) if p[0] < p[1]]
+    for broker, pieces in idle_ranges(gap_rows, unlisted).items():
         for a, z in pieces:
             cond = (c("broker") == broker) & (c("physical_offset") >= a) & (c("physical_offset") < z)
             inside = cond if inside is None else inside | cond
@@ -82,13 +81,46 @@ def idle_tail_findings(spark, scanned, idle: Sequence[tuple]):
     return per_queue.select(
         "broker", F.lit(AnomalyKind.INDEX_INCOMPLETE).alias("kind"), c("g_file").alias("file"),
         F.lit(0).cast("long").alias("position"),
-        F.format_string("%s: %s; %d records of this queue at CommitLog offsets %d..%d have no unit (its tail "
-                        "was lost: zeroed or cut); indexed mode scanned CommitLog [%d, %d) for transaction "
-                        "records", F.lit(GAP_QUEUE_IDLE_TAIL), "g_detail", "n", "first", "last", "g_start",
+        F.format_string(IDLE_DETAIL, F.lit(GAP_QUEUE_IDLE_TAIL), "g_detail", "n", "first", "last", "g_start",
                         "g_end").alias("detail"),
-        F.lit("a unit for every record of the queue").alias("expected"),
-        F.format_string("%d records without a unit", "n").alias("actual"), F.lit("index").alias("source"),
+        F.lit(IDLE_EXPECTED).alias("expected"),
+        F.format_string(IDLE_ACTUAL, "n").alias("actual"), F.lit("index").alias("source"),
         c("first").alias("physical_offset"), F.lit(None).cast("long").alias("length"))
 
 
-__all__ = ["GAP_QUEUE_IDLE_TAIL", "split_idle_tails", "only_queue_records", "idle_tail_findings"]
+def idle_tail_anomalies(records, idle: Sequence[tuple]) -> list:
+    """:func:`idle_tail_findings` on the driver: (broker, Anomaly) per idle queue whose range holds records of
+    that queue.  ``records``: (broker, topic, queue_id, physical_offset) tuples of the scanned records."""
+    from txlog_io.errors import Anomaly
+
+    out = []
+    for b, start, end, _r, q, detail, qd in idle:
+        topic, qid = q.rsplit("/", 1)[0], int(q.rsplit("/", 1)[1])
+        hits = [off for rb, t, i, off in records
+                if rb == b and t == topic and i == qid and start <= off < end]
+        if hits:
+            out.append((b, Anomaly(AnomalyKind.INDEX_INCOMPLETE, os.path.join(qd, q), 0,
+                                   IDLE_DETAIL % (GAP_QUEUE_IDLE_TAIL, detail, len(hits), min(hits),
+                                                  max(hits), start, end),
+                                   IDLE_EXPECTED, IDLE_ACTUAL % len(hits), "index", min(hits))))
+    return out
+
+
+def idle_ranges(gap_rows: Sequence[tuple], unlisted=()) -> dict:
+    """broker -> the (lo, hi) pieces of its idle-tail ranges no other gap of ``gap_rows`` covers (the ranges
+    where :func:`only_queue_records` keeps only the transaction system topics' records)."""
+    others = [(r[0], r[1], r[2]) for r in gap_rows if r[3] != GAP_QUEUE_IDLE_TAIL and r[3] not in unlisted]
+    out: dict = {}
+    for broker, lo, hi, reason, *_ in gap_rows:
+        if reason != GAP_QUEUE_IDLE_TAIL:
+            continue
+        pieces = [(lo, hi)]
+        for other, o_lo, o_hi in others:
+            if other == broker:
+                pieces = [p for a, z in pieces for p in ((a, min(z, o_lo)), (max(a, o_hi), z)) if p[0] < p[1]]
+        out.setdefault(broker, []).extend(pieces)
+    return out
+
+
+__all__ = ["GAP_QUEUE_IDLE_TAIL", "split_idle_tails", "only_queue_records", "idle_tail_findings",
+           "idle_tail_anomalies", "idle_ranges"]

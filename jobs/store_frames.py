@@ -284,18 +284,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
                                  plan=plan)
         decoders = read(ANOMALIES_FORMAT, sources=SIDE_SOURCES)
-        # what the indexes cannot reach is scanned, not silently missed: the gaps of the indexed stores
-        # (lost / rebuilt / lagging / zeroed-tail queues), located on the driver (jobs.indexed_plan: a few
-        # rows per store) so the scan and the findings share them, and the whole CommitLog of a store
-        # without any index
-        gap_rows, idle_tails = split_idle_tails(list(plan.gaps))
-        gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
-        gap_rows += [row for s in indexed for row in index_file_gaps(s)]
-        # a file cut right after a record (TRUNCATED_FILE) is seen only by walking to its end: every file's last
-        # 64 KiB is scanned, so indexed mode reports it (and flags what it touches) like full mode
-        gap_rows += [(s.broker, max(base, base + size - FILE_END_BYTES), base + size, GAP_FILE_END, None,
-                      "the end of every CommitLog file", os.path.join(s.root, "commitlog"))
-                     for s in indexed for _, base, size in s.commitlog_files]
+        gap_rows, idle_tails = indexed_gap_rows(plan, indexed, unindexed)
         if gap_rows:
             gaps = spark.createDataFrame(gap_rows, GAPS_SCHEMA)
             scanned_stores = indexed + unindexed
@@ -398,7 +387,7 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
     """
     from pyspark.sql import functions as F
 
-    local = None if plan is None else driver_positions(plan, info, _keyed_only)
+    local = None if plan is None else driver_positions(plan, info, keyed_only)
     if local is not None:       # worked out on the driver: one narrow fetch pass, no join, no shuffle
         return fetch_scan_local(spark, local, info, opts)
     key = ["broker", "commitlog_offset"]
@@ -439,7 +428,7 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
     return fetch_scan(spark, positions, info, opts)
 
 
-def _keyed_only(store: StoreInfo) -> bool:
+def keyed_only(store: StoreInfo) -> bool:
     """A store whose transaction records the driver can find alone: IndexFiles, no 3.x files to probe."""
     return uses_index_files(store) and not store.statetable_files and not store.redolog_files
 
@@ -448,6 +437,20 @@ def fetch_scan_local(spark, positions: pa.Table, info: Sequence[StoreInfo], opts
     """:func:`fetch_scan` of positions the driver holds (broker, commitlog_offset, only_tx): each located in
     its CommitLog file and de-duplicated here, sorted, and handed to the executors as contiguous slices of a
     parallelized list (one narrow stage)."""
+    rows = located_positions(positions, info)
+    n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // int(opts.split_bytes)))
+    n = max(1, min(len(rows), n_parts, 4 * spark.sparkContext.defaultParallelism))
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
+                                  "broker string, commitlog_offset bigint, only_tx boolean, path string, "
+                                  "base_offset bigint")
+    fn = _FetchAt(with_body=opts.include_bodies, emit="scan", commitlog_dirs=_commitlog_dirs(info))
+    return frame.mapInArrow(fn, SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
+
+
+def located_positions(positions: pa.Table, info: Sequence[StoreInfo]) -> list:
+    """(broker, commitlog_offset, only_tx, path, base_offset) per distinct position of ``positions`` (broker,
+    commitlog_offset, only_tx), sorted by (broker, path, offset); path and base None when no CommitLog file
+    holds it.  A position listed several times is ``only_tx`` only if every listing says so."""
     import bisect
 
     files = {s.broker: s.commitlog_files for s in info}
@@ -463,13 +466,7 @@ def fetch_scan_local(spark, positions: pa.Table, info: Sequence[StoreInfo], opts
         path, base = (fl[i][0], fl[i][1]) if i >= 0 and off < fl[i][1] + fl[i][2] else (None, None)
         rows.append((b, int(off), only, path, base))
     rows.sort(key=lambda r: (r[0], r[3] or "", r[1]))
-    n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // int(opts.split_bytes)))
-    n = max(1, min(len(rows), n_parts, 4 * spark.sparkContext.defaultParallelism))
-    frame = spark.createDataFrame(spark.sparkContext.parallelize(rows, n),
-                                  "broker string, commitlog_offset bigint, only_tx boolean, path string, "
-                                  "base_offset bigint")
-    fn = _FetchAt(with_body=opts.include_bodies, emit="scan", commitlog_dirs=_commitlog_dirs(info))
-    return frame.mapInArrow(fn, SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
+    return rows
 
 
 #: why indexed mode scans a CommitLog range (INDEX_INCOMPLETE findings name the reason); the queue gaps
@@ -542,11 +539,46 @@ def index_file_gaps(store: StoreInfo) -> list:
     return rows
 
 
+def indexed_gap_rows(plan: IndexedPlan, indexed: Sequence[StoreInfo],
+                     unindexed: Sequence[StoreInfo]) -> tuple:
+    """(GAPS_SCHEMA rows to scan, the per-queue idle-tail rows) of an indexed read.
+
+    What the indexes cannot reach is scanned, not silently missed: the gaps of the indexed stores (lost /
+    rebuilt / lagging / zeroed-tail queues), located on the driver (jobs.indexed_plan: a few rows per store)
+    so the scan and the findings share them, the ranges no usable IndexFile covers, and the whole CommitLog of
+    a store without any index."""
+    gap_rows, idle_tails = split_idle_tails(list(plan.gaps))
+    gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
+    gap_rows += [row for s in indexed for row in index_file_gaps(s)]
+    # a file cut right after a record (TRUNCATED_FILE) is seen only by walking to its end: every file's last
+    # 64 KiB is scanned, so indexed mode reports it (and flags what it touches) like full mode
+    gap_rows += [(s.broker, max(base, base + size - FILE_END_BYTES), base + size, GAP_FILE_END, None,
+                  "the end of every CommitLog file", os.path.join(s.root, "commitlog"))
+                 for s in indexed for _, base, size in s.commitlog_files]
+    return gap_rows, idle_tails
+
+
 def _whole_commitlog_gap(store: StoreInfo) -> tuple:
     """The gap row (GAPS_SCHEMA) of a store without a transaction index: its whole CommitLog."""
     _, last_base, last_size = store.commitlog_files[-1]
     return (store.broker, store.commitlog_files[0][1], last_base + last_size, GAP_NO_INDEX, None,
             "no half-queue consume queue, statetable or redolog", os.path.join(store.root, "consumequeue"))
+
+
+GAP_DETAIL = "%s: %s; indexed mode scanned CommitLog [%d, %d) for transaction records"
+GAP_EXPECTED = "an index of every retained record of the queue"
+
+
+def gap_anomalies(gap_rows: Sequence[tuple]) -> list:
+    """:func:`gap_findings` on the driver: (broker, Anomaly) per gap row (GAPS_SCHEMA) that is damage."""
+    out = []
+    for broker, start, end, reason, queue, detail, queue_dir in gap_rows:
+        if reason not in ORDINARY_GAPS:     # concat_ws("/", queue_dir, queue): nulls left out
+            name = "/".join(p for p in (queue_dir, queue) if p is not None)
+            out.append((broker, Anomaly(AnomalyKind.INDEX_INCOMPLETE, name, 0,
+                                        GAP_DETAIL % (reason, detail, start, end), GAP_EXPECTED, reason,
+                                        "index", start)))
+    return out
 
 
 def gap_findings(gaps):
@@ -557,9 +589,8 @@ def gap_findings(gaps):
     return gaps.where(~c("reason").isin(*ORDINARY_GAPS)).select(
         "broker", F.lit(AnomalyKind.INDEX_INCOMPLETE).alias("kind"),
         F.concat_ws("/", "queue_dir", "queue").alias("file"), F.lit(0).cast("long").alias("position"),
-        F.format_string("%s: %s; indexed mode scanned CommitLog [%d, %d) for transaction records", "reason",
-                        "detail", "start", "end").alias("detail"),
-        F.lit("an index of every retained record of the queue").alias("expected"),
+        F.format_string(GAP_DETAIL, "reason", "detail", "start", "end").alias("detail"),
+        F.lit(GAP_EXPECTED).alias("expected"),
         c("reason").alias("actual"), F.lit("index").alias("source"),
         c("start").alias("physical_offset"), F.lit(None).cast("long").alias("length"))
 
@@ -574,6 +605,17 @@ def scan_cells(spark, gap_rows: Sequence[tuple], info: Sequence[StoreInfo], opts
     The pieces are cut on the driver (a few rows per gap: no join, no shuffle) and handed to the executors as
     contiguous slices of a parallelized list, so the scan is one narrow stage."""
     split = int(opts.split_bytes)
+    cells = gap_cells(gap_rows, info, split)
+    n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // split))
+    n = max(1, min(len(cells), n_parts, 4 * spark.sparkContext.defaultParallelism))
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(cells, n),
+                                  "broker string, path string, base_offset bigint, start bigint, end bigint")
+    return frame.mapInArrow(_ScanCells(opts.include_bodies), SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
+
+
+def gap_cells(gap_rows: Sequence[tuple], info: Sequence[StoreInfo], split: int) -> list:
+    """Sorted (broker, path, base_offset, start, end) pieces of the merged gap ranges, cut at file and
+    ``split`` boundaries (file positions)."""
     files: dict = {}
     for s in info:
         files.setdefault(s.broker, []).extend(s.commitlog_files)
@@ -585,11 +627,7 @@ def scan_cells(spark, gap_rows: Sequence[tuple], info: Sequence[StoreInfo], opts
             lo, hi = max(g_start, base) - base, min(g_end, base + size) - base        # file positions
             for cell in range(lo // split, (hi - 1) // split + 1):
                 cells.add((broker, path, int(base), max(lo, cell * split), min(hi, (cell + 1) * split)))
-    n_parts = max(1, -(-sum(s.commitlog_bytes for s in info) // split))
-    n = max(1, min(len(cells), n_parts, 4 * spark.sparkContext.defaultParallelism))
-    frame = spark.createDataFrame(spark.sparkContext.parallelize(sorted(cells), n),
-                                  "broker string, path string, base_offset bigint, start bigint, end bigint")
-    return frame.mapInArrow(_ScanCells(opts.include_bodies), SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema())
+    return sorted(cells)
 
 
 def _merged_ranges(gap_rows: Sequence[tuple]) -> list:
@@ -750,19 +788,25 @@ class _FetchAt:
             yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, anomalies, "commitlog", path))
 
     def _missing(self, missing: list) -> Iterator[pa.RecordBatch]:
-        by_broker: dict = {}
-        for broker, offset in missing:
-            by_broker.setdefault(broker, []).append(Anomaly(
-                AnomalyKind.MISSING_FILE, self.commitlog_dirs.get(broker, ""), int(offset),
-                "an index (consume queue / statetable / redolog) points to a CommitLog offset no file holds",
-                "a CommitLog file containing this offset", "no such file", "commitlog", int(offset)))
-        for broker, found in by_broker.items():
-            yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, found, "commitlog",
-                                                                 self.commitlog_dirs.get(broker, "")))
+        for broker, batch in missing_file_findings(self.commitlog_dirs, missing):
+            yield tx_scan_rows(broker, anomalies=batch)
+
+
+def missing_file_findings(commitlog_dirs: dict, missing: Sequence[tuple]) -> list:
+    """(broker, findings batch) per broker: one MISSING_FILE per (broker, offset) no CommitLog file holds."""
+    by_broker: dict = {}
+    for broker, offset in missing:
+        by_broker.setdefault(broker, []).append(Anomaly(
+            AnomalyKind.MISSING_FILE, commitlog_dirs.get(broker, ""), int(offset),
+            "an index (consume queue / statetable / redolog) points to a CommitLog offset no file holds",
+            "a CommitLog file containing this offset", "no such file", "commitlog", int(offset)))
+    return [(broker, anomalies_batch(broker, found, "commitlog", commitlog_dirs.get(broker, "")))
+            for broker, found in by_broker.items()]
 
 
 __all__ = ["load_store_frames", "LazyStoreFrames", "StoreFrames", "StoreInfo", "indexed_commitlog",
            "fetch_records",
            "fetch_scan", "has_transaction_index", "scan_cells", "gap_findings",
            "commitlog_files_frame", "split_tx_scan", "fetch_scan_local", "TX_SYSTEM_TOPICS", "MODES",
-           "GAP_HEAD", "GAP_OP_QUEUE", "GAP_TAIL", "GAP_TAIL_UNITS"]
+           "GAP_HEAD", "GAP_OP_QUEUE", "GAP_TAIL", "GAP_TAIL_UNITS", "indexed_gap_rows", "gap_cells",
+           "located_positions", "missing_file_findings", "keyed_only", "gap_anomalies"]

@@ -49,12 +49,13 @@ def _options(stores, split=SPLIT):
                            config=SimpleNamespace(split_bytes=split), include_bodies=False)
 
 
-def _frame_inputs(spark, stores, split=SPLIT):
-    """The reducer inputs as the DataFrame plan builds them for a full, non-incremental audit."""
+def _frame_inputs(spark, stores, split=SPLIT, mode="full"):
+    """The reducer inputs as the DataFrame plan builds them for a non-incremental audit (full mode, or
+    indexed: tests/test_indexed_read.py)."""
     from jobs.audit_inputs import op_bodies_for, relevant_records
     from jobs.store_frames import load_store_frames
 
-    frames = load_store_frames(spark, [r for _, r in stores], mode="full", brokers=[b for b, _ in stores],
+    frames = load_store_frames(spark, [r for _, r in stores], mode=mode, brokers=[b for b, _ in stores],
                                split_bytes=split)
     frames.scan.persist()                               # as the audit does: one CommitLog read
     records = relevant_records(frames).persist()

@@ -1,0 +1,268 @@
+"""Indexed mode's read in ONE Spark job whose results the driver receives as Arrow (issue 13).
+
+The same shape as full mode's one-job read (jobs/full_read.py), for ``--mode indexed``:
+
+* **plan, on the driver** (jobs/indexed_plan.py, jobs/store_frames.py): the half / op / discard queues'
+  units, the queue gaps, the half records' headers by position and their ``REAL_TOPIC#UNIQ_KEY`` lookups in
+  the IndexFiles (``driver_positions``), the ranges no index covers (``indexed_gap_rows``);
+* **one ``RDD.mapPartitions`` job** whose tasks each take a few work items: the positions of one CommitLog
+  file (``decode_at``, with the op records' bodies, so there is no second fetch for them), a gap-scan cell
+  (``decode_log_range(tx_relevant=True)`` filtered as the DataFrame plan's ``_ScanCells``), or a partition of
+  the ``rocketmq_anomalies`` plan for the other decoders (full_read's ``_units`` / ``_store``: unit files'
+  findings and the transaction queues', statetable's, redolog's and consumer offsets' rows);
+* **Arrow on the driver**: records fetched and scanned de-duplicated by (broker, offset), an idle tail's range
+  keeping only the transaction system topics' records (jobs/queue_tails.py), findings de-duplicated like the
+  DataFrame plan's ``distinct()``, plus the INDEX_INCOMPLETE rows of the gaps and idle tails; then
+  ``full_read.reduce_local``.
+
+The rows equal the DataFrame plan's (tests/test_indexed_read.py).  Falls back to that plan (returns None)
+when the plan needs Spark (transaction queues or 3.x tables over ``DRIVER_READ_BYTES``, more than
+``DRIVER_FETCH_UNITS`` units, a store whose real-topic queues must be probed) or when the rows exceed
+``LOCAL_MAX_ROWS``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.datasources import (
+    ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, anomalies_batch, plan_partitions, prepend_broker,
+    store_listing,
+)
+from jobs.full_read import _OVERFLOW, KINDS, RECORD_SCHEMA, LocalRead, ReadTask
+from jobs.indexed_plan import DRIVER_FETCH_UNITS, DRIVER_READ_BYTES, driver_positions, plan_indexed
+from jobs.options import parse_options
+from jobs.queue_tails import idle_ranges, idle_tail_anomalies
+from jobs.store_frames import (
+    GAP_FILE_END, FETCH_CHUNK, _commitlog_dirs, _infos, gap_anomalies, gap_cells, has_transaction_index,
+    indexed_gap_rows, keyed_only, located_positions, missing_file_findings,
+)
+from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
+from schemas.sources import COMMITLOG_SOURCE
+from schemas.store import COMMITLOG
+
+#: result kinds of this read: full_read's, plus the gap scan's records (filtered on the driver)
+_KINDS = dict(KINDS, gap_records=RECORD_SCHEMA)
+
+
+@dataclass(frozen=True)
+class FetchAt:
+    """Positions of one CommitLog file (file positions, sorted, distinct); ``tx_only``: those wanted only if
+    their record's transaction type is not NOT (found through an IndexFile)."""
+
+    broker: str
+    path: str
+    base_offset: int
+    positions: Tuple[int, ...]
+    tx_only: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GapCell:
+    """``[start, end)`` (file positions) of one CommitLog file, scanned for transaction-relevant records."""
+
+    broker: str
+    path: str
+    base_offset: int
+    start: int
+    end: int
+
+
+# ------------------------------------------------------------------------------------------------------------
+# executor side
+# ------------------------------------------------------------------------------------------------------------
+
+def _records(batch: pa.RecordBatch, broker: str) -> pa.RecordBatch:
+    """RECORD_SCHEMA rows of a decoder batch, the body kept for op records only (the reducer parses them)."""
+    i = batch.schema.get_field_index("body")
+    body = pc.if_else(pc.equal(batch.column("topic"), OP_TOPIC), batch.column(i),
+                      pa.nulls(batch.num_rows, pa.binary()))
+    batch = prepend_broker(batch.set_column(i, "body", body), broker, COMMITLOG.arrow_schema(),
+                           COMMITLOG_SOURCE.arrow_schema())
+    return batch.select(RECORD_SCHEMA.names)
+
+
+def _fetch(p: FetchAt, out: Dict[str, list]) -> None:
+    from txlog_io.commitlog import decode_at
+
+    for lo in range(0, len(p.positions), FETCH_CHUNK):
+        batch, anomalies = decode_at(p.path, p.positions[lo:lo + FETCH_CHUNK], base_offset=p.base_offset,
+                                     with_body=True, tx_only=p.tx_only)
+        if batch.num_rows:
+            out["commitlog"].append(_records(batch, p.broker))
+        if anomalies:
+            out["anomalies"].append(anomalies_batch(p.broker, anomalies, "commitlog", p.path))
+
+
+def _scan(p: GapCell, out: Dict[str, list]) -> None:
+    from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
+
+    system = pa.array(TX_SYSTEM_TOPICS, pa.string())
+    found: list = []
+    for batch, anomalies in decode_log_range(p.path, base_offset=p.base_offset, start=p.start, end=p.end,
+                                             with_body=True, tx_relevant=True):
+        found.extend(anomalies)
+        if batch.num_rows:      # what indexed mode promises: no magic-V2-only ordinary records
+            batch = batch.filter(pc.or_(pc.not_equal(batch.column("transaction_type"), "NOT"),
+                                        pc.is_in(batch.column("topic"), system)))
+        if batch.num_rows:
+            out["gap_records"].append(_records(batch, p.broker))
+    if found:
+        out["anomalies"].append(anomalies_batch(p.broker, found, "commitlog", p.path))
+
+
+class _ReadTask(ReadTask):
+    """full_read's task with indexed mode's work items: positions to fetch and gap cells to scan."""
+
+    kinds = _KINDS
+    counted = ("commitlog", "scan_findings", "gap_records", "anomalies")
+
+    def read(self, part, out: Dict[str, list]) -> None:
+        if isinstance(part, FetchAt):
+            _fetch(part, out)
+        elif isinstance(part, GapCell):
+            _scan(part, out)
+        else:
+            super().read(part, out)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# driver side
+# ------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Plan:
+    items: list                 # FetchAt, GapCell, UnitFiles / StoreFiles work items
+    sources: frozenset          # the side decoders' sources
+    gap_rows: list              # GAPS_SCHEMA rows scanned
+    idle: list                  # the per-queue idle-tail rows
+    missing: list               # (broker, findings batch): positions no CommitLog file holds
+
+
+def plan_read(options) -> Optional[_Plan]:
+    """The work items of an indexed read of ``options.stores``, or None when the plan needs Spark."""
+    base = {"paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
+            "split_bytes": str(int(options.config.split_bytes))}
+    opts = parse_options(COMMITLOG_FORMAT, dict(base, include_bodies="false"))
+    info = _infos(opts)
+    indexed = [s for s in info if has_transaction_index(s) and s.commitlog_files]
+    unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
+    if (sum(s.tx_queue_bytes for s in info) > DRIVER_READ_BYTES
+            or sum(s.tx_table_bytes for s in indexed) > DRIVER_READ_BYTES):
+        return None
+    plan = plan_indexed(indexed, info, lambda fmt, **extra: parse_options(fmt, dict(base, **extra)),
+                        None, None, None)
+    if plan.units is None or plan.units.num_rows > DRIVER_FETCH_UNITS:
+        return None
+    positions = driver_positions(plan, info, keyed_only)
+    if positions is None:
+        return None
+    items: list = []
+    lost: list = []
+    by_file: Dict[tuple, list] = {}
+    for broker, off, only, path, file_base in located_positions(positions, info):
+        if path is None:
+            lost.append((broker, off))
+        else:
+            by_file.setdefault((broker, path, int(file_base)), []).append((off - int(file_base), only))
+    for (broker, path, file_base), rows in by_file.items():
+        items.append(FetchAt(broker, path, file_base, tuple(p for p, _ in rows),
+                             tuple(p for p, only in rows if only)))
+    gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
+    items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, int(options.config.split_bytes))]
+    side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
+    listings = {b: store_listing(r, opts.commitlog_dirs_of(r)) for b, r in opts.stores}
+    items += plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)
+    return _Plan(items, side_opts.sources, gap_rows, idle,
+                 missing_file_findings(_commitlog_dirs(info), list(dict.fromkeys(lost))))
+
+
+def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = None) -> Optional[LocalRead]:
+    """The one-job indexed read of ``options.stores`` (an audit's ``AuditOptions``), or None: the DataFrame
+    plan then reads (see the module docstring)."""
+    from jobs.txreduce import OP_BODY_COLUMNS      # driver side only: the tasks need no reducer
+
+    t0 = time.monotonic()
+    plan = plan_read(options)
+    if plan is None:
+        return None
+    t1 = time.monotonic()
+    sc = spark.sparkContext
+    got: List[tuple] = []
+    if plan.items:
+        n = max(1, min(len(plan.items), 3 * int(sc.defaultParallelism or 1)))
+        got = sc.parallelize(plan.items, n).mapPartitions(_ReadTask(plan.sources, max_rows)).collect()
+    t2 = time.monotonic()
+    if any(kind == _OVERFLOW for kind, _ in got):
+        return None
+    parts: Dict[str, list] = {k: [] for k in _KINDS}
+    for kind, data in got:
+        parts[kind].extend(pa.ipc.open_stream(data).read_all().to_batches())
+    parts["anomalies"] += [batch for _, batch in plan.missing]
+    tables = {k: pa.Table.from_batches(b, schema=_KINDS[k]) for k, b in parts.items()}
+    clog = _union_records(tables["commitlog"], _outside_idle(tables["gap_records"], plan.gap_rows))
+    anomalies = _distinct(tables["anomalies"]) if plan.gap_rows else tables["anomalies"]
+    extra = gap_anomalies(plan.gap_rows)
+    if plan.idle:
+        keys = zip(*(clog.column(c).to_pylist() for c in ("broker", "topic", "queue_id", "physical_offset")))
+        extra += idle_tail_anomalies(list(keys), plan.idle)
+    if extra:
+        anomalies = pa.concat_tables([anomalies, pa.Table.from_batches(
+            [anomalies_batch(b, [a]) for b, a in extra], schema=anomalies.schema)])
+    is_op = pc.and_(pc.equal(clog.column("topic"), OP_TOPIC), pc.is_valid(clog.column("body")))
+    op_bodies = clog.filter(is_op).select(["broker", *OP_BODY_COLUMNS])
+    i = clog.schema.get_field_index("body")
+    clog = clog.set_column(i, clog.schema.field(i), pa.nulls(clog.num_rows, pa.binary()))
+    # no CommitLog cells in this plan (gap cells report into ``anomalies``): ``scan_findings`` stays empty
+    read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=anomalies,
+                     scan_findings=tables["scan_findings"], consumequeue=tables["consumequeue"], statetable=tables["statetable"],
+                     redolog=tables["redolog"], consumer_offsets=tables["consumer_offsets"])
+    if timings is not None:
+        timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
+    return None if read.rows > max_rows else read
+
+
+def _outside_idle(records: pa.Table, gap_rows: list) -> pa.Table:
+    """The gap scan's records without those only an idle tail's range reached that are not of a transaction
+    system topic (jobs.queue_tails.only_queue_records on the driver)."""
+    ranges = idle_ranges(gap_rows, (GAP_FILE_END,))
+    if not ranges or not records.num_rows:
+        return records
+    inside = pa.array([False] * records.num_rows)
+    off, broker = records.column("physical_offset"), records.column("broker")
+    for b, pieces in ranges.items():
+        for lo, hi in pieces:
+            hit = pc.and_(pc.equal(broker, b), pc.and_(pc.greater_equal(off, lo), pc.less(off, hi)))
+            inside = pc.or_(inside, pc.fill_null(hit, False))
+    system = pc.is_in(records.column("topic"), pa.array(TX_SYSTEM_TOPICS, pa.string()))
+    return records.filter(pc.or_(pc.invert(inside), system))
+
+
+def _union_records(fetched: pa.Table, scanned: pa.Table) -> pa.Table:
+    """Fetched and scanned records, one row per (broker, physical_offset): a record both fetched and scanned
+    is the same decoded row."""
+    both = pa.concat_tables([fetched, scanned])
+    if not scanned.num_rows:
+        return both
+    idx = pa.array(range(both.num_rows), pa.int64())
+    firsts = (both.select(["broker", "physical_offset"]).append_column("_i", idx)
+              .group_by(["broker", "physical_offset"], use_threads=False).aggregate([("_i", "min")]))
+    first = firsts.column("_i_min")
+    return both.take(pc.take(first, pc.sort_indices(first)))
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    """``table``'s distinct rows (the DataFrame plan's ``distinct()`` of the decoders' and the fetch / scan
+    findings: a finding met by both the fetch and the gap scan is one row)."""
+    if not table.num_rows:
+        return table
+    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(
+        table.column_names).cast(table.schema)
+
+
+__all__ = ["read_indexed_local", "plan_read", "FetchAt", "GapCell"]
