@@ -2,7 +2,7 @@
 
 Where the transaction indexes (half / op / discard consume queues, 3.x statetable / redolog) may be
 incomplete, indexed mode scans the CommitLog instead of trusting them (``jobs.store_frames`` module docstring,
-item 4; the reasons are ``store_frames.GAP_*``). What decides those ranges is small whatever the store's size:
+item 4; the reasons are ``indexed_gaps.GAP_*``). What decides those ranges is small whatever the store's size:
 
 * per transaction queue: its first and last unit (queue offset, CommitLog offset, end of the last record);
 * the dispatch point per store: the end of the record the newest unit of ANY consume queue points to
@@ -118,7 +118,7 @@ def dispatch_ends(stores) -> Dict[str, int]:
 
 
 def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dict[tuple, int]) -> List[tuple]:
-    """``store_frames.GAPS_SCHEMA`` rows of the indexed ``stores``: DISPATCH_LAG, QUEUE_HEAD_MISSING,
+    """``indexed_gaps.GAPS_SCHEMA`` rows of the indexed ``stores``: DISPATCH_LAG, QUEUE_HEAD_MISSING,
     QUEUE_TAIL_MISSING, QUEUE_IDLE_TAIL, OP_QUEUE_MISSING (see ``store_frames.load_store_frames``).
     ``consumed``:
     (broker, topic, queue_id) -> CID_RMQ_SYS_TRANS's next offset."""

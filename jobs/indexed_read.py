@@ -2,7 +2,7 @@
 
 The same shape as full mode's one-job read (jobs/full_read.py), for ``--mode indexed``:
 
-* **plan, on the driver** (jobs/indexed_plan.py, jobs/store_frames.py): the half / op / discard queues'
+* **plan, on the driver** (jobs/indexed_plan.py, jobs/indexed_gaps.py, jobs/store_frames.py): the half / op / discard queues'
   units, the queue gaps, the half records' headers by position and their ``REAL_TOPIC#UNIQ_KEY`` lookups in
   the IndexFiles (``driver_positions``), the ranges no index covers (``indexed_gap_rows``);
 * **one ``RDD.mapPartitions`` job** whose tasks each take a few work items: the positions of one CommitLog
@@ -38,9 +38,10 @@ from jobs.full_read import _OVERFLOW, KINDS, RECORD_SCHEMA, LocalRead, ReadTask
 from jobs.indexed_plan import DRIVER_FETCH_UNITS, DRIVER_READ_BYTES, driver_positions, plan_indexed
 from jobs.options import parse_options
 from jobs.queue_tails import idle_ranges, idle_tail_anomalies
+from jobs.indexed_gaps import GAP_FILE_END, gap_anomalies, gap_cells, indexed_gap_rows
 from jobs.store_frames import (
-    GAP_FILE_END, FETCH_CHUNK, _commitlog_dirs, _infos, gap_anomalies, gap_cells, has_transaction_index,
-    indexed_gap_rows, keyed_only, located_positions, missing_file_findings,
+    FETCH_CHUNK, _commitlog_dirs, _infos, has_transaction_index, keyed_only, located_positions,
+    missing_file_findings,
 )
 from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
 from schemas.sources import COMMITLOG_SOURCE

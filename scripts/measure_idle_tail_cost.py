@@ -17,6 +17,7 @@ VERSIONS = ("rocketmq-3.1.4", "rocketmq-4.9.8", "rocketmq-5.3.3")
 def main() -> None:
     from pyspark.sql import SparkSession
 
+    import jobs.indexed_gaps as IG
     import jobs.queue_tails as QT
     import jobs.store_frames as SF
     from jobs.reconstruct import reconstruct
@@ -25,7 +26,7 @@ def main() -> None:
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     roots = [str(FIXTURES / v / "store") for v in VERSIONS]
-    real_split = SF.split_idle_tails
+    real_split = IG.split_idle_tails
 
     def run(label: str) -> None:
         sc = spark.sparkContext
@@ -43,9 +44,9 @@ def main() -> None:
 
     run("warm-up")
     run("with idle tail")
-    SF.split_idle_tails = lambda rows: ([r for r in rows if r[3] != QT.GAP_QUEUE_IDLE_TAIL], [])
+    IG.split_idle_tails = lambda rows: ([r for r in rows if r[3] != QT.GAP_QUEUE_IDLE_TAIL], [])
     run("without idle tail")
-    SF.split_idle_tails = real_split
+    IG.split_idle_tails = real_split
     run("with idle tail again")
 
 

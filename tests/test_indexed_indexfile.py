@@ -14,8 +14,8 @@ import pytest
 
 import refbroker
 import refbroker.index as refindex
-from jobs.store_frames import (GAP_INDEX_HOLE, GAP_INDEX_LAG, _store_info, index_file_gaps, load_store_frames,
-                               uses_index_files)
+from jobs.indexed_gaps import GAP_INDEX_HOLE, GAP_INDEX_LAG, index_file_gaps, uses_index_files
+from jobs.store_frames import _store_info, load_store_frames
 from txlog_io.commitlog import decode_range
 from txlog_io.indexfile import IndexFileWriter, index_keys, list_index_files, read_index_file
 from txlog_io.mappedfile import discover_store
