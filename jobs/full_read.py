@@ -235,35 +235,51 @@ def _skipping(items: list, skip: Dict[str, frozenset]) -> list:
     return out
 
 
+def collect_job(sc, items: list, partitions: int, task: ReadTask) -> Optional[List[tuple]]:
+    """Run the one job over ``items`` -> the tasks' ``(kind, Arrow IPC stream)`` pairs on the driver, or None
+    when a task read more than its bound."""
+    got = sc.parallelize(items, partitions).mapPartitions(task).collect() if items else []
+    return None if any(kind == _OVERFLOW for kind, _ in got) else got
+
+
+def job_tables(got: List[tuple], kinds: Dict[str, pa.Schema]) -> Dict[str, pa.Table]:
+    """:func:`collect_job`'s pairs -> one table per kind of ``kinds`` (empty when no task sent it)."""
+    parts: Dict[str, list] = {k: [] for k in kinds}
+    for kind, data in got:
+        parts[kind].extend(pa.ipc.open_stream(data).read_all().to_batches())
+    return {k: pa.Table.from_batches(b, schema=kinds[k]) for k, b in parts.items()}
+
+
+def split_op_bodies(records: pa.Table) -> tuple:
+    """(``records`` with ``body`` nulled, the op records' bodies as reconstruct's ``op_bodies`` input): the
+    reducer reads only the op records' bodies, and keeps them apart."""
+    from jobs.txreduce import OP_BODY_COLUMNS      # driver side only: the tasks need no reducer
+
+    is_op = pc.and_(pc.equal(records.column("topic"), OP_TOPIC), pc.is_valid(records.column("body")))
+    op_bodies = records.filter(is_op).select(["broker", *OP_BODY_COLUMNS])
+    i = records.schema.get_field_index("body")
+    return records.set_column(i, records.schema.field(i), pa.nulls(records.num_rows, pa.binary())), op_bodies
+
+
 def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
                start: Optional[Dict[str, int]] = None, units=None) -> Optional[LocalRead]:
     """The one-job read of ``options.stores`` (an audit's ``AuditOptions``), or None when its rows exceed
     ``max_rows`` (records + findings; see the module docstring).  ``start``: see :func:`plan_items`.
     ``units`` (an incremental run's): ``units.seen(findings_only_units(items))`` is called before the job,
     and the files in ``units.skip`` (broker -> paths) are not read (their findings are carried)."""
-    from jobs.txreduce import OP_BODY_COLUMNS      # driver side only: the tasks need no reducer
-
     t0 = time.monotonic()
     sc = spark.sparkContext
     items, sources = plan_items(options, int(sc.defaultParallelism or 1), start)
     if units is not None:
         units.seen(findings_only_units(items))
         items = _skipping(items, units.skip)
-    got: List[tuple] = []
-    if items:
-        got = sc.parallelize(items, len(items)).mapPartitions(ReadTask(sources, max_rows)).collect()
+    task = ReadTask(sources, max_rows)
+    got = collect_job(sc, items, len(items), task)
     t1 = time.monotonic()
-    if any(kind == _OVERFLOW for kind, _ in got):
+    if got is None:
         return None
-    parts: Dict[str, list] = {k: [] for k in KINDS}
-    for kind, data in got:
-        parts[kind].extend(pa.ipc.open_stream(data).read_all().to_batches())
-    tables = {k: pa.Table.from_batches(b, schema=KINDS[k]) for k, b in parts.items()}
-    clog = tables["commitlog"]
-    is_op = pc.and_(pc.equal(clog.column("topic"), OP_TOPIC), pc.is_valid(clog.column("body")))
-    op_bodies = clog.filter(is_op).select(["broker", *OP_BODY_COLUMNS])
-    i = clog.schema.get_field_index("body")
-    clog = clog.set_column(i, clog.schema.field(i), pa.nulls(clog.num_rows, pa.binary()))
+    tables = job_tables(got, task.kinds)
+    clog, op_bodies = split_op_bodies(tables["commitlog"])
     scan = tables["scan_findings"]
     anomalies = pa.concat_tables([scan.select(ANOMALIES_SOURCE.names).cast(KINDS["anomalies"]),
                                   tables["anomalies"]])       # the task order's: CommitLog tasks first

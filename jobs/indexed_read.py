@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +34,9 @@ from jobs.datasources import (
     ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, anomalies_batch, plan_partitions, prepend_broker,
     store_listing,
 )
-from jobs.full_read import _OVERFLOW, KINDS, RECORD_SCHEMA, LocalRead, ReadTask
+from jobs.full_read import (
+    KINDS, RECORD_SCHEMA, LocalRead, ReadTask, collect_job, job_tables, split_op_bodies,
+)
 from jobs.indexed_plan import DRIVER_FETCH_UNITS, DRIVER_READ_BYTES, driver_positions, plan_indexed
 from jobs.options import parse_options
 from jobs.queue_tails import idle_ranges, idle_tail_anomalies
@@ -186,26 +188,21 @@ def plan_read(options) -> Optional[_Plan]:
 def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = None) -> Optional[LocalRead]:
     """The one-job indexed read of ``options.stores`` (an audit's ``AuditOptions``), or None: the DataFrame
     plan then reads (see the module docstring)."""
-    from jobs.txreduce import OP_BODY_COLUMNS      # driver side only: the tasks need no reducer
-
     t0 = time.monotonic()
     plan = plan_read(options)
     if plan is None:
         return None
     t1 = time.monotonic()
     sc = spark.sparkContext
-    got: List[tuple] = []
-    if plan.items:
-        n = max(1, min(len(plan.items), 3 * int(sc.defaultParallelism or 1)))
-        got = sc.parallelize(plan.items, n).mapPartitions(_ReadTask(plan.sources, max_rows)).collect()
+    n = max(1, min(len(plan.items), 3 * int(sc.defaultParallelism or 1)))
+    got = collect_job(sc, plan.items, n, _ReadTask(plan.sources, max_rows))
     t2 = time.monotonic()
-    if any(kind == _OVERFLOW for kind, _ in got):
+    if got is None:
         return None
-    parts: Dict[str, list] = {k: [] for k in _KINDS}
-    for kind, data in got:
-        parts[kind].extend(pa.ipc.open_stream(data).read_all().to_batches())
-    parts["anomalies"] += [batch for _, batch in plan.missing]
-    tables = {k: pa.Table.from_batches(b, schema=_KINDS[k]) for k, b in parts.items()}
+    tables = job_tables(got, _KINDS)
+    if plan.missing:
+        tables["anomalies"] = pa.concat_tables([tables["anomalies"], pa.Table.from_batches(
+            [batch for _, batch in plan.missing], schema=_KINDS["anomalies"])])
     clog = _union_records(tables["commitlog"], _outside_idle(tables["gap_records"], plan.gap_rows))
     anomalies = _distinct(tables["anomalies"]) if plan.gap_rows else tables["anomalies"]
     extra = gap_anomalies(plan.gap_rows)
@@ -215,14 +212,12 @@ def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = 
     if extra:
         anomalies = pa.concat_tables([anomalies, pa.Table.from_batches(
             [anomalies_batch(b, [a]) for b, a in extra], schema=anomalies.schema)])
-    is_op = pc.and_(pc.equal(clog.column("topic"), OP_TOPIC), pc.is_valid(clog.column("body")))
-    op_bodies = clog.filter(is_op).select(["broker", *OP_BODY_COLUMNS])
-    i = clog.schema.get_field_index("body")
-    clog = clog.set_column(i, clog.schema.field(i), pa.nulls(clog.num_rows, pa.binary()))
+    clog, op_bodies = split_op_bodies(clog)
     # no CommitLog cells in this plan (gap cells report into ``anomalies``): ``scan_findings`` stays empty
     read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=anomalies,
-                     scan_findings=tables["scan_findings"], consumequeue=tables["consumequeue"], statetable=tables["statetable"],
-                     redolog=tables["redolog"], consumer_offsets=tables["consumer_offsets"])
+                     scan_findings=tables["scan_findings"], consumequeue=tables["consumequeue"],
+                     statetable=tables["statetable"], redolog=tables["redolog"],
+                     consumer_offsets=tables["consumer_offsets"])
     if timings is not None:
         timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
     return None if read.rows > max_rows else read
