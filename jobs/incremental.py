@@ -43,7 +43,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
@@ -453,11 +453,8 @@ def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
             keep = pc.or_(keep, pc.and_(mine, hit))
     if offset_col is None:
         keep = pc.and_(keep, pc.equal(t.column("source"), "commitlog"))
-        for broker, paths in (plan.units.skip if plan.units is not None else {}).items():
-            if paths:       # the consume-queue files the read skipped (UnitCarry)
-                keep = pc.or_(keep, pc.and_(
-                    pc.and_(pc.equal(t.column("broker"), broker), pc.equal(t.column("source"), "consumequeue")),
-                    pc.is_in(t.column("file"), value_set=pa.array(sorted(paths), pa.string()))))
+        if plan.units is not None:      # the consume-queue files the read skipped (UnitCarry)
+            keep = pc.or_(keep, _unit_file_rows(t, plan.units.skip))
     return t.filter(pc.fill_null(keep, False))
 
 
@@ -483,8 +480,8 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
     """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
     ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver; with
     ``plan.fresh`` (the run read through :func:`read_local`) they are on the driver already (the frames are
-    None).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog scan
-    findings frame."""
+    None).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog
+    scan findings frame."""
     from pyspark.sql import functions as F
 
     from jobs import delta_sink
@@ -574,15 +571,22 @@ def _with_unit_findings(fresh, units: Optional[UnitCarry]) -> pa.Table:
     scan = fresh.scan_findings
     if units is None or not any(units.prints.values()):
         return scan
-    a = fresh.anomalies
-    keep = pa.array([False] * a.num_rows, pa.bool_())
-    for broker, prints in units.prints.items():
-        if prints:
-            keep = pc.or_(keep, pc.and_(
-                pc.and_(pc.equal(a.column("broker"), broker), pc.equal(a.column("source"), "consumequeue")),
-                pc.is_in(a.column("file"), value_set=pa.array(sorted(prints), pa.string()))))
-    found = a.filter(pc.fill_null(keep, False))
+    found = fresh.anomalies.filter(pc.fill_null(_unit_file_rows(fresh.anomalies, units.prints), False))
     return pa.concat_tables([scan, _conform(found, STATE_FINDINGS.arrow_schema())])
+
+
+def _unit_file_rows(findings: pa.Table, files: Dict[str, Iterable[str]]) -> pa.Array:
+    """Mask of the ``findings`` rows that are consume-queue findings of ``files`` (broker -> paths)."""
+    import pyarrow.compute as pc
+
+    keep = pa.array([False] * findings.num_rows, pa.bool_())
+    for broker, paths in files.items():
+        if paths:
+            keep = pc.or_(keep, pc.and_(
+                pc.and_(pc.equal(findings.column("broker"), broker),
+                        pc.equal(findings.column("source"), "consumequeue")),
+                pc.is_in(findings.column("file"), value_set=pa.array(sorted(paths), pa.string()))))
+    return keep
 
 
 def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_prints: dict) -> dict:
