@@ -112,10 +112,7 @@ def decode_rows(buf, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int
     u8 = np.frombuffer(buf, np.uint8)
     f, pos, file_pos, crc_ok, anomalies = check_rows(u8, pos, file_pos, path, base, topics, verify_crc, f,
                                                      tx_relevant)
-    n = pos.size
-    if n == 0:
-        return empty_batch(), anomalies
-    return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n), anomalies
+    return batch_of(u8, pos, file_pos, base, path, with_body, crc_ok, f), anomalies
 
 
 def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str, base: int,
