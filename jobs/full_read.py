@@ -85,23 +85,28 @@ class LocalRead:
 # executor side
 # ------------------------------------------------------------------------------------------------------------
 
+def record_rows(batch: pa.RecordBatch, broker: str) -> pa.RecordBatch:
+    """RECORD_SCHEMA rows of a CommitLog decoder batch: only the op records' bodies are kept (the reduction
+    parses them); the halves' stay behind."""
+    i = batch.schema.get_field_index("body")
+    body = pc.if_else(pc.equal(batch.column("topic"), OP_TOPIC), batch.column(i),
+                      pa.nulls(batch.num_rows, pa.binary()))
+    batch = prepend_broker(batch.set_column(i, "body", body), broker, COMMITLOG.arrow_schema(),
+                           COMMITLOG_SOURCE.arrow_schema())
+    return batch.select(RECORD_SCHEMA.names)
+
+
 def _cells(p, out: Dict[str, list]) -> None:
     """A ``CommitLogCells`` group (or one ``CommitLogRange`` cell) of the txscan plan."""
     from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
 
-    inner, target = COMMITLOG.arrow_schema(), COMMITLOG_SOURCE.arrow_schema()
     for start, end in (p.cells if isinstance(p, CommitLogCells) else ((p.start, p.end),)):
         found: list = []
         for batch, anomalies in decode_log_range(p.path, base_offset=p.base_offset, start=start, end=end,
                                                  with_body=True, tx_relevant=True):
             found.extend(anomalies)
             if batch.num_rows:
-                # only the op records' bodies are wanted (the reduction parses them); the halves' stay behind
-                i = batch.schema.get_field_index("body")
-                body = pc.if_else(pc.equal(batch.column("topic"), OP_TOPIC), batch.column(i),
-                                  pa.nulls(batch.num_rows, pa.binary()))
-                batch = prepend_broker(batch.set_column(i, "body", body), p.broker, inner, target)
-                out["commitlog"].append(batch.select(RECORD_SCHEMA.names))
+                out["commitlog"].append(record_rows(batch, p.broker))
         if found:       # tagged with their cell: an incremental state carries them by it (schemas/state.py)
             b = anomalies_batch(p.broker, found, "commitlog", p.path)
             cell = pa.array([p.base_offset + start] * b.num_rows, CELL_OFFSET.type)

@@ -211,20 +211,21 @@ class _ScanCells:
         return flushing(self._scan(batches))
 
     def _scan(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
-
-        system = pa.array(TX_SYSTEM_TOPICS, pa.string())
-
-        def keep(batch):        # what indexed mode promises: no magic-V2-only ordinary records
-            return pc.or_(pc.not_equal(batch.column("transaction_type"), "NOT"),
-                          pc.is_in(batch.column("topic"), system))
-
         for cells in batches:
             for cell in cells.to_pylist():
                 yield from tx_scan_batches(cell["broker"], cell["path"], cell["base_offset"], cell["start"],
-                                           cell["end"], self.with_body, keep)
+                                           cell["end"], self.with_body, gap_scan_keeps)
 
 
-__all__ = ["GAPS_SCHEMA", "GAP_NO_INDEX", "GAP_INDEX_HOLE", "GAP_INDEX_TAIL", "GAP_INDEX_LAG", "GAP_INDEX_BOUNDARY",
-           "GAP_FILE_END", "ORDINARY_GAPS", "uses_index_files", "index_file_gaps", "indexed_gap_rows",
-           "gap_anomalies", "gap_findings", "scan_cells", "gap_cells"]
+def gap_scan_keeps(batch: pa.RecordBatch) -> pa.Array:
+    """Which records of a gap scan's ``tx_relevant`` batch indexed mode keeps -- what it promises: no
+    magic-V2-only ordinary records (transaction type not NOT, or a transaction system topic)."""
+    import pyarrow.compute as pc
+
+    return pc.or_(pc.not_equal(batch.column("transaction_type"), "NOT"),
+                  pc.is_in(batch.column("topic"), pa.array(TX_SYSTEM_TOPICS, pa.string())))
+
+
+__all__ = ["GAPS_SCHEMA", "GAP_NO_INDEX", "GAP_INDEX_HOLE", "GAP_INDEX_TAIL", "GAP_INDEX_LAG",
+           "GAP_INDEX_BOUNDARY", "GAP_FILE_END", "ORDINARY_GAPS", "uses_index_files", "index_file_gaps",
+           "indexed_gap_rows", "gap_anomalies", "gap_findings", "scan_cells", "gap_cells", "gap_scan_keeps"]

@@ -31,23 +31,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.datasources import (
-    ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, anomalies_batch, plan_partitions, prepend_broker,
-    store_listing,
+    ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, anomalies_batch, plan_partitions, store_listing,
 )
 from jobs.full_read import (
-    KINDS, RECORD_SCHEMA, LocalRead, ReadTask, collect_job, job_tables, split_op_bodies,
+    KINDS, RECORD_SCHEMA, LocalRead, ReadTask, collect_job, job_tables, record_rows, split_op_bodies,
 )
 from jobs.indexed_plan import DRIVER_FETCH_UNITS, DRIVER_READ_BYTES, driver_positions, plan_indexed
 from jobs.options import parse_options
 from jobs.queue_tails import idle_ranges, idle_tail_anomalies
-from jobs.indexed_gaps import GAP_FILE_END, gap_anomalies, gap_cells, indexed_gap_rows
+from jobs.indexed_gaps import GAP_FILE_END, gap_anomalies, gap_cells, gap_scan_keeps, indexed_gap_rows
 from jobs.store_frames import (
     FETCH_CHUNK, _commitlog_dirs, _infos, has_transaction_index, keyed_only, located_positions,
     missing_file_findings,
 )
-from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
-from schemas.sources import COMMITLOG_SOURCE
-from schemas.store import COMMITLOG
+from jobs.txparams import TX_SYSTEM_TOPICS
 
 #: result kinds of this read: full_read's, plus the gap scan's records (filtered on the driver)
 _KINDS = dict(KINDS, gap_records=RECORD_SCHEMA)
@@ -80,16 +77,6 @@ class GapCell:
 # executor side
 # ------------------------------------------------------------------------------------------------------------
 
-def _records(batch: pa.RecordBatch, broker: str) -> pa.RecordBatch:
-    """RECORD_SCHEMA rows of a decoder batch, the body kept for op records only (the reducer parses them)."""
-    i = batch.schema.get_field_index("body")
-    body = pc.if_else(pc.equal(batch.column("topic"), OP_TOPIC), batch.column(i),
-                      pa.nulls(batch.num_rows, pa.binary()))
-    batch = prepend_broker(batch.set_column(i, "body", body), broker, COMMITLOG.arrow_schema(),
-                           COMMITLOG_SOURCE.arrow_schema())
-    return batch.select(RECORD_SCHEMA.names)
-
-
 def _fetch(p: FetchAt, out: Dict[str, list]) -> None:
     from txlog_io.commitlog import decode_at
 
@@ -97,7 +84,7 @@ def _fetch(p: FetchAt, out: Dict[str, list]) -> None:
         batch, anomalies = decode_at(p.path, p.positions[lo:lo + FETCH_CHUNK], base_offset=p.base_offset,
                                      with_body=True, tx_only=p.tx_only)
         if batch.num_rows:
-            out["commitlog"].append(_records(batch, p.broker))
+            out["commitlog"].append(record_rows(batch, p.broker))
         if anomalies:
             out["anomalies"].append(anomalies_batch(p.broker, anomalies, "commitlog", p.path))
 
@@ -105,16 +92,14 @@ def _fetch(p: FetchAt, out: Dict[str, list]) -> None:
 def _scan(p: GapCell, out: Dict[str, list]) -> None:
     from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
 
-    system = pa.array(TX_SYSTEM_TOPICS, pa.string())
     found: list = []
     for batch, anomalies in decode_log_range(p.path, base_offset=p.base_offset, start=p.start, end=p.end,
                                              with_body=True, tx_relevant=True):
         found.extend(anomalies)
         if batch.num_rows:      # what indexed mode promises: no magic-V2-only ordinary records
-            batch = batch.filter(pc.or_(pc.not_equal(batch.column("transaction_type"), "NOT"),
-                                        pc.is_in(batch.column("topic"), system)))
+            batch = batch.filter(gap_scan_keeps(batch))
         if batch.num_rows:
-            out["gap_records"].append(_records(batch, p.broker))
+            out["gap_records"].append(record_rows(batch, p.broker))
     if found:
         out["anomalies"].append(anomalies_batch(p.broker, found, "commitlog", p.path))
 
