@@ -17,7 +17,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txlog_io import commitlog_kernels as K
+from txlog_io import crc_kernels as C, text_kernels as T
 from txlog_io import properties as P
 from txlog_io.commitlog import Message, decode_file, encode_record
 from txlog_io.msgid import host_text, offset_msg_id, parse_host
@@ -142,7 +142,7 @@ def test_java_hash_kernel_matches_java_for_non_ascii_and_flags_bad_utf8():
     off = np.zeros(len(raw) + 1, np.int32)
     np.cumsum([len(r) for r in raw], out=off[1:])
     valid = np.array([v is not None for v in values] + [True])
-    codes, bad = K.java_hashes(data, off, valid)
+    codes, bad = T.java_hashes(data, off, valid)
     assert codes[:-1].tolist() == [P.tags_code(v) for v in values]
     assert bad.tolist() == [False] * len(values) + [True]
 
@@ -152,8 +152,8 @@ def test_crc_kernel_matches_zlib_whichever_library_backs_it():
 
     data = np.frombuffer(os.urandom(70_000), np.uint8)
     for start, length in ((0, 0), (0, 1), (3, 7), (5, 1000), (1, 65_537), (0, 70_000)):
-        assert K.crc32_zlib(data, start, length) == zlib.crc32(bytes(data[start:start + length])) & 0x7FFFFFFF
-    assert K.CRC32_IMPL in ("isal crc32_gzip_refl", "zlib crc32")
+        assert C.crc32_zlib(data, start, length) == zlib.crc32(bytes(data[start:start + length])) & 0x7FFFFFFF
+    assert C.CRC32_IMPL in ("isal crc32_gzip_refl", "zlib crc32")
 
 
 def test_chunk_pool_never_hands_out_a_buffer_something_still_references():
@@ -177,3 +177,31 @@ def test_chunk_pool_never_hands_out_a_buffer_something_still_references():
     fourth = pool.take(50)
     fourth[:] = 1
     assert bytes(held) == bytes([7]) * 50
+
+
+def test_a_kernel_is_recompiled_when_a_helper_it_inlines_from_another_kernel_module_changes(tmp_path):
+    """numba stamps a function's disk cache with its own file only; the kernel modules inline each other's
+    helpers (``commitlog_kernels.u32``, ``copy_bytes``), so ``txlog_io.jit`` stamps them on all of them.
+    Without that, the second process below would load the cached kernel with the old helper inlined (1)."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    helper = ('from txlog_io.jit import njit\n\n\n@njit(inline="always")\ndef helper():\n    return {}\n')
+    (pkg / "a_kernels.py").write_text(helper.format(1))
+    (pkg / "b_kernels.py").write_text("from txlog_io.jit import njit\nfrom a_kernels import helper\n\n\n"
+                                      "@njit\ndef kernel():\n    return helper()\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pkg), repo]),
+               NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    probe = [sys.executable, "-c",
+             "import b_kernels; print(b_kernels.kernel(), sum(b_kernels.kernel.stats.cache_hits.values()))"]
+
+    def run():
+        return subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout.split()
+
+    assert run() == ["1", "0"]                     # compiled and cached
+    assert run() == ["1", "1"]                     # loaded from the cache
+    (pkg / "a_kernels.py").write_text(helper.format(2))
+    assert run() == ["2", "0"]                     # compiled again

@@ -24,7 +24,7 @@ Decoding
 ``decode_range`` turns a chunk's positions into one Arrow RecordBatch (a filtered decode -- ``topics`` or
 ``tx_relevant`` -- checks each chunk as it is read but builds one batch per many chunks, see
 ``_decode_selected``) through the compiled kernels of
-``txlog_io.commitlog_kernels`` (header fields, shape check, CRCs, properties split, TAGS hash, hosts, msgId)
+``txlog_io.*_kernels`` (header fields, shape check, CRCs, properties split, TAGS hash, hosts, msgId)
 and ``txlog_io.commitlog_rows`` (Arrow arrays over the kernels' buffers); no per-record Python on that path.
 The chain walk of ``scan_range`` and the boundary search of ``next_boundary`` are kernels too; the rare
 irregular positions (damage, BLANK, zero tail, range end) are decided by the Python rules below.
@@ -39,7 +39,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from txlog_io import commitlog_kernels as K
+from txlog_io import commitlog_kernels as K, text_kernels as T
 from txlog_io import commitlog_layout as L
 from txlog_io.commitlog_rows import (SOURCE, anomaly as _anomaly, batch_of, check_rows, decode_rows,
                                      empty_batch as _empty_batch)
@@ -393,8 +393,8 @@ def _decode_selected(frames: Iterable[Frame], path: str, base: int, with_body: b
                 continue
             if pos.size:
                 ends = pos + f[K.F_TOTAL]
-                data = np.empty(K.gather_size(pos, ends), np.uint8)
-                starts.append(K.gather(u8, pos, ends, data)[:-1] + np.int64(size))
+                data = np.empty(T.gather_size(pos, ends), np.uint8)
+                starts.append(T.gather(u8, pos, ends, data)[:-1] + np.int64(size))
                 parts.append(data)
                 fpos.append(file_pos)
                 crcs.append(crc_ok)

@@ -1,7 +1,7 @@
 """CommitLog records of one chunk -> one ``schemas.COMMITLOG`` RecordBatch, plus the record-level findings.
 
 Layout: see the comment atop ``txlog_io.commitlog``; the loops are the numba kernels of
-``txlog_io.commitlog_kernels`` (MessageDecoder.java / CommitLog.java semantics, 5.3.3).  This module only
+``txlog_io.*_kernels`` (MessageDecoder.java / CommitLog.java semantics, 5.3.3).  This module only
 wraps their flat output buffers into Arrow arrays (no copy) and turns the rare findings into ``Anomaly``
 values.  Order of work: every well-formed record is checked (stored PHYSICALOFFSET, body CRC, 5.2+
 ``__CRC32#`` property), *then* the rows are selected (topic filter or transaction relevance), and only the
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.store import COMMITLOG
-from txlog_io import commitlog_kernels as K
+from txlog_io import commitlog_kernels as K, crc_kernels as C, id_kernels as I, text_kernels as T
 from txlog_io import commitlog_layout as L
 from txlog_io import properties as P
 from txlog_io.errors import Anomaly, AnomalyKind
@@ -35,7 +35,7 @@ _COMPRESSION_NAMES = pa.array(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"]
 _WANTED = (P.UNIQ_KEY, P.TAGS, P.KEYS, P.PGROUP, P.REAL_TOPIC, P.REAL_QID, P.TRAN_MSG, P.TRANSACTION_CHECK_TIMES,
            P.TRAN_PREPARED_QUEUE_OFFSET, P.CHECK_IMMUNITY_TIME_IN_SECONDS, P.TRANSACTION_ID)
 _W = {k: i for i, k in enumerate(_WANTED)}
-_WANTED_DATA, _WANTED_OFF, _WANTED_AT = K.wanted_keys(_WANTED)
+_WANTED_DATA, _WANTED_OFF, _WANTED_AT = T.wanted_keys(_WANTED)
 _TX_TOPICS = K.pack_strings(L.TX_SYSTEM_TOPICS)
 _NO_TOPICS = K.pack_strings([])
 
@@ -76,14 +76,14 @@ _POOLS = threading.local()
 
 
 def _cut(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    size = K.gather_size(starts, ends)
+    size = T.gather_size(starts, ends)
     if size >= 2 ** 31:
         raise OverflowError("chunk too large for 32-bit Arrow offsets")
     pool = getattr(_POOLS, "cut", None)
     if pool is None:
         pool = _POOLS.cut = ChunkPool()
     data = pool.take(size)
-    off = K.gather(u8, starts, ends, data)
+    off = T.gather(u8, starts, ends, data)
     return _binary(off, data)
 
 
@@ -137,7 +137,7 @@ def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str,
                                  "stored PHYSICALOFFSET differs from the record's location",
                                  int(phys[i]), int(stored_phys[i]), int(f[K.F_TOTAL, i])))
     if verify_crc:
-        computed = K.body_crcs(u8, f[K.F_BODY_AT], np.where(ok, f[K.F_BODY_SIZE], 0))
+        computed = C.body_crcs(u8, f[K.F_BODY_AT], np.where(ok, f[K.F_BODY_SIZE], 0))
         crc_ok = computed == f[K.F_BODY_CRC]
         for i in np.flatnonzero(ok & ~crc_ok).tolist():
             anomalies.append(anomaly(AnomalyKind.BODY_CRC_MISMATCH, path, int(file_pos[i]), base,
@@ -145,9 +145,9 @@ def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str,
                                      int(computed[i]), int(f[K.F_TOTAL, i])))
     else:
         crc_ok = np.ones(pos.size, bool)
-    status, actual = K.prop_crcs(u8, pos, f[K.F_TOTAL], ok, f[K.F_PROPS_AT], K.CRC_MARKER)
+    status, actual = C.prop_crcs(u8, pos, f[K.F_TOTAL], ok, f[K.F_PROPS_AT], C.CRC_MARKER)
     for i in np.flatnonzero(status == 2).tolist():
-        t = int(pos[i] + f[K.F_TOTAL, i]) - K.PROP_CRC_RESERVED + len(K.CRC_MARKER)
+        t = int(pos[i] + f[K.F_TOTAL, i]) - C.PROP_CRC_RESERVED + len(C.CRC_MARKER)
         anomalies.append(anomaly(AnomalyKind.PROPERTY_CRC_MISMATCH, path, int(file_pos[i]), base,
                                  "__CRC32# property does not match the record bytes before it",
                                  bytes(u8[t:t + 10]).decode("utf-8", "replace"), str(int(actual[i])),
@@ -176,11 +176,11 @@ def batch_of(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, base: int, p
 def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordBatch:
     sys_flag = f[K.F_SYS_FLAG]
     topic_at, topic_len, props_at, props_len = f[K.F_TOPIC_AT], f[K.F_TOPIC_LEN], f[K.F_PROPS_AT], f[K.F_PROPS_LEN]
-    (t_off, t_data, map_off, k_off, k_data, v_off, v_data, w_off, w_data, present, ascii) = K.text_columns(
+    (t_off, t_data, map_off, k_off, k_data, v_off, v_data, w_off, w_data, present, ascii) = T.text_columns(
         u8, topic_at, topic_len, props_at, props_len, _WANTED_DATA, _WANTED_OFF, _WANTED_AT)
     # text is validated once per record (all-ASCII needs no check); every key and value is cut at ASCII
     # separators, so stays valid
-    clean = ascii or (K.utf8_ok(u8, topic_at, topic_len) and K.utf8_ok(u8, props_at, props_len))
+    clean = ascii or (T.utf8_ok(u8, topic_at, topic_len) and T.utf8_ok(u8, props_at, props_len))
 
     def text(off, data, valid=None) -> pa.Array:
         arr = _binary(off, data, valid)
@@ -195,14 +195,14 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
         return text(w_off[q], w_data, present[q])
 
     tags = prop(P.TAGS)
-    tags_code, bad_tags = K.java_hashes(w_data, w_off[_W[P.TAGS]], present[_W[P.TAGS]])
+    tags_code, bad_tags = T.java_hashes(w_data, w_off[_W[P.TAGS]], present[_W[P.TAGS]])
     for i in np.flatnonzero(bad_tags).tolist():
         tags_code[i] = P.java_string_hash(tags[i].as_py())
     born6 = (sys_flag & L.BORNHOST_V6_FLAG) != 0
     store6 = (sys_flag & L.STOREHOST_V6_FLAG) != 0
-    born_host = _binary(*K.host_texts(u8, f[K.F_BORN_AT], born6, K.HEX_LOWER)).view(pa.string())
-    store_host = _binary(*K.host_texts(u8, f[K.F_STORE_AT], store6, K.HEX_LOWER)).view(pa.string())
-    msg_id = _binary(*K.msg_ids(u8, pos, f[K.F_STORE_AT], store6, K.HEX_UPPER)).view(pa.string())
+    born_host = _binary(*I.host_texts(u8, f[K.F_BORN_AT], born6, I.HEX_LOWER)).view(pa.string())
+    store_host = _binary(*I.host_texts(u8, f[K.F_STORE_AT], store6, I.HEX_LOWER)).view(pa.string())
+    msg_id = _binary(*I.msg_ids(u8, pos, f[K.F_STORE_AT], store6, I.HEX_UPPER)).view(pa.string())
     tran_type = pa.DictionaryArray.from_arrays(pa.array(((sys_flag & L.TRANSACTION_MASK) >> 2).astype(np.int8)),
                                                _TX_NAMES).cast(pa.string())
     # index into _COMPRESSION_NAMES: 0 = not compressed, else type bits + 1 (bits 0 and 3 both mean zlib)

@@ -1,13 +1,15 @@
 """numba set-up for the compiled decode kernels: a writable on-disk cache wherever the code runs.
 
 numba reads ``NUMBA_CACHE_DIR`` once, when it is first imported, so this module must be imported before numba
-(``txlog_io.commitlog_kernels`` does).  The cache directory is, in order: ``NUMBA_CACHE_DIR`` if it is set and
+(the ``txlog_io.*_kernels`` modules do).  The cache directory is, in order: ``NUMBA_CACHE_DIR`` if it is set and
 writable, ``~/.cache/txaudit-numba``, ``<tempdir>/txaudit-numba-<uid>``.  That covers the CLI, Spark
 executors (whose HOME may be read-only) and a read-only install.
 
 Code shipped with ``--py-files`` is imported from a zip archive; numba's own cache locators only cache functions
 defined in real files, so :class:`_ZipCacheLocator` keys the cache of such functions on the archive (its path,
-size and mtime) instead.  ``njit`` here is ``numba.njit(cache=True, nogil=True)``.
+size and mtime) instead; functions of the ``*_kernels.py`` modules in real files are keyed on all of those
+modules together (:class:`_KernelFamilyLocator`), since they inline each other's helpers.  ``njit`` here is
+``numba.njit(cache=True, nogil=True)``.
 """
 from __future__ import annotations
 
@@ -91,10 +93,38 @@ class _ZipCacheLocator(_caching._CacheLocator):
         return cls(py_func, py_file, found[0])
 
 
+class _KernelFamilyLocator(_caching.UserProvidedCacheLocator):
+    """Cache of kernels defined in a ``*_kernels.py`` file: its stamp covers every ``*_kernels.py`` file
+    beside it, because kernels inline helpers from one another (``commitlog_kernels.u32``, ``copy_bytes``)
+    and numba's own stamp (the defining file alone) would keep a stale inlined copy after an edit."""
+
+    def get_source_stamp(self):
+        folder = os.path.dirname(os.path.abspath(self._py_file))
+        return tuple(_caching._hash_source_file(path, st.st_mtime, st.st_size)
+                     for path, st in _family_stats(folder))
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not CACHE_DIR or not py_file.endswith(_FAMILY_SUFFIX) or not os.path.isfile(py_file):
+            return None
+        return super().from_function(py_func, py_file)
+
+
+_FAMILY_SUFFIX = "_kernels.py"
+
+
+def _family_stats(folder: str) -> list:
+    """(path, stat) of every kernel module in ``folder``, in name order."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith(_FAMILY_SUFFIX))
+    return [(os.path.join(folder, n), os.stat(os.path.join(folder, n))) for n in names]
+
+
 _IMPL = getattr(_caching, "CacheImpl", None) or getattr(_caching, "_CacheImpl")   # renamed in numba 0.61+
 if _ZipCacheLocator not in _IMPL._locator_classes:
     # first: numba's own zip locator (0.61+) caches under ~/.cache, which an executor may not be able to write
     _IMPL._locator_classes.insert(0, _ZipCacheLocator)
+if _KernelFamilyLocator not in _IMPL._locator_classes:
+    _IMPL._locator_classes.insert(1, _KernelFamilyLocator)
 
 
 def njit(*args, **kwargs):

@@ -1,0 +1,116 @@
+"""Compiled (numba) id kernels of the CommitLog decoder: host fields as InetAddress.getHostAddress texts and
+the offsetMsgId (MessageDecoder.createMessageId) (5.3.3).  Conventions: see ``commitlog_kernels``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from txlog_io.commitlog_kernels import PHYSICAL_OFFSET_AT, copy_bytes, i32, u32
+from txlog_io.jit import njit
+
+
+@njit
+def _put_int(out, at, v):
+    if v < 0:
+        out[at] = 45                              # '-'
+        at += 1
+        v = -v
+    digits = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        digits += 1
+    for j in range(digits - 1, -1, -1):
+        out[at + j] = 48 + v % 10
+        v //= 10
+    return at + digits
+
+
+HEX_LOWER = np.frombuffer(b"0123456789abcdef", np.uint8).copy()
+HEX_UPPER = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
+
+
+@njit
+def host_texts(u8, at, v6, hexd):
+    """InetAddress.getHostAddress + port: "a.b.c.d:port" or "[x:x:x:x:x:x:x:x]:port" (lower-case groups
+    without leading zeros or zero compression) for the host fields starting at ``at``."""
+    n = at.size
+    off = np.empty(n + 1, np.int32)
+    upper = 0
+    for k in range(n):                  # longest: "255.255.255.255:-2147483648", "[ffff:..:ffff]:-2147483648"
+        upper += 53 if v6[k] else 27
+    data = np.empty(upper, np.uint8)
+    w = 0
+    for k in range(n):
+        off[k] = w
+        p = at[k]
+        if k > 0 and v6[k] == v6[k - 1]:
+            q = at[k - 1]
+            same = u32(u8, p) == u32(u8, q) and u32(u8, p + 4) == u32(u8, q + 4)
+            if same and v6[k]:
+                for j in range(8, 20):
+                    if u8[p + j] != u8[q + j]:
+                        same = False
+                        break
+            if same:                              # the same host as the record before: copy its text
+                prev = off[k - 1]
+                copy_bytes(data, w, data, prev, w - prev)
+                w += w - prev
+                continue
+        if v6[k]:
+            data[w] = 91                          # '['
+            w += 1
+            for g in range(8):
+                v = (np.int64(u8[p + 2 * g]) << 8) | np.int64(u8[p + 2 * g + 1])
+                started = False
+                for sh in range(12, -1, -4):
+                    d = (v >> sh) & 0xF
+                    if d or started or sh == 0:
+                        data[w] = hexd[d]
+                        w += 1
+                        started = True
+                if g < 7:
+                    data[w] = 58                  # ':'
+                    w += 1
+            data[w] = 93                          # ']'
+            w += 1
+            port_at = p + 16
+        else:
+            for j in range(4):
+                w = _put_int(data, w, np.int64(u8[p + j]))
+                if j < 3:
+                    data[w] = 46                  # '.'
+                    w += 1
+            port_at = p + 4
+        data[w] = 58
+        w += 1
+        w = _put_int(data, w, i32(u8, port_at))
+    off[n] = w
+    return off, data[:w]
+
+
+@njit
+def msg_ids(u8, pos, store_at, v6, hexd):
+    """offsetMsgId: upper-case hex of store IP + port + the stored PHYSICALOFFSET (32 or 56 characters)."""
+    n = pos.size
+    off = np.empty(n + 1, np.int32)
+    total = 0
+    for k in range(n):
+        off[k] = total
+        total += 56 if v6[k] else 32
+    off[n] = total
+    data = np.empty(total, np.uint8)
+    for k in range(n):
+        w = off[k]
+        ip_port = 20 if v6[k] else 8
+        for j in range(ip_port):
+            b = u8[store_at[k] + j]
+            data[w] = hexd[b >> 4]
+            data[w + 1] = hexd[b & 0xF]
+            w += 2
+        for j in range(8):
+            b = u8[pos[k] + PHYSICAL_OFFSET_AT + j]
+            data[w] = hexd[b >> 4]
+            data[w + 1] = hexd[b & 0xF]
+            w += 2
+    return off, data

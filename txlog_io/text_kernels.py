@@ -1,0 +1,270 @@
+"""Compiled (numba) text kernels of the CommitLog decoder: topics and the properties split with
+MessageDecoder.string2messageProperties semantics, byte-range gathers, UTF-8 validation and
+java.lang.String.hashCode (the TAGS hash) (5.3.3).  Conventions: see ``commitlog_kernels``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from txlog_io.commitlog_kernels import copy_bytes, pack_strings
+from txlog_io.jit import njit
+
+
+@njit(inline="always")
+def _same(u8, a, la, b, lb):
+    if la != lb:
+        return False
+    for j in range(la):
+        if u8[a + j] != u8[b + j]:
+            return False
+    return True
+
+
+@njit
+def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, wanted_at):
+    """Topics and properties of every record in one pass over their bytes: the topic column, the properties
+    map (string2messageProperties: split on 0x02, key before the first 0x01, both non-empty, a later duplicate
+    key wins and the earlier entry is dropped) and one column per wanted key (``wanted`` bytes, ``wanted_off``
+    offsets; ``wanted_at[len * 256 + first byte]`` = its index, see ``wanted_keys``).
+
+    Returns Arrow offsets + data of the topics, the map (per-record entry offsets, keys, values) and the
+    wanted columns (all in one data buffer, row q of ``w_off`` starts where its bytes start), the wanted
+    columns' validity, and whether every byte copied was ASCII (then every piece is valid UTF-8 without a
+    further check)."""
+    n = starts.size
+    nw = wanted_off.size - 1
+    t_off = np.empty(n + 1, np.int32)
+    tt = np.int64(0)
+    total = np.int64(0)
+    most = np.int64(1)
+    for k in range(n):
+        tt += topic_len[k]
+        total += lengths[k]
+        most = max(most, lengths[k] // 3 + 1)     # segments of >= 3 bytes plus a shorter last one
+    t_data = np.empty(tt, np.uint8)
+    w = np.int64(0)
+    for k in range(n):
+        t_off[k] = w
+        copy_bytes(t_data, w, u8, topic_at[k], topic_len[k])
+        w += topic_len[k]
+    t_off[n] = w
+    ks = np.empty(most, np.int64)                 # one record's entries: key start, 0x01 position, value end
+    kv = np.empty(most, np.int64)
+    ve = np.empty(most, np.int64)
+    k_off = np.empty(n * 8 + 1, np.int32)         # grown below when records carry more entries
+    v_off = np.empty(n * 8 + 1, np.int32)
+    k_data = np.empty(total, np.uint8)
+    v_data = np.empty(total, np.uint8)
+    map_off = np.empty(n + 1, np.int32)
+    hit = np.full((nw, n), -1, np.int32)         # the map entry holding wanted key q of record k
+    w_size = np.int64(0)
+    m = 0
+    kt = np.int64(0)
+    vt = np.int64(0)
+    for k in range(n):
+        map_off[k] = m
+        e = 0
+        index = starts[k]
+        stop = starts[k] + lengths[k]
+        sep = -1                                   # first 0x01 of the current segment
+        for i in range(index, stop):
+            c = u8[i]
+            if c > 2:
+                continue
+            if c == 2:                             # a segment ends at a 0x02 or at the end
+                if i - index >= 3 and index < sep < i - 1:
+                    ks[e] = index
+                    kv[e] = sep
+                    ve[e] = i
+                    e += 1
+                index = i + 1
+                sep = -1
+            elif c == 1 and sep < 0:
+                sep = i
+        if stop - index >= 3 and index < sep < stop - 1:
+            ks[e] = index
+            kv[e] = sep
+            ve[e] = stop
+            e += 1
+        if m + e + 1 > k_off.size:
+            grown = max(k_off.size * 2, m + e + 1)
+            k2 = np.empty(grown, np.int32)
+            v2 = np.empty(grown, np.int32)
+            k2[:m] = k_off[:m]
+            v2[:m] = v_off[:m]
+            k_off, v_off = k2, v2
+        for j in range(e):
+            lj = kv[j] - ks[j]
+            dup = False
+            for q in range(j + 1, e):
+                if kv[q] - ks[q] == lj and u8[ks[q]] == u8[ks[j]] and _same(u8, ks[j], lj, ks[q], lj):
+                    dup = True
+                    break
+            if dup:
+                continue
+            vl = ve[j] - kv[j] - 1
+            k_off[m] = kt
+            v_off[m] = vt
+            copy_bytes(k_data, kt, u8, ks[j], lj)
+            copy_bytes(v_data, vt, u8, kv[j] + 1, vl)
+            kt += lj
+            vt += vl
+            m += 1
+            if lj < 64:
+                q = wanted_at[lj * 256 + u8[ks[j]]]
+                if q >= 0:
+                    same = True
+                    for t in range(lj):
+                        if u8[ks[j] + t] != wanted[wanted_off[q] + t]:
+                            same = False
+                            break
+                    if same:
+                        hit[q, k] = m - 1
+                        w_size += vl
+    map_off[n] = m
+    k_off[m] = kt
+    v_off[m] = vt
+    w_off = np.empty((nw, n + 1), np.int32)
+    w_data = np.empty(w_size, np.uint8)
+    wt = np.int64(0)
+    for q in range(nw):
+        for k in range(n):
+            w_off[q, k] = wt
+            j = hit[q, k]
+            if j >= 0:                            # the value's bytes are already in v_data
+                copy_bytes(w_data, wt, v_data, v_off[j], v_off[j + 1] - v_off[j])
+                wt += v_off[j + 1] - v_off[j]
+        w_off[q, n] = wt
+    return (t_off, t_data, map_off, k_off[:m + 1], k_data[:kt], v_off[:m + 1], v_data[:vt], w_off, w_data,
+            hit >= 0, _ascii(t_data) and _ascii(k_data[:kt]) and _ascii(v_data[:vt]))
+
+
+@njit(inline="always")
+def _ascii(data):
+    acc = 0
+    for i in range(data.size):                    # a plain reduction: vectorised
+        acc |= data[i]
+    return acc < 0x80
+
+
+def wanted_keys(keys) -> tuple:
+    """(bytes, offsets, lookup table) of the property keys ``split_properties`` reports per record; the table
+    maps (length, first byte) to the key (every wanted key must differ in one of them, and be < 64 bytes)."""
+    data, off = pack_strings(keys)
+    table = np.full(64 * 256, -1, np.int64)
+    for q, k in enumerate(keys):
+        b = k.encode("utf-8")
+        slot = len(b) * 256 + b[0]
+        if len(b) >= 64 or table[slot] >= 0:
+            raise ValueError(f"wanted property keys must differ in length or first byte: {k!r}")
+        table[slot] = q
+    return data, off, table
+
+
+@njit
+def gather(u8, starts, ends, data):
+    """The byte ranges ``[starts[k], ends[k])`` as Arrow offsets, their bytes copied into ``data`` (at least
+    ``gather_size`` long: the caller owns it, so it can come from a pool); a negative start: empty value."""
+    n = starts.size
+    off = np.empty(n + 1, np.int32)
+    total = np.int64(0)
+    for k in range(n):
+        off[k] = total
+        if starts[k] >= 0:
+            copy_bytes(data, total, u8, starts[k], ends[k] - starts[k])
+            total += ends[k] - starts[k]
+    off[n] = total
+    return off
+
+
+@njit
+def utf8_ok(u8, starts, lengths):
+    """Are all the byte ranges valid UTF-8 (then every piece cut at an ASCII separator is valid too)?"""
+    for k in range(starts.size):
+        i = starts[k]
+        end = starts[k] + lengths[k]
+        while i < end:
+            c = u8[i]
+            if c < 0x80:
+                i += 1
+                continue
+            if 0xC2 <= c < 0xE0:
+                need = 1
+            elif 0xE0 <= c < 0xF0:
+                need = 2
+            elif 0xF0 <= c < 0xF5:
+                need = 3
+            else:
+                return False
+            if i + need >= end:
+                return False
+            for j in range(1, need + 1):
+                if u8[i + j] & 0xC0 != 0x80:
+                    return False
+            c1 = u8[i + 1]
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0) or (c == 0xF0 and c1 < 0x90) or \
+                    (c == 0xF4 and c1 >= 0x90):
+                return False                      # overlong, surrogate or beyond U+10FFFF
+            i += need + 1
+    return True
+
+
+@njit
+def gather_size(starts, ends):
+    total = np.int64(0)
+    for k in range(starts.size):
+        if starts[k] >= 0:
+            total += ends[k] - starts[k]
+    return total
+
+
+@njit
+def java_hashes(data, off, valid):
+    """String.hashCode of UTF-8 values (UTF-16 code units, int32 wrap-around; 0 for null or empty).  Values
+    that are not valid UTF-8 get flag 1 (the caller hashes them as Python decodes them, with U+FFFD)."""
+    n = off.size - 1
+    codes = np.zeros(n, np.int64)
+    bad = np.zeros(n, np.bool_)
+    for k in range(n):
+        if not valid[k]:
+            continue
+        h = np.int64(0)
+        i = np.int64(off[k])
+        end = np.int64(off[k + 1])
+        while i < end:
+            c = np.int64(data[i])
+            if c < 0x80:
+                need, cp = 0, c
+            elif 0xC2 <= c < 0xE0:
+                need, cp = 1, c & 0x1F
+            elif 0xE0 <= c < 0xF0:
+                need, cp = 2, c & 0x0F
+            elif 0xF0 <= c < 0xF5:
+                need, cp = 3, c & 0x07
+            else:
+                bad[k] = True
+                break
+            if i + need >= end:
+                bad[k] = True
+                break
+            for j in range(1, need + 1):
+                cc = np.int64(data[i + j])
+                if cc & 0xC0 != 0x80:
+                    bad[k] = True
+                    break
+                cp = (cp << 6) | (cc & 0x3F)
+            if bad[k]:
+                break
+            if (need == 2 and (cp < 0x800 or 0xD800 <= cp <= 0xDFFF)) or (need == 3 and not
+                                                                          0x10000 <= cp <= 0x10FFFF):
+                bad[k] = True
+                break
+            if cp >= 0x10000:
+                cp -= 0x10000
+                h = (h * 31 + (0xD800 + (cp >> 10))) & 0xFFFFFFFF
+                h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & 0xFFFFFFFF
+            else:
+                h = (h * 31 + cp) & 0xFFFFFFFF
+            i += need + 1
+        codes[k] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
+    return codes, bad
