@@ -37,7 +37,9 @@ from jobs.datasources import (
 from jobs.full_read import (
     KINDS, RECORD_SCHEMA, LocalRead, ReadTask, collect_job, job_tables, record_rows, split_op_bodies,
 )
-from jobs.indexed_lookup import LOST_SCHEMA, LookupAt, UnitRecords, fetch_units, lookup_fetch, lookup_items
+from jobs.indexed_lookup import (
+    LOST_SCHEMA, LookupAt, UnitRecords, fetch_units, lookup_fetch, lookup_items, prefetch_index_files,
+)
 from jobs.indexed_plan import DRIVER_READ_BYTES, plan_indexed
 from jobs.options import parse_options
 from jobs.queue_tails import idle_ranges, idle_tail_anomalies
@@ -128,6 +130,7 @@ def plan_read(options, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Pla
                         None, None, None)
     if plan.units is None or plan.units.num_rows > max_rows:
         return None
+    prefetch_index_files(info, plan.units.num_rows)      # read by the kernel while the driver fetches units
     units = fetch_units(info, plan.units, keyed_only)
     items: list = lookup_items(info, units.keys, cores)
     gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
