@@ -14,8 +14,8 @@ oldest copy (txlog_io/indexfile.py).  Two halves:
   them (whole at the reference broker's small geometry, else slot + chain by positional reads), and fetches
   the records at the offsets found in the same task, in threads (``decode_at`` with ``tx_only``: an ordinary
   record met by a hash collision is probed, never copied).  Index files are read once per audit, spread over
-  the cores; the driver asks the kernel to read them ahead (:func:`prefetch_index_files`) before it fetches
-  the units, so on a cold page cache their reads overlap the plan.
+  the cores; the driver asks the kernel to read them ahead (:func:`index_files_read_whole`,
+  ``positional.will_read``) before it fetches the units, so on a cold page cache their reads overlap the plan.
 
 Before, the driver looked every key up in every index file itself (one file after another: 1.0 s of cold
 reads and 1.6 s of per-key Python on the 8 GiB bench store) and the job fetched the unit records a second
@@ -158,15 +158,14 @@ def _split(items: list, size: int) -> List[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def prefetch_index_files(stores: Sequence, keys: int) -> None:
-    """``indexfile.will_read`` of the usable IndexFiles the lookups will read whole for about ``keys`` keys
-    (``WHOLE_LOOKUP_BYTES_PER_KEY``; never a large file: a real broker's 420 MB file is searched by positional
-    reads, and reading it ahead would cost more than it saves)."""
-    from txlog_io.indexfile import WHOLE_LOOKUP_BYTES_PER_KEY, WHOLE_READ_LIMIT, file_size_for, will_read
+def index_files_read_whole(stores: Sequence, keys: int) -> List[str]:
+    """The usable IndexFiles the lookups will read whole for about ``keys`` keys (``WHOLE_LOOKUP_BYTES_PER_KEY``;
+    never a large file: a real broker's 420 MB file is searched by positional reads)."""
+    from txlog_io.indexfile import WHOLE_LOOKUP_BYTES_PER_KEY, WHOLE_READ_LIMIT, file_size_for
 
     limit = min(WHOLE_READ_LIMIT, keys * WHOLE_LOOKUP_BYTES_PER_KEY)
-    will_read([f[0] for s in stores for f in s.index_files
-               if f[4] is None and f[5] and file_size_for(f[5], f[6]) <= limit])
+    return [f[0] for s in stores for f in s.index_files
+            if f[4] is None and f[5] and file_size_for(f[5], f[6]) <= limit]
 
 
 def lookup_items(stores: Sequence, keys: Dict[str, Dict[Tuple[str, str], int]], cores: int) -> List[LookupAt]:
@@ -200,4 +199,4 @@ def lookup_items(stores: Sequence, keys: Dict[str, Dict[Tuple[str, str], int]], 
 
 
 __all__ = ["LookupAt", "lookup_fetch", "fetch_units", "lookup_items", "UnitRecords", "LOST_SCHEMA",
-           "RECORD_SCHEMA", "prefetch_index_files"]
+           "RECORD_SCHEMA", "index_files_read_whole"]

@@ -32,13 +32,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.datasources import (
-    ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, anomalies_batch, plan_partitions, store_listing,
+    ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, UnitFiles, anomalies_batch, plan_partitions,
+    store_listing,
 )
 from jobs.full_read import (
     KINDS, RECORD_SCHEMA, LocalRead, ReadTask, collect_job, job_tables, record_rows, split_op_bodies,
 )
 from jobs.indexed_lookup import (
-    LOST_SCHEMA, LookupAt, UnitRecords, fetch_units, lookup_fetch, lookup_items, prefetch_index_files,
+    LOST_SCHEMA, LookupAt, UnitRecords, fetch_units, index_files_read_whole, lookup_fetch, lookup_items,
 )
 from jobs.indexed_plan import DRIVER_READ_BYTES, plan_indexed
 from jobs.options import parse_options
@@ -46,6 +47,7 @@ from jobs.queue_tails import idle_ranges, idle_tail_anomalies
 from jobs.indexed_gaps import GAP_FILE_END, gap_anomalies, gap_cells, gap_scan_keeps, indexed_gap_rows
 from jobs.store_frames import _commitlog_dirs, _infos, has_transaction_index, keyed_only, missing_file_findings
 from jobs.txparams import TX_SYSTEM_TOPICS
+from txlog_io.positional import will_read
 
 #: result kinds of this read: full_read's, plus the gap scan's records (filtered on the driver), the lookup
 #: fetches' findings (de-duplicated against the driver's) and the offsets found that no CommitLog file holds
@@ -130,14 +132,18 @@ def plan_read(options, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Pla
                         None, None, None)
     if plan.units is None or plan.units.num_rows > max_rows:
         return None
-    prefetch_index_files(info, plan.units.num_rows)      # read by the kernel while the driver fetches units
+    side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
+    listings = {b: store_listing(r, opts.commitlog_dirs_of(r)) for b, r in opts.stores}
+    side = plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)
+    # the kernel reads the files the job reads whole (index files searched whole, unit files) while the
+    # driver fetches the units: on a cold page cache those reads overlap the plan
+    will_read(index_files_read_whole(info, plan.units.num_rows)
+              + list(dict.fromkeys(s.path for p in side if isinstance(p, UnitFiles) for s in p.slices)))
     units = fetch_units(info, plan.units, keyed_only)
     items: list = lookup_items(info, units.keys, cores)
     gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
     items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, int(options.config.split_bytes))]
-    side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
-    listings = {b: store_listing(r, opts.commitlog_dirs_of(r)) for b, r in opts.stores}
-    items += plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)
+    items += side
     return _Plan(items, side_opts.sources, gap_rows, idle, units, _commitlog_dirs(info))
 
 

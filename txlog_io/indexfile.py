@@ -25,7 +25,6 @@ Layout, big-endian (offsets come from the struct/dtype definitions below):
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -445,24 +444,6 @@ def search_files(files: Sequence[tuple], hashes: np.ndarray, after: np.ndarray) 
             with IndexFileReader(path, slots, entries) as reader:
                 found.append(reader.lookup_arrays(hashes[keys], after[keys] + 1)[1])
     return np.unique(np.concatenate(found))
-
-
-def will_read(paths: Sequence[str]) -> None:
-    """Ask the kernel to start reading ``paths`` (index files a lookup is about to read whole) in the
-    background (``posix_fadvise(POSIX_FADV_WILLNEED)``): on a cold page cache their reads then overlap the
-    caller's other work instead of following it in the tasks that search them.  No byte reaches this process
-    (the lookups' reads are counted where they happen); a file that cannot be opened is left alone."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except (OSError, AttributeError):      # not Linux: only a hint
-            pass
-        finally:
-            os.close(fd)
 
 
 def read_index_header(path) -> Optional[IndexHeader]:
