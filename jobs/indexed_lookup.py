@@ -169,9 +169,9 @@ def index_files_read_whole(stores: Sequence, keys: int) -> List[str]:
 
 
 def lookup_items(stores: Sequence, keys: Dict[str, Dict[Tuple[str, str], int]], cores: int) -> List[LookupAt]:
-    """The lookup tasks: per broker, its usable IndexFiles cut into consecutive groups that search about as
-    many (key, file) pairs each (a file is searched for the keys whose oldest copy lies before its end), each
-    group with the keys it needs."""
+    """The lookup tasks: per broker, its usable IndexFiles cut into consecutive groups of about the same cost
+    (a file is searched for the keys whose oldest copy lies before its end), each group with the keys it
+    needs."""
     from txlog_io.indexfile import build_key, index_key_hash
 
     items: List[LookupAt] = []
@@ -182,8 +182,10 @@ def lookup_items(stores: Sequence, keys: Dict[str, Dict[Tuple[str, str], int]], 
             continue
         hashes = np.array([index_key_hash(build_key(t, u)) for t, u in mine], np.int64)
         after = np.array(list(mine.values()), np.int64)
-        order = np.sort(after)
-        weight = np.searchsorted(order, np.array([f[1] for f in files], np.int64), "right")
+        # a file's cost is mostly reading it (whole, at the small geometries where there are many): a file
+        # searched for every key costs about twice one searched for none
+        keys_of = np.searchsorted(np.sort(after), np.array([f[1] for f in files], np.int64), "right")
+        weight = 1.0 + keys_of / after.size
         groups = max(1, min(len(files), LOOKUP_TASKS_PER_CORE * cores))
         cuts = np.searchsorted(np.cumsum(weight), np.arange(1, groups) * weight.sum() / groups, "left")
         lo = 0

@@ -130,7 +130,7 @@ def test_lookup_tasks_find_what_every_index_file_holds(base_store):  # noqa: F81
     assert any(kind[o] == "COMMIT" for o in wanted)
     for cores in (1, 2, 8):
         items = lookup_items(info, got.keys, cores)
-        assert 1 < len(items) <= min(len(files), 3 * cores)       # cut by the (key, file) pairs searched
+        assert 1 < len(items) <= min(len(files), 3 * cores)       # cut by the files and keys searched
         assert sorted(f for i in items for f in i.files) == sorted((f[0], f[2], f[5], f[6]) for f in files)
         out = {"commitlog": [], "hit_anomalies": [], "lost": []}
         for item in items:
