@@ -92,6 +92,10 @@ class _ReadTask(ReadTask):
     kinds = _KINDS
     counted = ("commitlog", "scan_findings", "gap_records", "anomalies", "hit_anomalies")
 
+    def __call__(self, groups):
+        """A partition holds one group of work items (:func:`_balanced`)."""
+        return super().__call__(item for group in groups for item in group)
+
     def read(self, part, out: Dict[str, list]) -> None:
         if isinstance(part, LookupAt):
             lookup_fetch(part, out)
@@ -160,10 +164,8 @@ def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = 
     if plan is None:
         return None
     t1 = time.monotonic()
-    n = max(1, min(len(plan.items), 3 * cores))
-    # parallelize slices contiguously: deal the items out so the lookup tasks (first, heaviest) spread
-    items = [plan.items[k] for j in range(n) for k in range(j, len(plan.items), n)]
-    got = collect_job(sc, items, n, _ReadTask(plan.sources, max_rows))
+    groups = _balanced(plan.items, max(1, min(len(plan.items), 3 * cores)))
+    got = collect_job(sc, groups, len(groups), _ReadTask(plan.sources, max_rows))
     t2 = time.monotonic()
     if got is None:
         return None
@@ -196,6 +198,32 @@ def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = 
     if timings is not None:
         timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
     return None if read.rows > max_rows else read
+
+
+def _balanced(items: list, n: int) -> list:
+    """``items`` in ``n`` groups of about the same estimated cost (largest first onto the least loaded group),
+    the costliest group first: Spark starts tasks in partition order, so the long ones do not end the job on
+    one core.  Cost ~ bytes read: an IndexFile group's files, a unit-file group's units (decoded per unit,
+    about twice an index byte); a gap cell's range is mostly the newest file's unwritten tail, skipped."""
+    from txlog_io.indexfile import file_size_for
+
+    def cost(p) -> float:
+        if isinstance(p, LookupAt):
+            return float(sum(file_size_for(slots, entries) for _, _, slots, entries in p.files))
+        if isinstance(p, UnitFiles):
+            return 2.0 * sum(s.end - s.start for s in p.slices)
+        if isinstance(p, GapCell):
+            return (p.end - p.start) / 64
+        return float(1 << 20)
+
+    costs = [cost(p) for p in items]
+    groups: list = [[] for _ in range(n)]
+    load = [0.0] * n
+    for i in sorted(range(len(items)), key=lambda i: -costs[i]):
+        j = min(range(n), key=load.__getitem__)
+        groups[j].append(items[i])
+        load[j] += costs[i]
+    return [g for _, g in sorted(zip(load, groups), key=lambda lg: -lg[0]) if g]
 
 
 def _new_rows(extra: pa.Table, seen: pa.Table) -> pa.Table:
