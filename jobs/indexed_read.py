@@ -203,15 +203,16 @@ def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = 
 def _balanced(items: list, n: int) -> list:
     """``items`` in ``n`` groups of about the same estimated cost (largest first onto the least loaded group),
     the costliest group first: Spark starts tasks in partition order, so the long ones do not end the job on
-    one core.  Cost ~ bytes read: an IndexFile group's files, a unit-file group's units (decoded per unit,
-    about twice an index byte); a gap cell's range is mostly the newest file's unwritten tail, skipped."""
+    one core.  Cost ~ bytes read: an IndexFile group's files, a unit-file group's units (about the same CPU per
+    byte, findings only for the ordinary queues); a gap cell's range is mostly the newest file's unwritten
+    tail, skipped."""
     from txlog_io.indexfile import file_size_for
 
     def cost(p) -> float:
         if isinstance(p, LookupAt):
             return float(sum(file_size_for(slots, entries) for _, _, slots, entries in p.files))
         if isinstance(p, UnitFiles):
-            return 2.0 * sum(s.end - s.start for s in p.slices)
+            return float(sum(s.end - s.start for s in p.slices))
         if isinstance(p, GapCell):
             return (p.end - p.start) / 64
         return float(1 << 20)
