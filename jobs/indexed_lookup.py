@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.datasources import anomalies_batch
-from jobs.full_read import RECORD_SCHEMA, record_rows
+from jobs.full_read import record_rows
 from jobs.indexed_plan import DRIVER_IO_THREADS, _in_threads
 from jobs.txparams import DISCARD_TOPIC, HALF_TOPIC
 
@@ -106,7 +106,7 @@ def _piece(total: int) -> int:
 class UnitRecords:
     """What the driver read at the transaction queues' units."""
 
-    records: List[pa.RecordBatch]       # RECORD_SCHEMA rows (op bodies kept)
+    records: List[pa.RecordBatch]       # full_read.RECORD_SCHEMA rows (op bodies kept)
     anomalies: List[pa.RecordBatch]     # the fetch's findings (CQ_ENTRY_MISMATCH, ...)
     lost: List[Tuple[str, int]]         # (broker, offset) no CommitLog file holds
     keys: Dict[str, Dict[Tuple[str, str], int]]     # broker -> (real_topic, uniq_key) -> oldest half copy
@@ -201,4 +201,4 @@ def lookup_items(stores: Sequence, keys: Dict[str, Dict[Tuple[str, str], int]], 
 
 
 __all__ = ["LookupAt", "lookup_fetch", "fetch_units", "lookup_items", "UnitRecords", "LOST_SCHEMA",
-           "RECORD_SCHEMA", "index_files_read_whole"]
+           "index_files_read_whole"]
