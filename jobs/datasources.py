@@ -350,12 +350,14 @@ def anomalies_batch(broker: str, anomalies: Sequence[Anomaly], default_source: s
                                       schema=_ANOMALY_TARGET)
 
 
-def decode_unit_slice(s: UnitSlice) -> Iterator[tuple]:
+def decode_unit_slice(s: UnitSlice, rows: bool = True) -> Iterator[tuple]:
+    """(batch, anomalies) pairs of one slice; ``rows=False``: a consume queue's batches are empty (findings
+    only)."""
     from txlog_io import consumequeue as CQ
 
     if s.kind == "consumequeue":
         return CQ.decode_consumequeue(s.path, topic=s.topic, queue_id=s.queue_id, base_offset=s.base_offset,
-                                      start=s.start, end=s.end)
+                                      start=s.start, end=s.end, rows=rows)
     if s.kind == "statetable":
         return CQ.decode_statetable(s.path, base_offset=s.base_offset, start=s.start, end=s.end)
     if s.kind == "redolog":
@@ -492,7 +494,7 @@ class StoreReader(DataSourceReader):
         elif isinstance(p, UnitFiles):
             def unit_anomalies() -> Iterator[Anomaly]:
                 for s in p.slices:
-                    for _, anomalies in decode_unit_slice(s):
+                    for _, anomalies in decode_unit_slice(s, rows=False):
                         yield from anomalies
             yield from _anomaly_batches(p.broker, unit_anomalies(), "", p.slices[0].path if p.slices else "")
         elif isinstance(p, StoreFiles):

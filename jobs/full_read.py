@@ -120,7 +120,7 @@ def _units(p: UnitFiles, out: Dict[str, list]) -> None:
     for s in p.slices:
         keep = s.kind != "consumequeue" or s.topic in TX_SYSTEM_TOPICS
         schema = SOURCE_TABLES[_UNIT_FORMAT[s.kind]].arrow_schema()
-        for batch, anomalies in decode_unit_slice(s):
+        for batch, anomalies in decode_unit_slice(s, rows=keep):
             found.extend(anomalies)
             if keep and batch.num_rows:
                 out[s.kind].append(prepend_broker(batch, p.broker, pa.schema(list(schema)[1:]), schema))

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -293,31 +294,23 @@ class IndexLookup:
                       for s in stores}
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from txlog_io.indexfile import IndexFileReader, build_key, index_key_hash
+        from txlog_io.indexfile import build_key, index_key_hash, search_files
         from txlog_io.readstats import flush
 
         try:
             for batch in batches:
-                rows = batch.to_pylist()
-                brokers, offsets = [], []
-                for broker in dict.fromkeys(r["broker"] for r in rows):
-                    mine = [r for r in rows if r["broker"] == broker]
-                    hashes = [index_key_hash(build_key(r["real_topic"], r["uniq_key"])) for r in mine]
-                    # file by file, every key the file may hold at once (IndexFileReader.lookup_many)
-                    for path, end, slots, entries in self.files.get(broker, ()):
-                        keys = [i for i, r in enumerate(mine) if end >= r["after"]]
-                        if not keys:
-                            continue
-                        with IndexFileReader(path, slots, entries) as reader:
-                            found = reader.lookup_many([hashes[i] for i in keys],
-                                                       [mine[i]["after"] + 1 for i in keys])
-                        for hits in found:
-                            offsets += hits
-                            brokers += [broker] * len(hits)
-                if offsets:
-                    yield pa.RecordBatch.from_arrays([pa.array(brokers, pa.string()),
-                                                      pa.array(offsets, pa.int64())],
-                                                     ["broker", "commitlog_offset"])
+                broker, topic, uniq, after = (batch.column(c).to_pylist()
+                                              for c in ("broker", "real_topic", "uniq_key", "after"))
+                for b in dict.fromkeys(broker):
+                    mine = [i for i, x in enumerate(broker) if x == b]
+                    hashes = [index_key_hash(build_key(topic[i], uniq[i])) for i in mine]
+                    # file by file, every key the file may hold at once (IndexFileReader.lookup_arrays)
+                    hits = search_files(self.files.get(b, ()), np.asarray(hashes, np.int64),
+                                        np.asarray([after[i] for i in mine], np.int64))
+                    if hits.size:
+                        yield pa.RecordBatch.from_arrays([pa.array([b] * hits.size, pa.string()),
+                                                          pa.array(hits, pa.int64())],
+                                                         ["broker", "commitlog_offset"])
         finally:
             flush()
 

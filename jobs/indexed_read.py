@@ -2,64 +2,57 @@
 
 The same shape as full mode's one-job read (jobs/full_read.py), for ``--mode indexed``:
 
-* **plan, on the driver** (jobs/indexed_plan.py, jobs/indexed_gaps.py, jobs/store_frames.py): the half / op / discard queues'
-  units, the queue gaps, the half records' headers by position and their ``REAL_TOPIC#UNIQ_KEY`` lookups in
-  the IndexFiles (``driver_positions``), the ranges no index covers (``indexed_gap_rows``);
-* **one ``RDD.mapPartitions`` job** whose tasks each take a few work items: the positions of one CommitLog
-  file (``decode_at``, with the op records' bodies, so there is no second fetch for them), a gap-scan cell
-  (``decode_log_range(tx_relevant=True)`` filtered as the DataFrame plan's ``_ScanCells``), or a partition of
-  the ``rocketmq_anomalies`` plan for the other decoders (full_read's ``_units`` / ``_store``: unit files'
-  findings and the transaction queues', statetable's, redolog's and consumer offsets' rows);
+* **plan, on the driver** (jobs/indexed_plan.py, jobs/indexed_gaps.py, jobs/indexed_lookup.py): the half /
+  op / discard queues' units, the queue gaps, the records at those units (read here, in threads, with the op
+  bodies: rows the reducer needs) and their halves' ``REAL_TOPIC#UNIQ_KEY`` keys, the ranges no index covers
+  (``indexed_gap_rows``);
+* **one ``RDD.mapPartitions`` job** whose tasks each take a few work items: a group of IndexFiles searched for
+  the keys, the COMMIT records at the offsets found fetched in the same task (``indexed_lookup.LookupAt``), a
+  gap-scan cell (``decode_log_range(tx_relevant=True)`` filtered as the DataFrame plan's ``_ScanCells``), or a
+  partition of the ``rocketmq_anomalies`` plan for the other decoders (full_read's ``_units`` / ``_store``:
+  unit files' findings and the transaction queues', statetable's, redolog's and consumer offsets' rows);
 * **Arrow on the driver**: records fetched and scanned de-duplicated by (broker, offset), an idle tail's range
   keeping only the transaction system topics' records (jobs/queue_tails.py), findings de-duplicated like the
   DataFrame plan's ``distinct()``, plus the INDEX_INCOMPLETE rows of the gaps and idle tails; then
   ``full_read.reduce_local``.
 
 The rows equal the DataFrame plan's (tests/test_indexed_read.py).  Falls back to that plan (returns None)
-when the plan needs Spark (transaction queues or 3.x tables over ``DRIVER_READ_BYTES``, more than
-``DRIVER_FETCH_UNITS`` units, a store whose real-topic queues must be probed) or when the rows exceed
-``LOCAL_MAX_ROWS``.
+when the plan needs Spark (transaction queues or 3.x tables over ``DRIVER_READ_BYTES``, a store whose
+real-topic queues must be probed) or when the units or the rows exceed ``LOCAL_MAX_ROWS``: any number of units
+below that takes this read.
 """
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.datasources import (
-    ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, anomalies_batch, plan_partitions, store_listing,
+    ANOMALIES_FORMAT, COMMITLOG_FORMAT, SIDE_SOURCES, UnitFiles, anomalies_batch, plan_partitions,
+    store_listing,
 )
 from jobs.full_read import (
     KINDS, RECORD_SCHEMA, LocalRead, ReadTask, collect_job, job_tables, record_rows, split_op_bodies,
 )
-from jobs.indexed_plan import DRIVER_FETCH_UNITS, DRIVER_READ_BYTES, driver_positions, plan_indexed
+from jobs.indexed_lookup import (
+    LOST_SCHEMA, LookupAt, UnitRecords, fetch_units, index_files_read_whole, lookup_fetch, lookup_items,
+)
+from jobs.indexed_plan import DRIVER_READ_BYTES, plan_indexed
 from jobs.options import parse_options
 from jobs.queue_tails import idle_ranges, idle_tail_anomalies
 from jobs.indexed_gaps import GAP_FILE_END, gap_anomalies, gap_cells, gap_scan_keeps, indexed_gap_rows
-from jobs.store_frames import (
-    FETCH_CHUNK, _commitlog_dirs, _infos, has_transaction_index, keyed_only, located_positions,
-    missing_file_findings,
-)
+from jobs.store_frames import _commitlog_dirs, _infos, has_transaction_index, keyed_only, missing_file_findings
 from jobs.txparams import TX_SYSTEM_TOPICS
+from txlog_io.positional import will_read
 
-#: result kinds of this read: full_read's, plus the gap scan's records (filtered on the driver)
-_KINDS = dict(KINDS, gap_records=RECORD_SCHEMA)
-
-
-@dataclass(frozen=True)
-class FetchAt:
-    """Positions of one CommitLog file (file positions, sorted, distinct); ``tx_only``: those wanted only if
-    their record's transaction type is not NOT (found through an IndexFile)."""
-
-    broker: str
-    path: str
-    base_offset: int
-    positions: Tuple[int, ...]
-    tx_only: Tuple[int, ...]
+#: result kinds of this read: full_read's, plus the gap scan's records (filtered on the driver), the lookup
+#: fetches' findings (de-duplicated against the driver's) and the offsets found that no CommitLog file holds
+_KINDS = dict(KINDS, gap_records=RECORD_SCHEMA, hit_anomalies=KINDS["anomalies"], lost=LOST_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -77,18 +70,6 @@ class GapCell:
 # executor side
 # ------------------------------------------------------------------------------------------------------------
 
-def _fetch(p: FetchAt, out: Dict[str, list]) -> None:
-    from txlog_io.commitlog import decode_at
-
-    for lo in range(0, len(p.positions), FETCH_CHUNK):
-        batch, anomalies = decode_at(p.path, p.positions[lo:lo + FETCH_CHUNK], base_offset=p.base_offset,
-                                     with_body=True, tx_only=p.tx_only)
-        if batch.num_rows:
-            out["commitlog"].append(record_rows(batch, p.broker))
-        if anomalies:
-            out["anomalies"].append(anomalies_batch(p.broker, anomalies, "commitlog", p.path))
-
-
 def _scan(p: GapCell, out: Dict[str, list]) -> None:
     from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
 
@@ -105,14 +86,19 @@ def _scan(p: GapCell, out: Dict[str, list]) -> None:
 
 
 class _ReadTask(ReadTask):
-    """full_read's task with indexed mode's work items: positions to fetch and gap cells to scan."""
+    """full_read's task with indexed mode's work items: index files to search (and fetch what they find) and
+    gap cells to scan."""
 
     kinds = _KINDS
-    counted = ("commitlog", "scan_findings", "gap_records", "anomalies")
+    counted = ("commitlog", "scan_findings", "gap_records", "anomalies", "hit_anomalies")
+
+    def __call__(self, groups):
+        """A partition holds one group of work items (:func:`_balanced`)."""
+        return super().__call__(item for group in groups for item in group)
 
     def read(self, part, out: Dict[str, list]) -> None:
-        if isinstance(part, FetchAt):
-            _fetch(part, out)
+        if isinstance(part, LookupAt):
+            lookup_fetch(part, out)
         elif isinstance(part, GapCell):
             _scan(part, out)
         else:
@@ -125,14 +111,15 @@ class _ReadTask(ReadTask):
 
 @dataclass
 class _Plan:
-    items: list                 # FetchAt, GapCell, UnitFiles / StoreFiles work items
+    items: list                 # LookupAt, GapCell, UnitFiles / StoreFiles work items
     sources: frozenset          # the side decoders' sources
     gap_rows: list              # GAPS_SCHEMA rows scanned
     idle: list                  # the per-queue idle-tail rows
-    missing: list               # (broker, findings batch): positions no CommitLog file holds
+    units: UnitRecords          # the records at the transaction queues' units, read by the driver
+    commitlog_dirs: dict        # broker -> its CommitLog directory (MISSING_FILE findings)
 
 
-def plan_read(options) -> Optional[_Plan]:
+def plan_read(options, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Plan]:
     """The work items of an indexed read of ``options.stores``, or None when the plan needs Spark."""
     base = {"paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
             "split_bytes": str(int(options.config.split_bytes))}
@@ -143,52 +130,57 @@ def plan_read(options) -> Optional[_Plan]:
     if (sum(s.tx_queue_bytes for s in info) > DRIVER_READ_BYTES
             or sum(s.tx_table_bytes for s in indexed) > DRIVER_READ_BYTES):
         return None
+    # a store whose real topics' consume queues must be probed (3.x files, no IndexFiles) takes the Spark plan
+    if any(not keyed_only(s) for s in info if s.tx_half_topic or s.statetable_files or s.redolog_files):
+        return None
     plan = plan_indexed(indexed, info, lambda fmt, **extra: parse_options(fmt, dict(base, **extra)),
                         None, None, None)
-    if plan.units is None or plan.units.num_rows > DRIVER_FETCH_UNITS:
+    if plan.units is None or plan.units.num_rows > max_rows:
         return None
-    positions = driver_positions(plan, info, keyed_only)
-    if positions is None:
-        return None
-    items: list = []
-    lost: list = []
-    by_file: Dict[tuple, list] = {}
-    for broker, off, only, path, file_base in located_positions(positions, info):
-        if path is None:
-            lost.append((broker, off))
-        else:
-            by_file.setdefault((broker, path, int(file_base)), []).append((off - int(file_base), only))
-    for (broker, path, file_base), rows in by_file.items():
-        items.append(FetchAt(broker, path, file_base, tuple(p for p, _ in rows),
-                             tuple(p for p, only in rows if only)))
-    gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
-    items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, int(options.config.split_bytes))]
     side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
     listings = {b: store_listing(r, opts.commitlog_dirs_of(r)) for b, r in opts.stores}
-    items += plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)
-    return _Plan(items, side_opts.sources, gap_rows, idle,
-                 missing_file_findings(_commitlog_dirs(info), list(dict.fromkeys(lost))))
+    side = plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)
+    # the kernel reads the files the job reads whole (index files searched whole, unit files) while the
+    # driver fetches the units: on a cold page cache those reads overlap the plan (the hints themselves
+    # block while the kernel queues the reads: ~0.15 s for 218 files, so they are given from a thread)
+    ahead = index_files_read_whole(info, plan.units.num_rows) + list(dict.fromkeys(
+        s.path for p in side if isinstance(p, UnitFiles) for s in p.slices))
+    threading.Thread(target=will_read, args=(ahead,), name="txaudit-read-ahead", daemon=True).start()
+    units = fetch_units(info, plan.units, keyed_only)
+    items: list = lookup_items(info, units.keys, cores)
+    gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
+    items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, int(options.config.split_bytes))]
+    items += side
+    return _Plan(items, side_opts.sources, gap_rows, idle, units, _commitlog_dirs(info))
 
 
 def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = None) -> Optional[LocalRead]:
     """The one-job indexed read of ``options.stores`` (an audit's ``AuditOptions``), or None: the DataFrame
     plan then reads (see the module docstring)."""
     t0 = time.monotonic()
-    plan = plan_read(options)
+    sc = spark.sparkContext
+    cores = int(sc.defaultParallelism or 1)
+    plan = plan_read(options, cores, max_rows)
     if plan is None:
         return None
     t1 = time.monotonic()
-    sc = spark.sparkContext
-    n = max(1, min(len(plan.items), 3 * int(sc.defaultParallelism or 1)))
-    got = collect_job(sc, plan.items, n, _ReadTask(plan.sources, max_rows))
+    groups = _balanced(plan.items, max(1, min(len(plan.items), 3 * cores)))
+    got = collect_job(sc, groups, len(groups), _ReadTask(plan.sources, max_rows))
     t2 = time.monotonic()
     if got is None:
         return None
     tables = job_tables(got, _KINDS)
-    if plan.missing:
-        tables["anomalies"] = pa.concat_tables([tables["anomalies"], pa.Table.from_batches(
-            [batch for _, batch in plan.missing], schema=_KINDS["anomalies"])])
-    clog = _union_records(tables["commitlog"], _outside_idle(tables["gap_records"], plan.gap_rows))
+    units = plan.units
+    fetched_findings = pa.Table.from_batches(units.anomalies, schema=_KINDS["anomalies"])
+    lost = sorted(set(units.lost) | set(zip(tables["lost"].column("broker").to_pylist(),
+                                            tables["lost"].column("commitlog_offset").to_pylist())))
+    missing = missing_file_findings(plan.commitlog_dirs, lost)
+    tables["anomalies"] = pa.concat_tables([
+        tables["anomalies"], fetched_findings, _new_rows(tables["hit_anomalies"], fetched_findings),
+        pa.Table.from_batches([batch for _, batch in missing], schema=_KINDS["anomalies"])])
+    fetched = pa.concat_tables([pa.Table.from_batches(units.records, schema=RECORD_SCHEMA),
+                                tables["commitlog"]])
+    clog = _union_records(fetched, _outside_idle(tables["gap_records"], plan.gap_rows))
     anomalies = _distinct(tables["anomalies"]) if plan.gap_rows else tables["anomalies"]
     extra = gap_anomalies(plan.gap_rows)
     if plan.idle:
@@ -206,6 +198,49 @@ def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = 
     if timings is not None:
         timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
     return None if read.rows > max_rows else read
+
+
+def _balanced(items: list, n: int) -> list:
+    """``items`` in ``n`` groups of about the same estimated cost (largest first onto the least loaded group),
+    the costliest group first: Spark starts tasks in partition order, so the long ones do not end the job on
+    one core.  Cost ~ bytes read: an IndexFile group's files, a unit-file group's units (about the same CPU per
+    byte, findings only for the ordinary queues); a gap cell's range is mostly the newest file's unwritten
+    tail, skipped."""
+    from txlog_io.indexfile import file_size_for
+
+    def cost(p) -> float:
+        if isinstance(p, LookupAt):
+            return float(sum(file_size_for(slots, entries) for _, _, slots, entries in p.files))
+        if isinstance(p, UnitFiles):
+            return float(sum(s.end - s.start for s in p.slices))
+        if isinstance(p, GapCell):
+            return (p.end - p.start) / 64
+        return float(1 << 20)
+
+    costs = [cost(p) for p in items]
+    groups: list = [[] for _ in range(n)]
+    load = [0.0] * n
+    for i in sorted(range(len(items)), key=lambda i: -costs[i]):
+        j = min(range(n), key=load.__getitem__)
+        groups[j].append(items[i])
+        load[j] += costs[i]
+    return [g for _, g in sorted(zip(load, groups), key=lambda lg: -lg[0]) if g]
+
+
+def _new_rows(extra: pa.Table, seen: pa.Table) -> pa.Table:
+    """``extra``'s distinct rows that are not in ``seen``: a lookup task's fetch finding is the driver's
+    when a hash collision led it to a unit's position, or another task's when two index files name the same
+    offset (the DataFrame plan fetches each position once)."""
+    if not extra.num_rows:
+        return extra
+    have = {repr(tuple(r.values())) for r in seen.to_pylist()}
+    keep = []
+    for i, r in enumerate(extra.to_pylist()):
+        k = repr(tuple(r.values()))
+        if k not in have:
+            have.add(k)
+            keep.append(i)
+    return extra.take(pa.array(keep, pa.int64()))
 
 
 def _outside_idle(records: pa.Table, gap_rows: list) -> pa.Table:
@@ -226,9 +261,9 @@ def _outside_idle(records: pa.Table, gap_rows: list) -> pa.Table:
 
 def _union_records(fetched: pa.Table, scanned: pa.Table) -> pa.Table:
     """Fetched and scanned records, one row per (broker, physical_offset): a record both fetched and scanned
-    is the same decoded row."""
+    (or fetched by the driver and by a lookup task) is the same decoded row."""
     both = pa.concat_tables([fetched, scanned])
-    if not scanned.num_rows:
+    if not both.num_rows:
         return both
     idx = pa.array(range(both.num_rows), pa.int64())
     firsts = (both.select(["broker", "physical_offset"]).append_column("_i", idx)
@@ -246,4 +281,4 @@ def _distinct(table: pa.Table) -> pa.Table:
         table.column_names).cast(table.schema)
 
 
-__all__ = ["read_indexed_local", "plan_read", "FetchAt", "GapCell"]
+__all__ = ["read_indexed_local", "plan_read", "GapCell"]

@@ -356,6 +356,18 @@ def test_cq_rules_pre_blank_bad_entry_hole_and_truncation(tmp_path):
     assert anomalies[1].physical_offset == 380
 
 
+
+def test_findings_only_decode_has_the_same_findings(tmp_path):
+    """``rows=False`` (a queue decoded for its findings only): empty batches, the very same findings, at every
+    chunk size (a chunk with findings but no rows, one with rows but no findings)."""
+    path = write(tmp_path, "00000000000000000200", _messy_cq_file())
+    for chunk in (1, 3, 1 << 18):
+        full = list(cq.decode_consumequeue(path, topic="T", queue_id=0, chunk_units=chunk))
+        lean = list(cq.decode_consumequeue(path, topic="T", queue_id=0, chunk_units=chunk, rows=False))
+        assert all(b.num_rows == 0 and b.schema == full[0][0].schema for b, _ in lean)
+        assert [a for _, found in lean for a in found] == [a for _, found in full for a in found]
+        assert len([a for _, found in lean for a in found]) == 3
+
 def test_zero_tail_is_clean_end(tmp_path):
     path = write(tmp_path, FIRST_NAME, _unit(1, 2, 3) + bytes(20 * 50))
     table, anomalies = decode_cq(path)

@@ -9,6 +9,7 @@ from jobs.indexed_plan import (GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS,
 from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL
 from jobs.store_frames import StoreInfo
 from jobs.txparams import HALF_TOPIC, OP_TOPIC
+from test_indexed_indexfile import base_store, monkeypatch_module  # noqa: F401
 
 CLOG = 1 << 20
 
@@ -92,3 +93,47 @@ def test_spark_extremes_equal_the_driver_ones(spark):
     key = lambda e: (e["broker"], e["topic"], e["queue_id"])      # noqa: E731
     assert sorted(extremes_of_frame(spark.createDataFrame(units)), key=key) == \
         sorted(extremes_of_units(units), key=key)
+
+
+def test_lookup_tasks_find_what_every_index_file_holds(base_store):  # noqa: F811
+    """The one job's lookup tasks (jobs.indexed_lookup: consecutive index files per task, the records found
+    fetched in the task), cut for 1, 2 and 8 cores, fetch exactly the non-NOT records a key-by-key lookup in
+    every index file ending after the key's oldest half copy names: lookups that cross index files and tasks."""
+    import json
+
+    from jobs.datasources import COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT
+    from jobs.indexed_lookup import fetch_units, lookup_fetch, lookup_items
+    from jobs.indexed_plan import driver_table
+    from jobs.options import parse_options
+    from jobs.store_frames import _infos, keyed_only
+    from jobs.txparams import TX_SYSTEM_TOPICS
+    from test_indexed_indexfile import _records
+    from txlog_io.indexfile import IndexFileReader, build_key
+
+    base = {"paths": json.dumps([str(base_store)]), "brokers": "b"}
+    info = _infos(parse_options(COMMITLOG_FORMAT, base))
+    units = driver_table(CONSUMEQUEUE_FORMAT, parse_options(CONSUMEQUEUE_FORMAT, dict(
+        base, topics=",".join(TX_SYSTEM_TOPICS))))
+    got = fetch_units(info, units, keyed_only)
+    assert not got.lost and len(got.keys["b"]) >= 100
+    assert sum(b.num_rows for b in got.records) == len(set(units.column("commitlog_offset").to_pylist()))
+    files = [f for f in info[0].index_files if f[4] is None]
+    assert len(files) > 4
+    wanted = set()
+    for (topic, uniq), after in got.keys["b"].items():
+        for path, _, end, _, _, slots, entries, _ in files:
+            if end >= after:
+                with IndexFileReader(path, slots, entries) as r:
+                    wanted.update(r.lookup(build_key(topic, uniq), min_offset=after + 1))
+    kind = {r["physical_offset"]: r["transaction_type"] for r in _records(base_store)}
+    wanted = {o for o in wanted if kind[o] != "NOT"}
+    assert any(kind[o] == "COMMIT" for o in wanted)
+    for cores in (1, 2, 8):
+        items = lookup_items(info, got.keys, cores)
+        assert 1 < len(items) <= min(len(files), 3 * cores)       # cut by the files and keys searched
+        assert sorted(f for i in items for f in i.files) == sorted((f[0], f[2], f[5], f[6]) for f in files)
+        out = {"commitlog": [], "hit_anomalies": [], "lost": []}
+        for item in items:
+            lookup_fetch(item, out)
+        found = [o for b in out["commitlog"] for o in b.column("physical_offset").to_pylist()]
+        assert set(found) == wanted and not out["lost"] and not out["hit_anomalies"]

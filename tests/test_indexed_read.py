@@ -136,8 +136,15 @@ def test_indexed_read_falls_back(spark, damaged, monkeypatch):
     read = indexed_read.read_indexed_local(spark, _options(one), 10 ** 9)
     assert read is not None and read.commitlog.num_rows > 1
     assert indexed_read.read_indexed_local(spark, _options(one), 1) is None     # too many rows
-    monkeypatch.setattr(indexed_read, "DRIVER_FETCH_UNITS", 0)                 # too many units for the driver
-    assert indexed_read.read_indexed_local(spark, _options(one), 10 ** 9) is None
+    # no limit on units below the rows' bound (the lookups run in the job): the old driver-positions limit
+    # (DRIVER_FETCH_UNITS, still the DataFrame plan's) does not send this read to the DataFrame plan
+    from jobs import indexed_plan
+
+    monkeypatch.setattr(indexed_plan, "DRIVER_FETCH_UNITS", 0)
+    again = indexed_read.read_indexed_local(spark, _options(one), 10 ** 9)
+    assert again is not None
+    for name in ("commitlog", "op_bodies", "anomalies", "consumequeue"):
+        assert _rows(getattr(again, name)) == _rows(getattr(read, name)), name
 
 
 def test_indexed_audit_reads_in_one_job_with_the_fallbacks_tables(spark, damaged, tmp_path, monkeypatch):

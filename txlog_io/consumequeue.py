@@ -269,12 +269,14 @@ def collect(pairs: Iterable[tuple], schema: pa.Schema) -> tuple:
 # ---------------------------------------------------------------------------------------------------------------
 
 def decode_consumequeue(path, *, topic: str, queue_id: int, base_offset: Optional[int] = None, start: int = 0,
-                        end: Optional[int] = None, chunk_units: int = DEFAULT_CHUNK_UNITS
+                        end: Optional[int] = None, chunk_units: int = DEFAULT_CHUNK_UNITS, rows: bool = True
                         ) -> Iterator[tuple]:
     """Yield (RecordBatch with schemas.CONSUMEQUEUE, anomalies) for the units of one ConsumeQueue file.
 
     base_offset defaults to the 20-digit file name (a logical byte offset); queue_offset = (base_offset + pos) / 20.
-    Only chunks with rows or anomalies are yielded.
+    Only chunks with rows or anomalies are yielded.  ``rows=False``: the same findings, with empty batches
+    (for a queue decoded for its findings only, the rows are most of the cost: two constant string columns
+    per unit, ~1 s of 1.5 s for 6 M units).
     """
     base = _resolve_base(path, base_offset)
     file_str, source = str(path), "consumequeue"
@@ -295,10 +297,13 @@ def decode_consumequeue(path, *, topic: str, queue_id: int, base_offset: Optiona
                 f"commitlog_offset={int(offsets[i])} size={int(sizes[i])} tags_code={int(tags[i])}",
                 CQ_UNIT_SIZE))
         keep = ~chunk.zero & ~pre_blank & ~bad
-        n = int(keep.sum())
+        n = int(keep.sum()) if rows else 0
         if n == 0 and not anomalies:
             continue
         anomalies.sort(key=_by_position)  # file order, whatever check found them
+        if not rows:
+            yield pa.RecordBatch.from_pylist([], schema=_CQ_SCHEMA), anomalies
+            continue
         positions = chunk.positions[keep]
         batch = pa.RecordBatch.from_arrays([
             _constant_string(file_str, n),

@@ -357,40 +357,54 @@ class IndexFileReader:
 
     def lookup_many(self, hashes: Sequence[int], min_offsets: Sequence[int],
                     max_hits: int = 4096) -> List[list]:
-        """:meth:`lookup` of many keys at once, given their ``index_key_hash`` (per key: the offsets found).
+        """:meth:`lookup` of many keys at once, given their ``index_key_hash`` (per key: the offsets found,
+        newest first); see :meth:`lookup_arrays`."""
+        out: List[list] = [[] for _ in hashes]
+        keys, offsets = self.lookup_arrays(hashes, min_offsets, max_hits)
+        for i, o in zip(keys.tolist(), offsets.tolist()):
+            out[i].append(o)
+        return out
+
+    def lookup_arrays(self, hashes, min_offsets, max_hits: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+        """(key indexes, CommitLog offsets) of every hit of many keys given their ``index_key_hash``, each
+        key's hits newest first.
 
         Many keys against a small file (the whole file is no bigger than the pages their chains would touch
         one read at a time, ``WHOLE_LOOKUP_BYTES_PER_KEY``) read the file once and walk every chain together
         in numpy, one entry per key per step; otherwise each chain is walked by positional reads as
         :meth:`lookup` does.  Same results."""
-        out: List[list] = [[] for _ in hashes]
-        if not self.usable or self.header.index_count <= 1 or not len(hashes):
-            return out
-        if self.whole is None and self.size > len(hashes) * WHOLE_LOOKUP_BYTES_PER_KEY:
-            return [self._chain(int(h), int(m), max_hits) for h, m in zip(hashes, min_offsets)]
+        h = np.asarray(hashes, np.int64)
+        lo = np.asarray(min_offsets, np.int64)
+        none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if not self.usable or self.header.index_count <= 1 or not h.size:
+            return none
+        if self.whole is None and self.size > h.size * WHOLE_LOOKUP_BYTES_PER_KEY:
+            found = [(i, o) for i in range(h.size) for o in self._chain(int(h[i]), int(lo[i]), max_hits)]
+            return (np.array([i for i, _ in found], np.int64), np.array([o for _, o in found], np.int64)) \
+                if found else none
         if self.whole is None:
             self.whole = self.file.read_all()
         data = self.whole
-        slots = np.frombuffer(data, ">i4", self.hash_slots, HEADER_SIZE).astype(np.int64)
+        slots = np.frombuffer(data, ">i4", self.hash_slots, HEADER_SIZE)
         entries = np.frombuffer(data, ENTRY_DTYPE, min(self.index_num, (len(data) - HEADER_SIZE
                                                        - self.hash_slots * SLOT_SIZE) // ENTRY_SIZE),
                                 HEADER_SIZE + self.hash_slots * SLOT_SIZE)
-        h = np.asarray(hashes, np.int64)
-        lo = np.asarray(min_offsets, np.int64)
         count = min(self.header.index_count, len(entries))
-        cur = slots[h % self.hash_slots]
+        cur = slots[h % self.hash_slots].astype(np.int64)
+        live = np.arange(h.size)
+        keys, offsets = [], []
         for _ in range(max_hits):
-            live = np.flatnonzero((cur > 0) & (cur < count))
+            live = live[(cur[live] > 0) & (cur[live] < count)]
             if not live.size:
                 break
             e = entries[cur[live]]
             off, prev = e["commitlog_offset"].astype(np.int64), e["prev_index"].astype(np.int64)
             stop = off < lo[live]
             hit = ~stop & (e["key_hash"] == h[live])
-            for i, o in zip(live[hit], off[hit]):
-                out[i].append(int(o))
+            keys.append(live[hit])
+            offsets.append(off[hit])
             cur[live] = np.where(stop | (prev >= cur[live]), 0, prev)
-        return out
+        return (np.concatenate(keys), np.concatenate(offsets)) if keys else none
 
     def _chain(self, h: int, min_offset: int, max_hits: int) -> List[int]:
         b = self.file.pread(HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE, SLOT_SIZE)
@@ -416,6 +430,20 @@ class IndexFileReader:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def search_files(files: Sequence[tuple], hashes: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """The CommitLog offsets (sorted, distinct) that ``files`` ((path, end_phy_offset, hash_slots, index_num),
+    usable ones) hold for the keys of ``hashes`` past each key's ``after`` (the oldest half copy): a file that
+    ends before a key's ``after`` is not searched for it (its entries are older)."""
+    hashes, after = np.asarray(hashes, np.int64), np.asarray(after, np.int64)
+    found = [np.zeros(0, np.int64)]
+    for path, end, slots, entries in files:
+        keys = np.flatnonzero(after <= end)
+        if keys.size:
+            with IndexFileReader(path, slots, entries) as reader:
+                found.append(reader.lookup_arrays(hashes[keys], after[keys] + 1)[1])
+    return np.unique(np.concatenate(found))
 
 
 def read_index_header(path) -> Optional[IndexHeader]:
