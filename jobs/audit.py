@@ -229,7 +229,7 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
 def _local_read_applies(options) -> bool:
     """Full or indexed mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers
     (DLedger replicas of one group are collapsed by the DataFrame plan).  Incremental runs in full mode too
-    (from the resume offset, the carried rows merged: jobs.incremental.read_local); an indexed incremental
+    (from the resume offset, the carried rows merged: jobs.incremental_read.read_local); an indexed incremental
     run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
     incremental = getattr(options, "incremental", False)
     return (not options.include_bodies and len(set(options.brokers)) == len(options.brokers)
@@ -237,7 +237,7 @@ def _local_read_applies(options) -> bool:
 
 
 def _read_local(spark, options, incremental, phases: Dict[str, float]):
-    """``jobs.full_read.read_local`` (``jobs.incremental.read_local`` for an incremental run) when
+    """``jobs.full_read.read_local`` (``jobs.incremental_read.read_local`` for an incremental run) when
     :func:`_local_read_applies`, else None (also when the rows are too many for the driver: the DataFrame
     plan then reads and reduces on the executors)."""
     if not _local_read_applies(options):
@@ -247,7 +247,7 @@ def _read_local(spark, options, incremental, phases: Dict[str, float]):
 
     with _phase(phases, "read.records"):
         if incremental is not None:
-            from jobs.incremental import read_local as read_incremental
+            from jobs.incremental_read import read_local as read_incremental
 
             return read_incremental(spark, incremental, options, LOCAL_MAX_ROWS, phases)
         if options.mode == "indexed":       # the same shape for indexed mode (jobs/indexed_read.py)
@@ -381,7 +381,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                     records = persist(relevant_records(frames))
                     op_bodies, anomalies = None, frames.anomalies
                 else:   # the carried evidence + the CommitLog from the resume offset (jobs/incremental.py)
-                    from jobs.incremental import evidence
+                    from jobs.incremental_read import evidence
 
                     records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames,
                                                                             options, persist)
@@ -389,7 +389,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 with _phase(phases, "read.records"):
                     n_records = records.count()
                 if incremental is not None:     # rows carried as Arrow from the previous run's state
-                    from jobs.incremental import carried_input, carried_rows
+                    from jobs.incremental_read import carried_input, carried_rows
 
                     n_records += carried_rows(incremental, "records")
                 op_bodies = persist(op_bodies if incremental is not None
@@ -460,7 +460,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 _log(f"wrote {logical}: {wr.rows} rows, version {wr.version} ({wr.seconds:.1f} s)")
                 kill_point(f"wrote.{logical}")
             if incremental is not None:
-                from jobs.incremental import write_state
+                from jobs.incremental_state import write_state
 
                 with _phase(phases, "write.audit_state", spark):
                     for wr in write_state(spark, incremental, options, records, op_bodies, scan_findings,
@@ -498,7 +498,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                                     ["run_date"], spark, run_date=run_date, writer=writer)
         tables[RUNS_TABLE] = TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
         if incremental is not None:
-            from jobs.incremental import retire_previous
+            from jobs.incremental_state import retire_previous
 
             retire_previous(incremental)        # the previous run's state: superseded by this one
 

@@ -131,7 +131,8 @@ def test_carried_findings_follow_their_cell(tmp_path):
     without a cell (a state written by the DataFrame plan) by its position.  Spark-free: the state table is
     written and read with deltalake."""
     from jobs import delta_sink
-    from jobs.incremental import Plan, _carried
+    from jobs.incremental import Plan
+    from jobs.incremental_read import _carried
     from schemas.state import STATE_FINDINGS
 
     path, base, split = "/s/commitlog/00000000000000000000", 0, 1000
