@@ -89,9 +89,10 @@ def _count(t: pa.Table, mask) -> int:
 def _relevant(t: pa.Table) -> pa.Table:
     """The transaction-relevant CommitLog rows (ordinary records only feed the counts); op bodies only on
     op records."""
-    rel = pc.or_kleene(pc.is_in(t.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
-                       pc.not_equal(t.column("transaction_type"), "NOT"))
-    t = t.filter(pc.fill_null(rel, False))
+    rel = pc.fill_null(pc.or_kleene(pc.is_in(t.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
+                                    pc.not_equal(t.column("transaction_type"), "NOT")), False)
+    if t.num_rows and not pc.all(rel).as_py():     # the one-job read sends relevant records only
+        t = t.filter(rel)
     is_op = pc.fill_null(pc.equal(t.column("topic"), OP_TOPIC), False)
     body = t.column("body")
     return t.set_column(t.schema.get_field_index("body"), "body",
@@ -158,6 +159,9 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
     per CommitLog offset: NO_RECORD / NO_UNIT / DIFFERS (see jobs/reconstruct.py).  Where several units (or
     records) share an offset the largest (topic, queue id, queue offset, size) tuple stands for them, nulls
     lowest (Spark's struct ordering for max)."""
+    # the compared columns only: filtering the wide input tables cost more than the comparison
+    units = units.select(["topic", "commitlog_offset", "queue_id", "queue_offset", "size"])
+    records = records.select(["topic", "physical_offset", "queue_id", "queue_offset", "total_size"])
     units = units.filter(pc.fill_null(pc.is_in(units.column("topic"), pa.array(TX_SYSTEM_TOPICS)), False))
     records = records.filter(pc.fill_null(pc.is_in(records.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
                                           False))
