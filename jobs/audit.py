@@ -229,8 +229,8 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
 def _local_read_applies(options) -> bool:
     """Full or indexed mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers
     (DLedger replicas of one group are collapsed by the DataFrame plan).  Incremental runs in full mode too
-    (from the resume offset, the carried rows merged: jobs.incremental_read.read_local); an indexed incremental
-    run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
+    (from the resume offset, the carried rows merged: jobs.incremental_read.read_local); an indexed
+    incremental run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
     incremental = getattr(options, "incremental", False)
     return (not options.include_bodies and len(set(options.brokers)) == len(options.brokers)
             and (options.mode == "full" or (options.mode == "indexed" and not incremental)))
@@ -259,16 +259,22 @@ def _read_local(spark, options, incremental, phases: Dict[str, float]):
 
 def _aggregates_arrow(arrow):
     """_aggregates from the reconstruction's Arrow outputs (no Spark job)."""
+    import pyarrow.compute as pc
+
     states_by_broker: Dict[str, Dict[str, int]] = {}
     states_total: Dict[str, int] = {}
     flag_counts: Dict[str, int] = {}
     tx = arrow["transactions"]
-    for b, s, fl in zip(tx.column("broker").to_pylist(), tx.column("state").to_pylist(),
-                        tx.column("flags").to_pylist()):
-        states_by_broker.setdefault(b, {})[s] = states_by_broker.get(b, {}).get(s, 0) + 1
-        states_total[s] = states_total.get(s, 0) + 1
-        for f in fl or ():
-            flag_counts[f] = flag_counts.get(f, 0) + 1
+    # Arrow kernels, not a Python loop over every transaction (0.13-0.18 s at 57k); the groups come in the
+    # order of their first row, so every dict keeps the order the loop gave
+    by = tx.select(["broker", "state"]).group_by(["broker", "state"], use_threads=False).aggregate(
+        [([], "count_all")])
+    for b, s, n in zip(*(by.column(c).to_pylist() for c in ("broker", "state", "count_all"))):
+        states_by_broker.setdefault(b, {})[s] = n
+        states_total[s] = states_total.get(s, 0) + n
+    if tx.num_rows:
+        counted = pc.value_counts(pc.list_flatten(tx.column("flags")))
+        flag_counts.update(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()))
     pr = arrow["profiles"]
     profiles = dict(zip(pr.column("broker").to_pylist(), pr.column("profile").to_pylist()))
     detected = dict(zip(pr.column("broker").to_pylist(), pr.column("detected_profile").to_pylist()))
