@@ -101,6 +101,10 @@ class Plan:
     prev_units: Dict[str, dict] = field(default_factory=dict)
     #: this run's unit-file carry (the one-job read only)
     units: Optional[object] = None          # a jobs.incremental_read.UnitCarry
+    #: broker -> the previous state's record segments: [[run id, limit offset or None], ...]
+    prev_segments: Dict[str, list] = field(default_factory=dict)
+    #: broker -> this run's state's record segments (set by jobs.incremental_state.write_state)
+    segments: Dict[str, list] = field(default_factory=dict)
 
     @property
     def continuing(self) -> bool:
@@ -115,7 +119,7 @@ class Plan:
 
 def _fallback(plan: Plan, reason: str, detail: str) -> Plan:
     plan.reason, plan.detail, plan.read_from, plan.carried_files = reason, detail, {}, {}
-    plan.prev_units = {}
+    plan.prev_units, plan.prev_segments = {}, {}
     return plan
 
 
@@ -223,6 +227,7 @@ def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
                                 f"while older files remain"
     read_from = max(resume, first)
     plan.prev_units[b] = json.loads(h["unit_files_json"] or "{}")
+    plan.prev_segments[b] = json.loads(h["record_segments_json"])
     plan.read_from[b] = read_from
     plan.carried_files[b] = [(p, base, read_from - base) for p, base, _ in store.commitlog_files
                              if base < read_from]

@@ -10,7 +10,7 @@ import json
 import os
 import warnings
 from types import SimpleNamespace
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
@@ -184,7 +184,7 @@ class _Cells:
                                            self.with_body)
 
 
-def _state_files(out: str, table, run_id: str) -> List[str]:
+def _state_files(out: str, table, run_ids: Sequence[str]) -> List[str]:
     import deltalake
 
     from jobs import delta_sink
@@ -194,40 +194,64 @@ def _state_files(out: str, table, run_id: str) -> List[str]:
         return []
     with warnings.catch_warnings():     # partition_filters: deprecated in newer deltalake, still exact here
         warnings.simplefilter("ignore", DeprecationWarning)
-        return list(deltalake.DeltaTable(path).file_uris(partition_filters=[("run_id", "=", run_id)]))
+        return list(deltalake.DeltaTable(path).file_uris(partition_filters=[("run_id", "in", list(run_ids))]))
+
+
+def _segments(plan: Plan, table) -> List[Tuple[str, Dict[str, Optional[int]]]]:
+    """[(run id, {broker: limit offset or None})] of the previous state's rows of ``table``, oldest first: the
+    records' segments (state format 4), else the previous run's rows, whole."""
+    if table is not STATE_RECORDS or not plan.prev_segments:
+        return [(plan.previous_run, {b: None for b in plan.carried_files})]
+    runs: Dict[str, Dict[str, Optional[int]]] = {}
+    for broker, segs in plan.prev_segments.items():
+        for run_id, limit in segs:
+            runs.setdefault(run_id, {})[broker] = limit
+    return list(runs.items())
 
 
 def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
-    """The previous run's rows of ``table`` a full audit of today's store would also have: below
-    ``read_from`` in a CommitLog file still present (by offset, or for findings by file and position).
-    Read on the driver with deltalake (one Arrow table; no Spark job)."""
+    """The previous state's rows of ``table`` a full audit of today's store would also have: below
+    ``read_from`` (and below their segment's limit) in a CommitLog file still present (by offset, or for
+    findings by file and position).  Read on the driver with deltalake (one Arrow table, the segments in
+    order: a full audit's row order; no Spark job)."""
     import pyarrow.compute as pc
 
     schema = table.arrow_schema()
-    if not _state_files(plan.out, table, plan.previous_run):
+    segments = _segments(plan, table)
+    if not _state_files(plan.out, table, [r for r, _ in segments]):
         return schema.empty_table()
-    t = _read_state(plan.out, table, plan.previous_run)
-    keep = pa.array([False] * t.num_rows, pa.bool_())
-    for broker, kept in plan.carried_files.items():
-        mine = pc.equal(t.column("broker"), broker)
-        for path, base, limit in kept:
-            if offset_col is None:     # by the cell that found it; by position when the cell is unknown
-                cell = t.column(CELL_OFFSET.name)
-                hit = pc.and_(pc.equal(t.column("file"), path), pc.if_else(
-                    pc.is_valid(cell), pc.and_(pc.greater_equal(cell, base), pc.less(cell, base + limit)),
-                    pc.less(t.column("position"), limit)))
-            else:
-                off = t.column(offset_col)
-                hit = pc.and_(pc.greater_equal(off, base), pc.less(off, base + limit))
-            keep = pc.or_(keep, pc.and_(mine, hit))
-    if offset_col is None:
-        keep = pc.and_(keep, pc.equal(t.column("source"), "commitlog"))
-        if plan.units is not None:      # the consume-queue files the read skipped (UnitCarry)
-            keep = pc.or_(keep, _unit_file_rows(t, plan.units.skip))
-    return t.filter(pc.fill_null(keep, False))
+    state = _read_state(plan.out, table, [r for r, _ in segments])
+    parts = []
+    for run_id, limits in segments:
+        t = state.filter(pc.equal(state.column("run_id"), run_id)) if len(segments) > 1 else state
+        keep = pa.array([False] * t.num_rows, pa.bool_())
+        for broker, kept in plan.carried_files.items():
+            if broker not in limits:
+                continue
+            mine = pc.equal(t.column("broker"), broker)
+            if limits[broker] is not None:
+                mine = pc.and_(mine, pc.less(t.column(offset_col), limits[broker]))
+            for path, base, limit in kept:
+                if offset_col is None:     # by the cell that found it; by position when the cell is unknown
+                    cell = t.column(CELL_OFFSET.name)
+                    hit = pc.and_(pc.equal(t.column("file"), path), pc.if_else(
+                        pc.is_valid(cell), pc.and_(pc.greater_equal(cell, base), pc.less(cell, base + limit)),
+                        pc.less(t.column("position"), limit)))
+                else:
+                    off = t.column(offset_col)
+                    hit = pc.and_(pc.greater_equal(off, base), pc.less(off, base + limit))
+                keep = pc.or_(keep, pc.and_(mine, hit))
+        if offset_col is None:
+            keep = pc.and_(keep, pc.equal(t.column("source"), "commitlog"))
+            if plan.units is not None:      # the consume-queue files the read skipped (UnitCarry)
+                keep = pc.or_(keep, _unit_file_rows(t, plan.units.skip))
+        kept_rows = t.filter(pc.fill_null(keep, False))
+        parts.append(pa.Table.from_arrays([kept_rows.column(n) for n in schema.names], schema=schema))
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
-def _read_state(out: str, table, run_id: str) -> pa.Table:
+def _read_state(out: str, table, run_ids: Sequence[str]) -> pa.Table:
+    """The rows of runs ``run_ids`` of ``table`` (its columns + ``run_id``)."""
     import deltalake
 
     from jobs import delta_sink
@@ -236,8 +260,10 @@ def _read_state(out: str, table, run_id: str) -> pa.Table:
     dt = deltalake.DeltaTable(delta_sink.table_path(out, table))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        t = dt.to_pyarrow_table(partitions=[("run_id", "=", run_id)], columns=list(schema.names))
-    return pa.Table.from_arrays([t.column(f.name).cast(f.type) for f in schema], schema=schema)
+        t = dt.to_pyarrow_table(partitions=[("run_id", "in", list(run_ids))],
+                                columns=[*schema.names, "run_id"])
+    return pa.Table.from_arrays([t.column(f.name).cast(f.type) for f in schema] + [t.column("run_id")],
+                                names=[*schema.names, "run_id"])
 
 
 def _unit_file_rows(findings: pa.Table, files: Dict[str, Iterable[str]]) -> pa.Array:

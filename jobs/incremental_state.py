@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
+from typing import Dict, Optional
 
 import pyarrow as pa
 
 from jobs.incremental import Plan, _commitlog_end, _is_dledger, _prefix_sha
 from jobs.incremental_read import UnitCarry, _conform, _unit_file_rows
 from schemas.state import (
-    AUDIT_STATE, STATE_FINDINGS, STATE_FORMAT_VERSION, STATE_OP_BODIES, STATE_RECORDS, STATE_TABLES,
+    AUDIT_STATE, MAX_SEGMENTS, STATE_FINDINGS, STATE_FORMAT_VERSION, STATE_OP_BODIES, STATE_RECORDS,
+    STATE_TABLES,
 )
 
 
@@ -35,6 +36,8 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
         return []
     split = int(options.config.split_bytes)
     carried = plan.carried or {}
+    plan.segments = {s.broker: [[plan.run_id, None]] for s in layout_info}
+    records_written = None
     if fresh is not None or local:
         # few rows (the reduction ran on the driver): Arrow on the driver (the one-job read's own rows, else
         # one collect per table), counted and written by the driver -- no Spark write jobs (those cost more
@@ -57,6 +60,10 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
                                                agg.column("count_all").to_pylist())}
         counted = findings.group_by("broker").aggregate([([], "count_all")])
         n_findings = dict(zip(counted.column("broker").to_pylist(), counted.column("count_all").to_pylist()))
+        plan.segments = _segments(plan, [s.broker for s in layout_info])
+        if any(len(segs) > 1 for segs in plan.segments.values()):
+            # the carried records stay in the segments they are in: only this run's own are written
+            records_written = _conform(new["records"], STATE_RECORDS.arrow_schema())
     else:
         def union(df, t, key):
             extra = carried.get(key)
@@ -74,11 +81,12 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
             F.count(F.lit(1)).alias("n")).collect()}
     units = plan.units.prints if fresh is not None and plan.units is not None else {}
     headers = [_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash,
-                       units.get(s.broker, {})) for s in layout_info]
+                       units.get(s.broker, {}), plan.segments[s.broker]) for s in layout_info]
     outs = []
     parts = ["run_date"]
     header_table = pa.Table.from_pylist(headers, schema=AUDIT_STATE.arrow_schema())
-    for table, df in ((STATE_RECORDS, records), (STATE_FINDINGS, findings),
+    for table, df in ((STATE_RECORDS, records if records_written is None else records_written),
+                      (STATE_FINDINGS, findings),
                       (STATE_OP_BODIES, op_bodies if op_bodies is not None
                        else STATE_OP_BODIES.arrow_schema().empty_table()),
                       (AUDIT_STATE, header_table)):       # the header last: it says the rest is there
@@ -91,6 +99,19 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
                                            run_date=run_date, writer=writer))
     plan.state_written = True
     return outs
+
+
+def _segments(plan: Plan, brokers) -> Dict[str, list]:
+    """broker -> this state's record segments (see schemas/state.py): the previous state's, each cut at this
+    run's resume offset, + this run's own rows; one segment (every record written again) when the previous
+    state is not continued, would list more than MAX_SEGMENTS, or already lists this run id."""
+    prev = plan.prev_segments if plan.continuing and plan.carried.get("records") is not None else {}
+    own = [plan.run_id, None]
+    if (not prev or any(len(prev.get(b, ())) + 1 > MAX_SEGMENTS for b in brokers)
+            or any(r == plan.run_id for segs in prev.values() for r, _ in segs)):
+        return {b: [own] for b in brokers}
+    return {b: [[r, plan.read_from[b] if limit is None else min(limit, plan.read_from[b])]
+                for r, limit in prev[b]] + [own] for b in brokers}
 
 
 def _spark_conformed(df, table):
@@ -118,7 +139,8 @@ def _with_unit_findings(fresh, units: Optional[UnitCarry]) -> pa.Table:
     return pa.concat_tables([scan, _conform(found, STATE_FINDINGS.arrow_schema())])
 
 
-def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_prints: dict) -> dict:
+def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_prints: dict,
+            segments: list) -> dict:
     """The audit_state row of one broker: resume at the cell of its newest relevant record."""
     from txlog_io.fingerprint import file_print
 
@@ -140,7 +162,8 @@ def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_pr
                                      else _prefix_sha("", 0)),
             "below_files_json": json.dumps(below, sort_keys=True),
             "commitlog_end": int(_commitlog_end(store)), "records": int(n), "findings": int(n_findings),
-            "unit_files_json": json.dumps(unit_prints, sort_keys=True)}
+            "unit_files_json": json.dumps(unit_prints, sort_keys=True),
+            "record_segments_json": json.dumps(segments)}
 
 
 def retire_previous(plan: Plan) -> None:
@@ -150,8 +173,25 @@ def retire_previous(plan: Plan) -> None:
 
     if not plan.state_written or plan.previous_run is None or plan.previous_run == plan.run_id:
         return
+    kept = {r for segs in plan.segments.values() for r, _ in segs}
     for table in STATE_TABLES.values():
-        delta_sink.retract_run(plan.out, table, plan.previous_run)
+        # records: every run's rows but the segments this state lists (a fallback run does not read the
+        # previous state's list)
+        old = _state_runs(plan.out, table) - kept if table is STATE_RECORDS else {plan.previous_run}
+        for run_id in sorted(old):
+            delta_sink.retract_run(plan.out, table, run_id)
+
+
+def _state_runs(out: str, table) -> set:
+    """The run ids ``table`` holds rows of."""
+    import deltalake
+
+    from jobs import delta_sink
+
+    path = delta_sink.table_path(out, table)
+    if not os.path.isdir(os.path.join(path, "_delta_log")):
+        return set()
+    return {dict(p).get("run_id") for p in (deltalake.DeltaTable(path).partitions() or [])}
 
 
 __all__ = ["write_state", "retire_previous"]
