@@ -56,12 +56,19 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
     driver) put before this run's -> a ``full_read.LocalRead`` for ``full_read.reduce_local``, or None when
     the rows exceed ``max_rows`` (the caller then takes the DataFrame plan, :func:`evidence`).  This run's
     own rows stay in ``plan.fresh``: ``write_state`` writes them with the carried ones, from the driver."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from jobs.full_read import LocalRead, read_local as one_job_read
 
     plan.carried, plan.fresh = {}, None
     plan.units = UnitCarry(plan.prev_units if plan.continuing else {})
-    read = one_job_read(spark, options, max_rows, timings, start=plan.read_from if plan.continuing else None,
-                        units=plan.units)
+    with ThreadPoolExecutor(1) as pool:
+        # the carried records and op bodies (deltalake reads, most of the carried bytes) are read while the
+        # job runs: the driver only waits for it; the findings need the unit files the read skips (below)
+        early = pool.submit(_load_carried, plan, options, False) if plan.continuing else None
+        read = one_job_read(spark, options, max_rows, timings,
+                            start=plan.read_from if plan.continuing else None, units=plan.units)
+        early = early.result() if early is not None else None
     if read is None:        # the DataFrame plan reads every unit file again: nothing of theirs is carried
         plan.units = None
         return None
@@ -71,7 +78,7 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
                                          for r in _fallback_rows(plan, options.brokers)],
                                         schema=read.anomalies.schema)
         return LocalRead(**dict(vars(read), anomalies=pa.concat_tables([read.anomalies, fallback])))
-    c = _load_carried(plan, options)
+    c = dict(early, findings=_carried(plan, STATE_FINDINGS, None))
     if read.rows + c["records"].num_rows + c["findings"].num_rows > max_rows:
         plan.carried, plan.units = {}, None
         return None
@@ -84,11 +91,13 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
         anomalies=pa.concat_tables([_conform(c["findings"], read.anomalies.schema), read.anomalies])))
 
 
-def _load_carried(plan: Plan, options) -> Dict[str, Optional[pa.Table]]:
-    return {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
-            "findings": _carried(plan, STATE_FINDINGS, None),
-            "op_bodies": (None if options.include_bodies
-                          else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
+def _load_carried(plan: Plan, options, findings: bool = True) -> Dict[str, Optional[pa.Table]]:
+    out = {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
+           "op_bodies": (None if options.include_bodies
+                         else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
+    if findings:
+        out["findings"] = _carried(plan, STATE_FINDINGS, None)
+    return out
 
 
 def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
