@@ -229,15 +229,15 @@ def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, 
 def _local_read_applies(options) -> bool:
     """Full or indexed mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers
     (DLedger replicas of one group are collapsed by the DataFrame plan).  Incremental runs in full mode too
-    (from the resume offset, the carried rows merged: jobs.incremental.read_local); an indexed incremental
-    run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
+    (from the resume offset, the carried rows merged: jobs.incremental_read.read_local); an indexed
+    incremental run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
     incremental = getattr(options, "incremental", False)
     return (not options.include_bodies and len(set(options.brokers)) == len(options.brokers)
             and (options.mode == "full" or (options.mode == "indexed" and not incremental)))
 
 
 def _read_local(spark, options, incremental, phases: Dict[str, float]):
-    """``jobs.full_read.read_local`` (``jobs.incremental.read_local`` for an incremental run) when
+    """``jobs.full_read.read_local`` (``jobs.incremental_read.read_local`` for an incremental run) when
     :func:`_local_read_applies`, else None (also when the rows are too many for the driver: the DataFrame
     plan then reads and reduces on the executors)."""
     if not _local_read_applies(options):
@@ -247,7 +247,7 @@ def _read_local(spark, options, incremental, phases: Dict[str, float]):
 
     with _phase(phases, "read.records"):
         if incremental is not None:
-            from jobs.incremental import read_local as read_incremental
+            from jobs.incremental_read import read_local as read_incremental
 
             return read_incremental(spark, incremental, options, LOCAL_MAX_ROWS, phases)
         if options.mode == "indexed":       # the same shape for indexed mode (jobs/indexed_read.py)
@@ -259,16 +259,22 @@ def _read_local(spark, options, incremental, phases: Dict[str, float]):
 
 def _aggregates_arrow(arrow):
     """_aggregates from the reconstruction's Arrow outputs (no Spark job)."""
+    import pyarrow.compute as pc
+
     states_by_broker: Dict[str, Dict[str, int]] = {}
     states_total: Dict[str, int] = {}
     flag_counts: Dict[str, int] = {}
     tx = arrow["transactions"]
-    for b, s, fl in zip(tx.column("broker").to_pylist(), tx.column("state").to_pylist(),
-                        tx.column("flags").to_pylist()):
-        states_by_broker.setdefault(b, {})[s] = states_by_broker.get(b, {}).get(s, 0) + 1
-        states_total[s] = states_total.get(s, 0) + 1
-        for f in fl or ():
-            flag_counts[f] = flag_counts.get(f, 0) + 1
+    # Arrow kernels, not a Python loop over every transaction (0.13-0.18 s at 57k); the groups come in the
+    # order of their first row, so every dict keeps the order the loop gave
+    by = tx.select(["broker", "state"]).group_by(["broker", "state"], use_threads=False).aggregate(
+        [([], "count_all")])
+    for b, s, n in zip(*(by.column(c).to_pylist() for c in ("broker", "state", "count_all"))):
+        states_by_broker.setdefault(b, {})[s] = n
+        states_total[s] = states_total.get(s, 0) + n
+    if tx.num_rows:
+        counted = pc.value_counts(pc.list_flatten(tx.column("flags")))
+        flag_counts.update(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()))
     pr = arrow["profiles"]
     profiles = dict(zip(pr.column("broker").to_pylist(), pr.column("profile").to_pylist()))
     detected = dict(zip(pr.column("broker").to_pylist(), pr.column("detected_profile").to_pylist()))
@@ -381,7 +387,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                     records = persist(relevant_records(frames))
                     op_bodies, anomalies = None, frames.anomalies
                 else:   # the carried evidence + the CommitLog from the resume offset (jobs/incremental.py)
-                    from jobs.incremental import evidence
+                    from jobs.incremental_read import evidence
 
                     records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames,
                                                                             options, persist)
@@ -389,7 +395,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 with _phase(phases, "read.records"):
                     n_records = records.count()
                 if incremental is not None:     # rows carried as Arrow from the previous run's state
-                    from jobs.incremental import carried_input, carried_rows
+                    from jobs.incremental_read import carried_input, carried_rows
 
                     n_records += carried_rows(incremental, "records")
                 op_bodies = persist(op_bodies if incremental is not None
@@ -460,7 +466,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 _log(f"wrote {logical}: {wr.rows} rows, version {wr.version} ({wr.seconds:.1f} s)")
                 kill_point(f"wrote.{logical}")
             if incremental is not None:
-                from jobs.incremental import write_state
+                from jobs.incremental_state import write_state
 
                 with _phase(phases, "write.audit_state", spark):
                     for wr in write_state(spark, incremental, options, records, op_bodies, scan_findings,
@@ -498,7 +504,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                                     ["run_date"], spark, run_date=run_date, writer=writer)
         tables[RUNS_TABLE] = TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
         if incremental is not None:
-            from jobs.incremental import retire_previous
+            from jobs.incremental_state import retire_previous
 
             retire_previous(incremental)        # the previous run's state: superseded by this one
 

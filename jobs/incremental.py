@@ -1,5 +1,9 @@
 """``audit --incremental``: continue from the previous completed run instead of re-reading all the CommitLog.
 
+This module plans a run (the previous run, its state, whether continuing is safe: :func:`plan_incremental`);
+jobs/incremental_read.py reads the carried rows and this run's evidence, jobs/incremental_state.py writes
+the new state (schemas/state.py).
+
 What the reducer (jobs/txreduce.py) reads is small evidence: the transaction-relevant CommitLog records, the
 op bodies, the decoder findings, the transaction consume queues, statetable, redolog, consumer offsets and the
 store listing.  Only the CommitLog part costs a scan.  An incremental run therefore
@@ -40,18 +44,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
 from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
 from jobs.delta_tables import read_table
-from schemas.state import (
-    AUDIT_STATE, CELL_OFFSET, STATE_FINDINGS, STATE_FORMAT_VERSION, STATE_OP_BODIES, STATE_RECORDS,
-    STATE_TABLES,
-)
+from schemas.state import AUDIT_STATE, STATE_FORMAT_VERSION
 from txlog_io.errors import AnomalyKind, UsageError
 
 NO_PREVIOUS_RUN = "NO_PREVIOUS_RUN"        # no completed run under --out
@@ -100,8 +99,12 @@ class Plan:
     fresh: Optional[object] = None          # a jobs.full_read.LocalRead
     #: broker -> the previous state's ``unit_files_json`` (consume-queue files whose findings it carries)
     prev_units: Dict[str, dict] = field(default_factory=dict)
-    #: this run's unit-file carry (:class:`UnitCarry`; the one-job read only)
-    units: Optional["UnitCarry"] = None
+    #: this run's unit-file carry (the one-job read only)
+    units: Optional[object] = None          # a jobs.incremental_read.UnitCarry
+    #: broker -> the previous state's record segments: [[run id, limit offset or None], ...]
+    prev_segments: Dict[str, list] = field(default_factory=dict)
+    #: broker -> this run's state's record segments (set by jobs.incremental_state.write_state)
+    segments: Dict[str, list] = field(default_factory=dict)
 
     @property
     def continuing(self) -> bool:
@@ -116,40 +119,8 @@ class Plan:
 
 def _fallback(plan: Plan, reason: str, detail: str) -> Plan:
     plan.reason, plan.detail, plan.read_from, plan.carried_files = reason, detail, {}, {}
-    plan.prev_units = {}
+    plan.prev_units, plan.prev_segments = {}, {}
     return plan
-
-
-class UnitCarry:
-    """Which consume-queue files of non-transaction topics the one-job read skips, their findings carried.
-
-    Such a file's findings depend on its own bytes only: ``decode_consumequeue`` checks each unit's values,
-    the unit before a slice (same file) and the file's size; its rows are never the reducer's (only the
-    half / op / discard queues' are, and those are always decoded again).  What looks across files -- unit
-    chains, gaps and overlaps between neighbours, the store listing -- is the store task's
-    (``datasources.store_anomalies``), which every run does again; a file retention deleted has no print
-    now and is not carried.  A file is skipped when its print (size, mtime_ns, sha256 of its first and last
-    64 KiB) equals the one the previous state recorded: the broker writes units through a mapping, which sets
-    mtime.  Prints are taken BEFORE the read, so a file written during it differs next time."""
-
-    def __init__(self, previous: Dict[str, dict]):
-        self.previous = previous
-        self.skip: Dict[str, frozenset] = {}
-        self.prints: Dict[str, dict] = {}
-
-    def seen(self, files: Dict[str, List[str]]) -> None:
-        from txlog_io.fingerprint import file_print
-
-        for broker, paths in files.items():
-            prints, prev = {}, self.previous.get(broker, {})
-            for path in paths:
-                try:
-                    fp = file_print("", path)
-                except OSError:       # gone since the listing: decoded (and reported) as the read finds it
-                    continue
-                prints[path] = [fp.size, fp.mtime_ns, fp.edge_sha256]
-            self.prints[broker] = prints
-            self.skip[broker] = frozenset(p for p, fp in prints.items() if prev.get(p) == fp)
 
 
 def _commitlog_end(store) -> int:
@@ -256,6 +227,7 @@ def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
                                 f"while older files remain"
     read_from = max(resume, first)
     plan.prev_units[b] = json.loads(h["unit_files_json"] or "{}")
+    plan.prev_segments[b] = json.loads(h["record_segments_json"])
     plan.read_from[b] = read_from
     plan.carried_files[b] = [(p, base, read_from - base) for p, base, _ in store.commitlog_files
                              if base < read_from]
@@ -263,7 +235,7 @@ def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Spark side: the evidence of an incremental run
+# the fallback finding
 # ------------------------------------------------------------------------------------------------------------
 
 def _fallback_rows(plan: Plan, brokers: Sequence[str]) -> List[tuple]:
@@ -281,350 +253,4 @@ def fallback_findings(spark, plan: Plan, brokers: Sequence[str]):
     return spark.createDataFrame(_fallback_rows(plan, brokers), ANOMALIES_SOURCE.spark_schema())
 
 
-def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict] = None):
-    """The one-job read (jobs.full_read) of an incremental run: the CommitLog cells from ``plan.read_from``
-    (the whole store when the plan falls back) and the unit files whole, with the carried rows (deltalake,
-    driver) put before this run's -> a ``full_read.LocalRead`` for ``full_read.reduce_local``, or None when
-    the rows exceed ``max_rows`` (the caller then takes the DataFrame plan, :func:`evidence`).  This run's
-    own rows stay in ``plan.fresh``: ``write_state`` writes them with the carried ones, from the driver."""
-    from jobs.full_read import LocalRead, read_local as one_job_read
-
-    plan.carried, plan.fresh = {}, None
-    plan.units = UnitCarry(plan.prev_units if plan.continuing else {})
-    read = one_job_read(spark, options, max_rows, timings, start=plan.read_from if plan.continuing else None,
-                        units=plan.units)
-    if read is None:        # the DataFrame plan reads every unit file again: nothing of theirs is carried
-        plan.units = None
-        return None
-    if not plan.continuing:
-        plan.fresh = read
-        fallback = pa.Table.from_pylist([dict(zip(read.anomalies.schema.names, r))
-                                         for r in _fallback_rows(plan, options.brokers)],
-                                        schema=read.anomalies.schema)
-        return LocalRead(**dict(vars(read), anomalies=pa.concat_tables([read.anomalies, fallback])))
-    c = _load_carried(plan, options)
-    if read.rows + c["records"].num_rows + c["findings"].num_rows > max_rows:
-        plan.carried, plan.units = {}, None
-        return None
-    plan.carried, plan.fresh = c, read
-    # carried first: the rows in a full audit's order (the CommitLog below the resume offset comes first)
-    return LocalRead(**dict(
-        vars(read),
-        commitlog=pa.concat_tables([_conform(c["records"], read.commitlog.schema), read.commitlog]),
-        op_bodies=pa.concat_tables([_conform(c["op_bodies"], read.op_bodies.schema), read.op_bodies]),
-        anomalies=pa.concat_tables([_conform(c["findings"], read.anomalies.schema), read.anomalies])))
-
-
-def _load_carried(plan: Plan, options) -> Dict[str, Optional[pa.Table]]:
-    return {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
-            "findings": _carried(plan, STATE_FINDINGS, None),
-            "op_bodies": (None if options.include_bodies
-                          else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
-
-
-def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``t``'s columns cast to ``schema`` (absent ones null)."""
-    n = t.num_rows
-    return pa.Table.from_arrays([t.column(f.name).cast(f.type) if f.name in t.column_names
-                                 else pa.nulls(n, f.type) for f in schema], schema=schema)
-
-
-def evidence(spark, plan: Plan, frames, options, persist):
-    """(records, op_bodies or None, anomalies, scan_findings) for ``jobs.audit``: the whole store's when the
-    plan falls back, else a scan of the CommitLog from ``read_from`` -- the carried rows below it are read
-    into ``plan.carried`` (Arrow, driver; ``carried_input`` gives them to the reducer, ``write_state`` writes
-    them on).  ``scan_findings``: the CommitLog decoder findings of this run's scan."""
-    from jobs.audit_inputs import op_bodies_for, relevant_records
-    from jobs.store_frames import split_tx_scan
-
-    plan.carried = {}
-    if not plan.continuing:
-        persist(frames.scan)
-        records = relevant_records(frames)
-        anomalies = frames.anomalies.unionByName(fallback_findings(spark, plan, options.brokers))
-        scan_findings = split_tx_scan(frames.scan)[1] if frames.scan is not None else None
-        return records, op_bodies_for(spark, records, frames, options), anomalies, scan_findings
-    from jobs.datasources import ANOMALIES_FORMAT, SIDE_SOURCES
-
-    scan = persist(_tail_scan(spark, plan, frames.layout_info, options))
-    new_records, new_findings = split_tx_scan(scan)
-    new_records = relevant_records(SimpleNamespace(mode="full", commitlog=new_records))
-    # the carried rows stay Arrow on the driver: the reducer and the state writer take them as they are
-    plan.carried = _load_carried(plan, options)
-    op_bodies = None
-    if not options.include_bodies:
-        op_bodies = op_bodies_for(spark, new_records, frames, options).select(*STATE_OP_BODIES.names)
-    side = (spark.read.format(ANOMALIES_FORMAT)
-            .options(paths=json.dumps(list(options.stores)), brokers=",".join(options.brokers),
-                     split_bytes=str(int(options.config.split_bytes)),
-                     sources=SIDE_SOURCES).load())
-    return new_records, op_bodies, side.unionByName(new_findings), new_findings
-
-
-def carried_rows(plan: Optional[Plan], name: str) -> int:
-    """Rows of ``name`` (records, findings, op_bodies) the plan carries (0 when it does not continue)."""
-    t = (plan.carried or {}).get(name) if plan is not None else None
-    return 0 if t is None else t.num_rows
-
-
-def carried_input(plan: Optional[Plan]) -> Optional[pa.Table]:
-    """The carried rows as reducer input (schemas.recon.RECON_INPUT), or None."""
-    if plan is None or not plan.carried:
-        return None
-    from jobs.txreduce import input_table
-
-    c = plan.carried
-    return input_table(commitlog=c["records"], op_bodies=c["op_bodies"], anomalies=c["findings"])
-
-
-def _tail_scan(spark, plan: Plan, layout_info, options):
-    """``rocketmq_txscan`` rows of the CommitLog from ``plan.read_from``: the cells a full scan has there
-    (files cut at ``split_bytes`` from their start; read_from is a cell start), decoded by the same
-    one-pass reader."""
-    from jobs.datasources import TX_SCAN_FORMAT, FileInfo, commitlog_ranges, register
-    from schemas.sources import SOURCE_TABLES
-
-    register(spark)
-    split = int(options.config.split_bytes)
-    # the very cells of a full scan (datasources.commitlog_ranges), from the resume cell on
-    cells = [(r.broker, r.path, r.base_offset, r.start, r.end)
-             for s in layout_info
-             for r in commitlog_ranges(s.broker, [FileInfo(*f) for f in s.commitlog_files], split)
-             if r.base_offset + r.start >= plan.read_from.get(s.broker, 0)]
-    schema = SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema()
-    if not cells:
-        return spark.createDataFrame([], schema)
-    frame = spark.createDataFrame(cells, "broker string, path string, base_offset bigint, start bigint, "
-                                         "end bigint")
-    frame = frame.repartition(max(1, min(len(cells), 4 * spark.sparkContext.defaultParallelism)))
-    return frame.mapInArrow(_Cells(bool(options.include_bodies)), schema)
-
-
-class _Cells:
-    """mapInArrow body: one ``tx_scan_batches`` pass (no row filter: full mode's rows) per cell."""
-
-    def __init__(self, with_body: bool):
-        self.with_body = with_body
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from jobs.datasources import tx_scan_batches
-
-        for cells in batches:
-            for c in cells.to_pylist():
-                yield from tx_scan_batches(c["broker"], c["path"], c["base_offset"], c["start"], c["end"],
-                                           self.with_body)
-
-
-def _state_files(out: str, table, run_id: str) -> List[str]:
-    import deltalake
-
-    from jobs import delta_sink
-
-    path = delta_sink.table_path(out, table)
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
-        return []
-    with warnings.catch_warnings():     # partition_filters: deprecated in newer deltalake, still exact here
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return list(deltalake.DeltaTable(path).file_uris(partition_filters=[("run_id", "=", run_id)]))
-
-
-def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
-    """The previous run's rows of ``table`` a full audit of today's store would also have: below
-    ``read_from`` in a CommitLog file still present (by offset, or for findings by file and position).
-    Read on the driver with deltalake (one Arrow table; no Spark job)."""
-    import pyarrow.compute as pc
-
-    schema = table.arrow_schema()
-    if not _state_files(plan.out, table, plan.previous_run):
-        return schema.empty_table()
-    t = _read_state(plan.out, table, plan.previous_run)
-    keep = pa.array([False] * t.num_rows, pa.bool_())
-    for broker, kept in plan.carried_files.items():
-        mine = pc.equal(t.column("broker"), broker)
-        for path, base, limit in kept:
-            if offset_col is None:     # by the cell that found it; by position when the cell is unknown
-                cell = t.column(CELL_OFFSET.name)
-                hit = pc.and_(pc.equal(t.column("file"), path), pc.if_else(
-                    pc.is_valid(cell), pc.and_(pc.greater_equal(cell, base), pc.less(cell, base + limit)),
-                    pc.less(t.column("position"), limit)))
-            else:
-                off = t.column(offset_col)
-                hit = pc.and_(pc.greater_equal(off, base), pc.less(off, base + limit))
-            keep = pc.or_(keep, pc.and_(mine, hit))
-    if offset_col is None:
-        keep = pc.and_(keep, pc.equal(t.column("source"), "commitlog"))
-        if plan.units is not None:      # the consume-queue files the read skipped (UnitCarry)
-            keep = pc.or_(keep, _unit_file_rows(t, plan.units.skip))
-    return t.filter(pc.fill_null(keep, False))
-
-
-def _read_state(out: str, table, run_id: str) -> pa.Table:
-    import deltalake
-
-    from jobs import delta_sink
-
-    schema = table.arrow_schema()
-    dt = deltalake.DeltaTable(delta_sink.table_path(out, table))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        t = dt.to_pyarrow_table(partitions=[("run_id", "=", run_id)], columns=list(schema.names))
-    return pa.Table.from_arrays([t.column(f.name).cast(f.type) for f in schema], schema=schema)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# writing the state
-# ------------------------------------------------------------------------------------------------------------
-
-def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
-                local: bool = False) -> list:
-    """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
-    ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver; with
-    ``plan.fresh`` (the run read through :func:`read_local`) they are on the driver already (the frames are
-    None).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog
-    scan findings frame."""
-    from pyspark.sql import functions as F
-
-    from jobs import delta_sink
-
-    fresh = plan.fresh
-    if (options.mode != "full" or (findings is None and fresh is None)
-            or any(_is_dledger(s) for s in layout_info)):
-        return []
-    split = int(options.config.split_bytes)
-    carried = plan.carried or {}
-    if fresh is not None or local:
-        # few rows (the reduction ran on the driver): Arrow on the driver (the one-job read's own rows, else
-        # one collect per table), counted and written by the driver -- no Spark write jobs (those cost more
-        # than the whole incremental read on a small store)
-        if fresh is not None:
-            new = {"records": fresh.commitlog, "findings": _with_unit_findings(fresh, plan.units),
-                   "op_bodies": fresh.op_bodies}
-        else:
-            new = {key: (_spark_conformed(df, t).toArrow() if df is not None else None)
-                   for df, t, key in ((records, STATE_RECORDS, "records"),
-                                      (findings, STATE_FINDINGS, "findings"),
-                                      (op_bodies, STATE_OP_BODIES, "op_bodies"))}
-        records, findings, op_bodies = (
-            _with_carried(new[key], t, carried.get(key)) if new[key] is not None else None
-            for t, key in ((STATE_RECORDS, "records"), (STATE_FINDINGS, "findings"),
-                           (STATE_OP_BODIES, "op_bodies")))
-        agg = records.group_by("broker").aggregate([("physical_offset", "max"), ([], "count_all")])
-        stats = {b: (m, n) for b, m, n in zip(agg.column("broker").to_pylist(),
-                                               agg.column("physical_offset_max").to_pylist(),
-                                               agg.column("count_all").to_pylist())}
-        counted = findings.group_by("broker").aggregate([([], "count_all")])
-        n_findings = dict(zip(counted.column("broker").to_pylist(), counted.column("count_all").to_pylist()))
-    else:
-        def union(df, t, key):
-            extra = carried.get(key)
-            df = _spark_conformed(df, t)
-            return df if extra is None or not extra.num_rows else df.unionByName(
-                spark.createDataFrame(extra, schema=t.spark_schema()))
-
-        records = union(records, STATE_RECORDS, "records")
-        findings = union(findings, STATE_FINDINGS, "findings")
-        if op_bodies is not None:
-            op_bodies = union(op_bodies, STATE_OP_BODIES, "op_bodies")
-        stats = {r["broker"]: (r["last"], r["n"]) for r in records.groupBy("broker").agg(
-            F.max("physical_offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
-        n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
-            F.count(F.lit(1)).alias("n")).collect()}
-    units = plan.units.prints if fresh is not None and plan.units is not None else {}
-    headers = [_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash,
-                       units.get(s.broker, {})) for s in layout_info]
-    outs = []
-    parts = ["run_date"]
-    header_table = pa.Table.from_pylist(headers, schema=AUDIT_STATE.arrow_schema())
-    for table, df in ((STATE_RECORDS, records), (STATE_FINDINGS, findings),
-                      (STATE_OP_BODIES, op_bodies if op_bodies is not None
-                       else STATE_OP_BODIES.arrow_schema().empty_table()),
-                      (AUDIT_STATE, header_table)):       # the header last: it says the rest is there
-        if not isinstance(df, pa.Table):
-            df = df.select(*table.names)
-        else:   # one chunk: the one-job read's rows come in one small batch per cell and task, and the
-            # sink writes a row group per batch (8 GiB bench: 2,215 row groups, 3.6 s to write, 5.4 s to read)
-            df = df.combine_chunks()
-        outs.append(delta_sink.write_table(df, options.out, table, options.run_id, parts, spark,
-                                           run_date=run_date, writer=writer))
-    plan.state_written = True
-    return outs
-
-
-def _spark_conformed(df, table):
-    """``df`` as ``table``'s columns (absent ones null: a findings frame has no cell)."""
-    from pyspark.sql import functions as F
-
-    return df.select(*(F.col(f.name).cast(f.dataType) if f.name in df.columns
-                       else F.lit(None).cast(f.dataType).alias(f.name) for f in table.spark_schema()))
-
-
-def _with_carried(new: pa.Table, table, carried: Optional[pa.Table]) -> pa.Table:
-    new = _conform(new, table.arrow_schema())
-    return new if carried is None or not carried.num_rows else pa.concat_tables([carried, new])
-
-
-def _with_unit_findings(fresh, units: Optional[UnitCarry]) -> pa.Table:
-    """The one-job read's CommitLog findings + the consume-queue findings of the files ``units`` printed
-    (those decoded now; the skipped ones' come with the carried findings)."""
-    import pyarrow.compute as pc
-
-    scan = fresh.scan_findings
-    if units is None or not any(units.prints.values()):
-        return scan
-    found = fresh.anomalies.filter(pc.fill_null(_unit_file_rows(fresh.anomalies, units.prints), False))
-    return pa.concat_tables([scan, _conform(found, STATE_FINDINGS.arrow_schema())])
-
-
-def _unit_file_rows(findings: pa.Table, files: Dict[str, Iterable[str]]) -> pa.Array:
-    """Mask of the ``findings`` rows that are consume-queue findings of ``files`` (broker -> paths)."""
-    import pyarrow.compute as pc
-
-    keep = pa.array([False] * findings.num_rows, pa.bool_())
-    for broker, paths in files.items():
-        if paths:
-            keep = pc.or_(keep, pc.and_(
-                pc.and_(pc.equal(findings.column("broker"), broker),
-                        pc.equal(findings.column("source"), "consumequeue")),
-                pc.is_in(findings.column("file"), value_set=pa.array(sorted(paths), pa.string()))))
-    return keep
-
-
-def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_prints: dict) -> dict:
-    """The audit_state row of one broker: resume at the cell of its newest relevant record."""
-    from txlog_io.fingerprint import file_print
-
-    last, n = last_and_n
-    files = sorted(store.commitlog_files, key=lambda f: f[1])
-    resume, holder = (files[0][1] if files else 0), None
-    if last is not None:
-        holder = next((f for f in files if f[1] <= last < f[1] + f[2]), None)
-        if holder is not None:
-            resume = holder[1] + (last - holder[1]) // split * split
-    rel = (lambda p: os.path.relpath(p, store.root).replace(os.sep, "/"))
-    below = {rel(p): [base, size, file_print(store.root, rel(p)).edge_sha256]
-             for p, base, size in files if base + size <= resume}
-    return {"broker": store.broker, "format_version": STATE_FORMAT_VERSION, "config_hash": digest,
-            "store_root": store.root, "resume_offset": int(resume),
-            "resume_file": rel(holder[0]) if holder else None,
-            "resume_file_base": int(holder[1]) if holder else None,
-            "resume_prefix_sha256": (_prefix_sha(holder[0], resume - holder[1]) if holder
-                                     else _prefix_sha("", 0)),
-            "below_files_json": json.dumps(below, sort_keys=True),
-            "commitlog_end": int(_commitlog_end(store)), "records": int(n), "findings": int(n_findings),
-            "unit_files_json": json.dumps(unit_prints, sort_keys=True)}
-
-
-def retire_previous(plan: Plan) -> None:
-    """After this run completed: the previous run's state is no longer the newest; remove its rows (one
-    commit per table; whole files)."""
-    from jobs import delta_sink
-
-    if not plan.state_written or plan.previous_run is None or plan.previous_run == plan.run_id:
-        return
-    for table in STATE_TABLES.values():
-        delta_sink.retract_run(plan.out, table, plan.previous_run)
-
-
-__all__ = ["Plan", "plan_incremental", "evidence", "carried_input", "carried_rows", "write_state",
-           "retire_previous", "config_hash",
-           "fallback_findings", "FALLBACK_REASONS"]
+__all__ = ["Plan", "plan_incremental", "config_hash", "fallback_findings", "FALLBACK_REASONS"]

@@ -275,10 +275,10 @@ def _max_at(n_keys: int, ids: np.ndarray, col: Nullable) -> Nullable:
 
 def _string_max_at(n_keys: int, ids: np.ndarray, s: pa.Array, rows: np.ndarray) -> pa.Array:
     """Per key id: the largest string of ``s[rows]`` (null when none)."""
-    rank, ok = str_rank(s)
-    best, has = _max_at(n_keys, ids, (rank[rows], ok[rows]))
+    rank, ok = str_rank(s.take(pa.array(rows, pa.int64())))     # ranks among those rows only: fewer to rank
+    best, has = _max_at(n_keys, ids, (rank, ok))
     where = np.full(int(rank.max(initial=0)) + 1, -1, np.int64)
-    where[rank[rows][ok[rows]]] = rows[ok[rows]]
+    where[rank[ok]] = rows[ok]
     return take(s, np.where(has, where[best], -1))
 
 

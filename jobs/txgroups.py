@@ -56,8 +56,15 @@ def str_rank(arr: pa.Array) -> Nullable:
     """Dense ranks of a string column (equal strings equal ranks, order kept): ``max`` / ``==`` on ints."""
     if len(arr) == 0:
         return np.zeros(0, np.int64), np.zeros(0, bool)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     ok = valid(arr)
-    r = np.asarray(pc.rank(arr, sort_keys="ascending", tiebreaker="dense")).astype(np.int64)
+    # a dense rank is the rank among the distinct values: rank the dictionary (a hash pass, then a sort of
+    # the distinct strings only) instead of sorting every row -- 3 topics in 300k rows, 57k ids in 200k
+    enc = pc.dictionary_encode(arr)
+    by_value = np.asarray(pc.rank(enc.dictionary, sort_keys="ascending", tiebreaker="dense")).astype(np.int64)
+    idx = np.asarray(pc.fill_null(enc.indices, 0)).astype(np.int64)
+    r = by_value[idx] if len(by_value) else np.zeros(len(arr), np.int64)
     return np.where(ok, r, 0), ok
 
 

@@ -82,6 +82,32 @@ def _src(table: pa.Table, src: str) -> pa.Table:
     return table.filter(pc.equal(table.column("src"), src))
 
 
+class _BySrc:
+    """One broker's input rows split by ``src``, each part in input order.  input_table concatenates the
+    sources one after the other, so each usually is one run of rows: a slice (no copy) instead of a filter of
+    every column per source; a source in several runs (rows given in another order) is filtered."""
+
+    def __init__(self, table: pa.Table):
+        self.table, self.parts = table, {}
+        if not table.num_rows:
+            return
+        enc = pc.dictionary_encode(table.column("src").combine_chunks())
+        idx = np.asarray(enc.indices)
+        starts = np.r_[0, np.nonzero(idx[1:] != idx[:-1])[0] + 1]
+        run_src = idx[starts]
+        names = enc.dictionary.to_pylist()
+        if len(np.unique(run_src)) == len(run_src):
+            ends = np.r_[starts[1:], len(idx)]
+            self.parts = {names[k]: table.slice(a, e - a) for k, a, e in zip(run_src.tolist(), starts.tolist(),
+                                                                               ends.tolist())}
+        else:
+            self.parts = {name: _src(table, name) for name in names}
+
+    def __getitem__(self, src: str) -> pa.Table:
+        got = self.parts.get(src)
+        return got if got is not None else self.table.slice(0, 0)
+
+
 def _count(t: pa.Table, mask) -> int:
     return int(np.count_nonzero(_np(mask))) if t.num_rows else 0
 
@@ -89,9 +115,10 @@ def _count(t: pa.Table, mask) -> int:
 def _relevant(t: pa.Table) -> pa.Table:
     """The transaction-relevant CommitLog rows (ordinary records only feed the counts); op bodies only on
     op records."""
-    rel = pc.or_kleene(pc.is_in(t.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
-                       pc.not_equal(t.column("transaction_type"), "NOT"))
-    t = t.filter(pc.fill_null(rel, False))
+    rel = pc.fill_null(pc.or_kleene(pc.is_in(t.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
+                                    pc.not_equal(t.column("transaction_type"), "NOT")), False)
+    if t.num_rows and not pc.all(rel).as_py():     # the one-job read sends relevant records only
+        t = t.filter(rel)
     is_op = pc.fill_null(pc.equal(t.column("topic"), OP_TOPIC), False)
     body = t.column("body")
     return t.set_column(t.schema.get_field_index("body"), "body",
@@ -102,7 +129,7 @@ def _relevant(t: pa.Table) -> pa.Table:
 # per-broker facts
 # ------------------------------------------------------------------------------------------------------------
 
-def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: pa.Table) -> dict:
+def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: "_BySrc") -> dict:
     """Counts and bounds of one broker (jobs/txrules.detect reads them)."""
     d = {k: 0 for k in _FACT_SUMS}
     if cl.num_rows:
@@ -127,15 +154,14 @@ def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: pa.Table) ->
     if op_rows.num_rows:
         d["n_comma"] = _count(op_rows, pc.match_substring(body_texts(op_rows.column("body").combine_chunks()),
                                                           ","))
-    src = sub.column("src")
     for s, key in (("statetable", "n_st"), ("redolog", "n_redo"), ("consumequeue", "n_cq")):
-        d[key] += _count(sub, pc.equal(src, s))
-    bounds = _src(sub, "bounds")
+        d[key] += sub[s].num_rows
+    bounds = sub["bounds"]
     for m, n_cq in zip(*(bounds.column(c).to_pylist() for c in ("min_commitlog_offset", "n_cq"))):
         if m is not None and (d.get("min_commitlog_offset") is None or m < d["min_commitlog_offset"]):
             d["min_commitlog_offset"] = m
         d["n_cq"] += n_cq or 0
-    co = _src(sub, "consumer_offsets")
+    co = sub["consumer_offsets"]
     for topic, group, qid, off in zip(*(co.column(c).to_pylist() for c in ("topic", "group", "queue_id",
                                                                             "offset"))):
         if group == CHECK_GROUP and qid == 0 and off is not None:
@@ -158,6 +184,9 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
     per CommitLog offset: NO_RECORD / NO_UNIT / DIFFERS (see jobs/reconstruct.py).  Where several units (or
     records) share an offset the largest (topic, queue id, queue offset, size) tuple stands for them, nulls
     lowest (Spark's struct ordering for max)."""
+    # the compared columns only: filtering the wide input tables cost more than the comparison
+    units = units.select(["topic", "commitlog_offset", "queue_id", "queue_offset", "size"])
+    records = records.select(["topic", "physical_offset", "queue_id", "queue_offset", "total_size"])
     units = units.filter(pc.fill_null(pc.is_in(units.column("topic"), pa.array(TX_SYSTEM_TOPICS)), False))
     records = records.filter(pc.fill_null(pc.is_in(records.column("topic"), pa.array(TX_SYSTEM_TOPICS)),
                                           False))
@@ -336,26 +365,27 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
 def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> dict:
     """One broker's facts, linked evidence, problem rows and findings (everything but the profile-dependent
     rules)."""
-    cl = _src(sub, "commitlog")
+    sub = _BySrc(sub)
+    cl = sub["commitlog"]
     records = _relevant(cl)
     if has_op_input:
-        op_rows = _src(sub, "op_body").select(list(OP_BODY_COLUMNS))
+        op_rows = sub["op_body"].select(list(OP_BODY_COLUMNS))
     else:
         op_rows = records.filter(pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False),
                                          pc.is_valid(records.column("body")))).select(list(OP_BODY_COLUMNS))
     facts = _facts(cl, records, op_rows, sub)
     ev = Evidence.concat([record_evidence(records), op_rows_evidence(op_rows),
-                          statetable_evidence(_src(sub, "statetable")),
-                          redolog_evidence(_src(sub, "redolog"))])
+                          statetable_evidence(sub["statetable"]),
+                          redolog_evidence(sub["redolog"])])
     link_ends(ev)
     ev = link_ops(ev)
-    anomalies = _src(sub, "anomaly")
+    anomalies = sub["anomaly"]
     decoder_findings = anomalies.select(["kind", "source", "physical_offset", "file", "position", "length",
                                          "detail", "expected", "actual"]).to_pylist()
     findings: List[dict] = []
     problems = []
     if has_cq:
-        units = drop_misplaced_units(_src(sub, "consumequeue"), (dict(a, broker=b) for a in decoder_findings))
+        units = drop_misplaced_units(sub["consumequeue"], (dict(a, broker=b) for a in decoder_findings))
         cqm = _cq_mismatches(b, records, units, facts)
         findings.extend(_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
                                              m["queue_offset"], m["detail"], m["topic"]) for m in cqm)

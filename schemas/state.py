@@ -13,7 +13,10 @@ needs to continue from this run instead of re-reading the whole CommitLog.
                                ``op_bodies`` input; absent rows when the run copied every body)
 
 Every table is partitioned by ``broker`` and ``run_id`` (the sink adds ``run_id`` / ``run_date``); only the
-newest run's state is kept (the next incremental run retracts the previous run's rows after it completes).
+newest run's state is kept (the next incremental run retracts the previous run's rows after it completes),
+except the records: a run writes only the records it read itself, as a new segment (run id) next to the
+previous runs' segments its header lists, until MAX_SEGMENTS are reached and it writes them all again as one
+(``audit_state.record_segments_json``; the records are ~all of the state's bytes and ~95 % are carried).
 """
 from __future__ import annotations
 
@@ -27,7 +30,10 @@ from schemas.store import COMMITLOG
 #: bumped whenever what is carried or how it is checked changes: an older state falls back to a full audit.
 #: 2: records narrowed to the reducer's columns, findings with their cell, op bodies as bytes
 #: 3: findings of unchanged consume-queue files of non-transaction topics carried (``unit_files_json``)
-STATE_FORMAT_VERSION = 3
+#: 4: records kept in segments, one per run that read them (``record_segments_json``), not rewritten whole
+STATE_FORMAT_VERSION = 4
+#: record segments a state may list; a run that would list more writes every carried record again (one)
+MAX_SEGMENTS = 8
 
 _str, _i32, _i64 = pa.string(), pa.int32(), pa.int64()
 
@@ -52,7 +58,11 @@ AUDIT_STATE = Table.of("audit_state", [
       "JSON {path: [size, mtime_ns, edge sha256]} of the consume-queue files of non-transaction topics whose "
       "decoder findings audit_state_findings carries (taken before the read): the next run decodes again "
       "only those whose print differs"),
-    C("records", _i64, False, "rows carried in audit_state_records"),
+    C("record_segments_json", _str, True,
+      "JSON [[run_id, limit offset or null], ...]: the audit_state_records partitions (run ids) whose rows "
+      "make up this state, each one's rows valid below its limit (the resume offset of the run that "
+      "continued it); the newest is this run's own rows"),
+    C("records", _i64, False, "rows carried in audit_state_records (all segments)"),
     C("findings", _i64, False, "rows carried in audit_state_findings"),
 ], "Incremental audit state: one row per broker", partition_by=("broker",))
 
@@ -78,4 +88,4 @@ STATE_OP_BODIES = Table.of("audit_state_op_bodies", [
 STATE_TABLES = {t.name: t for t in (AUDIT_STATE, STATE_RECORDS, STATE_FINDINGS, STATE_OP_BODIES)}
 
 __all__ = ["AUDIT_STATE", "STATE_RECORDS", "STATE_FINDINGS", "STATE_OP_BODIES", "STATE_TABLES",
-           "STATE_FORMAT_VERSION", "CELL_OFFSET"]
+           "STATE_FORMAT_VERSION", "CELL_OFFSET", "MAX_SEGMENTS"]

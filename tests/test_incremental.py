@@ -19,20 +19,20 @@ CONF = "# defaults\n"
 COMPARED = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies", "profiles")
 
 
-def _opts(out, stores, run_id, conf, *extra):
+def _opts(out, stores, run_id, conf, *extra, as_of=AS_OF):
     from jobs.main import parse_args
 
-    args = ["audit", "--out", str(out), "--as-of", AS_OF, "--mode", "full", "--run-id", run_id, "--no-report",
+    args = ["audit", "--out", str(out), "--as-of", as_of, "--mode", "full", "--run-id", run_id, "--no-report",
             "--conf-file", str(conf), *extra]
     for broker, store in stores:
         args += ["--store", str(store), "--broker", broker]
     return parse_args(args)[1]
 
 
-def _audit(spark, out, stores, run_id, conf, *extra):
+def _audit(spark, out, stores, run_id, conf, *extra, as_of=AS_OF):
     from jobs.audit import run_audit
 
-    return run_audit(spark, _opts(out, stores, run_id, conf, *extra), print_summary=False)
+    return run_audit(spark, _opts(out, stores, run_id, conf, *extra, as_of=as_of), print_summary=False)
 
 
 def _rows(out, table, run_id):
@@ -85,9 +85,23 @@ def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypat
     _equivalence(spark, tmp_path, "5.1+", "crashy", 30, one_job=False)
 
 
-def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True):
+def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):
+    """At most MAX_SEGMENTS record segments: the run that would list a third writes every record again as
+    one; each run at its own, later as-of (time-based flags change between runs: nothing of them is
+    carried).  Still equal to a full audit at the last as-of."""
+    import jobs.incremental_state
+
+    monkeypatch.setattr(jobs.incremental_state, "MAX_SEGMENTS", 2)
+    segments = _equivalence(spark, tmp_path, "5.1+", "crashy", 30,
+                            as_of=["2026-11-20T00:00:00Z", "2026-11-21T06:00:00Z", "2026-11-23T00:00:00Z",
+                                   "2026-11-26T12:00:00Z", "2026-12-01T00:00:00Z"])
+    assert [len(s) for s in segments] == [1, 2, 1, 2, 1][:len(segments)], segments
+
+
+def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=None):
     """``one_job``: every run read through jobs.full_read's one job (its ``read.job`` phase), else through
-    the DataFrame plan."""
+    the DataFrame plan.  ``as_of``: one per run (default AS_OF for all).  -> the record segments of each
+    run's state."""
     from refbroker.generate import generate
 
     gen = generate(profile, scenario, n_tx, 7, tmp_path / "gen", snapshot_every=n_tx // 3,
@@ -98,10 +112,11 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True):
     conf = _conf(tmp_path)
     live = tmp_path / "live" / "b1"
     out = tmp_path / "out"
-    read_from = []
+    read_from, segments = [], []
+    as_of = as_of or [AS_OF] * len(states)
     for k, state in enumerate(states):
         _sync(state, live)
-        s = _audit(spark, out, [("b1", live)], f"s{k}", conf, "--incremental")
+        s = _audit(spark, out, [("b1", live)], f"s{k}", conf, "--incremental", as_of=as_of[k])
         info = s.extra["incremental"]
         if k == 0:
             assert info["fallback"] == "NO_PREVIOUS_RUN"
@@ -110,19 +125,35 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True):
             read_from.append(info["read_from"]["b1"])
         assert info["state_written"]
         assert ("read.job" in s.phases) == one_job, sorted(s.phases)
+        segments.append(_record_segments(out, f"s{k}"))
     assert max(read_from) > 0, read_from        # some run did not read the CommitLog below it again
     last = f"s{len(states) - 1}"
     full_out = tmp_path / "full"
-    _audit(spark, full_out, [("b1", live)], "full", conf)
+    _audit(spark, full_out, [("b1", live)], "full", conf, as_of=as_of[len(states) - 1])
     for table in COMPARED:
         got, want = _rows(out, table, last), _rows(full_out, table, "full")
         assert got == want, f"{table}: incremental {len(got)} rows vs full {len(want)}"
     assert _rows(out, "transactions", last), "no transactions audited"
-    # only the newest run's state is kept
+    # only the newest run's state is kept (the records: the segments it lists)
     from jobs.delta_tables import read_table as read_rows
 
     state_runs = set(read_rows(str(out / "audit_state")).column("run_id").to_pylist())
     assert state_runs == {last}
+    # the DataFrame plan writes every record again each run (one segment); the one-job read only its own
+    assert all(len(s) == 1 for s in segments) != one_job, segments
+    return segments
+
+
+def _record_segments(out, run_id) -> list:
+    """The record segments run ``run_id``'s state lists; the records table holds exactly those runs' rows."""
+    from jobs.delta_tables import read_table as read_rows
+
+    header = read_rows(os.path.join(str(out), "audit_state"), run_id=run_id).to_pylist()
+    segs = json.loads(header[0]["record_segments_json"])
+    assert segs[-1] == [run_id, None], segs
+    held = set(read_rows(os.path.join(str(out), "audit_state_records")).column("run_id").to_pylist())
+    assert held <= {r for r, _ in segs}, (held, segs)     # earlier runs' rows no longer listed are gone
+    return segs
 
 
 def test_carried_findings_follow_their_cell(tmp_path):
@@ -131,7 +162,8 @@ def test_carried_findings_follow_their_cell(tmp_path):
     without a cell (a state written by the DataFrame plan) by its position.  Spark-free: the state table is
     written and read with deltalake."""
     from jobs import delta_sink
-    from jobs.incremental import Plan, _carried
+    from jobs.incremental import Plan
+    from jobs.incremental_read import _carried
     from schemas.state import STATE_FINDINGS
 
     path, base, split = "/s/commitlog/00000000000000000000", 0, 1000
