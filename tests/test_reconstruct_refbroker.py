@@ -367,9 +367,9 @@ def audit(spark, matrix):
     declined = [n for n in names if plan_read(options([n], IDX)) is None]
     assert declined == [n for n in names if matrix[n].profile == "3.x"], declined
     outs = []
+    kept = [n for n in names if n not in declined]
     for mode, reader, these, suffix in (("full", read_local, names, ""),
-                                        ("indexed", read_indexed_local, [n for n in names if n not in declined],
-                                         IDX)):
+                                        ("indexed", read_indexed_local, kept, IDX)):
         o = options(these, suffix)
         read = reader(spark, o, 10 ** 9)
         assert read is not None, mode
@@ -660,7 +660,7 @@ def test_indexed_and_full_agree_on_healthy_stores(matrix, audit):
         if output == "profiles":        # full mode ran with the override; detection is the same
             full = [dict(r, evidence=None) for r in full]
             indexed = [dict(r, evidence=None) for r in indexed]
-        if output == "check_back":      # ranked per reduction (indexed: 3.x apart): compare the order per part
+        if output == "check_back":      # ranked per reduction (indexed: 3.x apart): the order per part
             full, indexed = ([dict(r, urgency_rank=(r["broker"].startswith("3.x_"), i)) for i, r in
                               enumerate(sorted(rs, key=lambda r: (r["broker"].startswith("3.x_"),
                                                                   r["urgency_rank"])))]
