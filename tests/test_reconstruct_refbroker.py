@@ -376,10 +376,10 @@ def audit(spark, matrix):
         layout = LazyStoreFrames(spark, o.stores, o.brokers, mode=mode).layout_info
         outs.append(reduce_local(read, layout, params, override))
         parts[mode] = time.perf_counter() - started
-    # the declined stores in indexed mode: the DataFrame plan
-    o = options(declined, IDX)
-    frames = load_store_frames(spark, o.stores, mode="indexed", brokers=o.brokers, include_bodies=True)
-    outs.append(reconstruct(frames, params, override, local=True).arrow)
+    if declined:        # the declined stores in indexed mode: the DataFrame plan (none in the DLedger matrix)
+        o = options(declined, IDX)
+        frames = load_store_frames(spark, o.stores, mode="indexed", brokers=o.brokers, include_bodies=True)
+        outs.append(reconstruct(frames, params, override, local=True).arrow)
     parts["indexed_3x"] = time.perf_counter() - started
     out = {m: defaultdict(list) for m in MODES}
     for output in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
