@@ -1,12 +1,13 @@
 """The reconstruction against the reference broker's ledger, for every profile x scenario (the valid combos of
 ``txlog-refbroker scenarios``), in both store-frame modes.
 
-One module fixture generates a small store per combo (pure Python, a few seconds for all) and ONE Spark run
-does the rest: both modes' frames of every store are loaded at once (``load_store_frames`` per mode; indexed
-brokers carry the suffix ``IDX``), unioned and reconstructed by a single ``reconstruct(materialize=True)``
-(every rule groups by broker, so the brokers of one run are independent; one plan instead of two halves the
-analysis time).  Full-mode brokers get ``profile_override`` from the generation profile; indexed-mode brokers
-rely on auto-detection, and both must detect the version line.
+One module fixture generates a small store per combo (pure Python, a few seconds for all); the stores are then
+audited as ``run_audit`` reads them: full mode by ONE one-job read of all brokers (jobs/full_read.py), indexed
+mode by ONE indexed one-job read (jobs/indexed_read.py; indexed brokers carry the suffix ``IDX``) except the
+stores that read declines (3.x), which go through the DataFrame plan like the audit's fallback; each reduced
+on the driver (every rule groups by broker, so the brokers of one read are independent).  Full-mode brokers
+get ``profile_override`` from the generation profile; indexed-mode brokers rely on auto-detection, and both
+must detect the version line.
 
 Expectations are computed from the LEDGER only (``Oracle``), never from the reconstruction, with the documented
 rules of ``jobs.reconstruct`` / ``jobs.flags``:
@@ -39,6 +40,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -57,6 +59,8 @@ RECON_PROFILE = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-4.5": "4.3-5.0", "4.6-
 DAMAGED = ("crashy", "corrupt")          # scenarios whose stores are damaged (the rest are healthy)
 IDX = "~idx"
 MODES = ("full", "indexed")
+#: the audit's default split.bytes (jobs/config.py)
+SPLIT_BYTES = 128 << 20
 TRANSACTIONS = 40
 SEED = 7
 HALF, OP, DISCARD = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"
@@ -329,25 +333,20 @@ def matrix(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def audit(spark, matrix):
-    """{mode: {output: [row dicts]}} (broker names without the indexed suffix) + timing."""
+    """{mode: {output: [row dicts]}} (broker names without the indexed suffix) + timing.
+
+    Each store is read and reduced as ``run_audit`` does it (jobs/audit.py ``_read_local``): full mode by
+    full_read's one-job read, indexed mode by indexed_read's, each for all brokers in one Spark job, then
+    reduced on the driver (``reduce_local``); the stores indexed_read declines (the 3.x ones: statetable) go
+    through the DataFrame plan (load_store_frames + reconstruct), as the audit's fallback does.  That the
+    DataFrame plan gives the same rows as the one-job reads on every scenario: tests/test_full_read.py and
+    tests/test_indexed_read.py."""
+    from jobs.full_read import read_local, reduce_local
+    from jobs.indexed_read import plan_read, read_indexed_local
     from jobs.reconstruct import AuditParams, reconstruct
-    from jobs.store_frames import load_store_frames
+    from jobs.store_frames import LazyStoreFrames, load_store_frames
 
     started = time.perf_counter()
-    names = list(matrix)
-    roots = [str(matrix[n].out / "store") for n in names]
-    loaded = {
-        "full": load_store_frames(spark, roots, mode="full", brokers=names, include_bodies=True),
-        "indexed": load_store_frames(spark, roots, mode="indexed", brokers=[n + IDX for n in names],
-                                     include_bodies=True),
-    }
-    sources = ("commitlog", "consumequeue", "statetable", "redolog", "consumer_offsets", "anomalies")
-    # each source read once, into few partitions: hundreds of tiny source partitions (one per small file)
-    # would otherwise become thousands of tasks in every stage of the reconstruction, which reads its inputs
-    # about twice
-    frames = {k: getattr(loaded["full"], k).unionByName(getattr(loaded["indexed"], k)).coalesce(2)
-              .localCheckpoint(eager=True) for k in sources}
-    frames["layout_info"] = loaded["full"].layout_info + loaded["indexed"].layout_info
     params, override = {}, {}
     for name, st in matrix.items():
         s = st.summary["profile_settings"]
@@ -357,15 +356,39 @@ def audit(spark, matrix):
                if s[k] is not None}})
         params[name] = params[name + IDX] = p
         override[name] = RECON_PROFILE[st.profile]         # indexed brokers: auto-detected
-    result = reconstruct(frames, params, override, materialize=True)
+
+    def options(names, suffix=""):
+        return SimpleNamespace(stores=[str(matrix[n].out / "store") for n in names],
+                               brokers=[n + suffix for n in names], include_bodies=False,
+                               config=SimpleNamespace(split_bytes=SPLIT_BYTES))
+
+    names = list(matrix)
+    parts = {}
+    declined = [n for n in names if plan_read(options([n], IDX)) is None]
+    assert declined == [n for n in names if matrix[n].profile == "3.x"], declined
+    outs = []
+    kept = [n for n in names if n not in declined]
+    for mode, reader, these, suffix in (("full", read_local, names, ""),
+                                        ("indexed", read_indexed_local, kept, IDX)):
+        o = options(these, suffix)
+        read = reader(spark, o, 10 ** 9)
+        assert read is not None, mode
+        layout = LazyStoreFrames(spark, o.stores, o.brokers, mode=mode).layout_info
+        outs.append(reduce_local(read, layout, params, override))
+        parts[mode] = time.perf_counter() - started
+    if declined:        # the declined stores in indexed mode: the DataFrame plan (none in the DLedger matrix)
+        o = options(declined, IDX)
+        frames = load_store_frames(spark, o.stores, mode="indexed", brokers=o.brokers, include_bodies=True)
+        outs.append(reconstruct(frames, params, override, local=True).arrow)
+    parts["indexed_3x"] = time.perf_counter() - started
     out = {m: defaultdict(list) for m in MODES}
     for output in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
-        for row in getattr(result, output).collect():
-            r = row.asDict(recursive=True)
-            mode = "indexed" if r["broker"].endswith(IDX) else "full"
-            r["broker"] = r["broker"][:-len(IDX)] if mode == "indexed" else r["broker"]
-            out[mode][output].append(r)
-    out["seconds"] = time.perf_counter() - started
+        for arrow in outs:
+            for r in arrow[output].to_pylist():
+                mode = "indexed" if r["broker"].endswith(IDX) else "full"
+                r["broker"] = r["broker"][:-len(IDX)] if mode == "indexed" else r["broker"]
+                out[mode][output].append(r)
+    out["seconds"], out["parts"] = time.perf_counter() - started, parts
     return out
 
 
@@ -417,7 +440,8 @@ def test_matrix_covers_every_profile_and_scenario(matrix, audit):
     assert len(matrix) == 36
     for st in matrix.values():
         assert len(st.txs) == TRANSACTIONS
-    print(f"\nreconstruction of {len(matrix)} stores x {len(MODES)} modes: {audit['seconds']:.0f} s")
+    print(f"\nreconstruction of {len(matrix)} stores x {len(MODES)} modes: {audit['seconds']:.0f} s "
+          f"(cumulative: {', '.join(f'{k} {v:.1f} s' for k, v in audit['parts'].items())})")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -594,11 +618,16 @@ def test_check_back_worklist_holds_exactly_the_expected_transactions(views, mode
             assert r["request_topic"] == o.e["real_topic"]
             index = o.statetable_index if o.statetable_index is not None else o.newest["queue_offset"]
             assert r["tran_state_table_offset"] == index, k
-    # one reconstruction ranked both modes' brokers together: ranks are distinct, and most urgent first
-    ranked = sorted(v["check_back"].values(), key=lambda r: r["urgency_rank"])
-    assert len({r["urgency_rank"] for r in ranked}) == len(ranked)
+    # one reduction ranks all its brokers together: ranks are distinct, and most urgent first (indexed mode:
+    # the one-job read's brokers and the 3.x ones of the DataFrame plan are two reductions)
+    reductions = defaultdict(list)
+    for r in v["check_back"].values():
+        reductions[mode == "indexed" and r["broker"].startswith("3.x_")].append(r)
     order = {"CRITICAL": 0, "HIGH": 1, "NORMAL": 2}
-    assert [order[r["priority"]] for r in ranked] == sorted(order[r["priority"]] for r in ranked)
+    for rows in reductions.values():
+        ranked = sorted(rows, key=lambda r: r["urgency_rank"])
+        assert len({r["urgency_rank"] for r in ranked}) == len(ranked)
+        assert [order[r["priority"]] for r in ranked] == sorted(order[r["priority"]] for r in ranked)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -631,9 +660,11 @@ def test_indexed_and_full_agree_on_healthy_stores(matrix, audit):
         if output == "profiles":        # full mode ran with the override; detection is the same
             full = [dict(r, evidence=None) for r in full]
             indexed = [dict(r, evidence=None) for r in indexed]
-        if output == "check_back":      # ranked in one list over both modes: compare the order, not the ranks
-            full, indexed = ([dict(r, urgency_rank=i) for i, r in
-                              enumerate(sorted(rs, key=lambda r: r["urgency_rank"]))] for rs in (full, indexed))
+        if output == "check_back":      # ranked per reduction (indexed: 3.x apart): the order per part
+            full, indexed = ([dict(r, urgency_rank=(r["broker"].startswith("3.x_"), i)) for i, r in
+                              enumerate(sorted(rs, key=lambda r: (r["broker"].startswith("3.x_"),
+                                                                  r["urgency_rank"])))]
+                             for rs in (full, indexed))
             full, indexed = (sorted(rs, key=lambda r: r["urgency_rank"]) for rs in (full, indexed))
         assert full == indexed, output
 
