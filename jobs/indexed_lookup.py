@@ -23,7 +23,6 @@ time.
 """
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
@@ -63,34 +62,47 @@ def lookup_fetch(p: LookupAt, out: Dict[str, list]) -> None:
     """Search ``p.files`` for ``p``'s keys and fetch the records at the offsets found: records to
     ``out["commitlog"]``, findings to ``out["hit_anomalies"]``, offsets no CommitLog file holds to
     ``out["lost"]``."""
-    from txlog_io.commitlog import decode_at
     from txlog_io.indexfile import search_files
 
     hits = search_files(p.files, np.frombuffer(p.hashes, np.int64), np.frombuffer(p.after, np.int64))
     if not hits.size:
         return
-    bases = np.array([f[1] for f in p.commitlog_files], np.int64)
-    ends = bases + np.array([f[2] for f in p.commitlog_files], np.int64)
-    which = np.searchsorted(bases, hits, "right") - 1
-    held = (which >= 0) & (hits < ends[np.clip(which, 0, None)]) if bases.size else np.zeros(hits.size, bool)
-    if not held.all():
-        lost = hits[~held]
+    records, anomalies, lost = fetch_at(p.broker, p.commitlog_files, hits, tx_only=True)
+    if lost:
         out["lost"].append(pa.RecordBatch.from_arrays(
-            [pa.array([p.broker] * lost.size, pa.string()), pa.array(lost, pa.int64())], schema=LOST_SCHEMA))
-    # the records found lie anywhere in the CommitLog: cold reads are latency-bound, so several in flight
+            [pa.array([p.broker] * len(lost), pa.string()), pa.array(lost, pa.int64())], schema=LOST_SCHEMA))
+    out["commitlog"] += records
+    out["hit_anomalies"] += anomalies
+
+
+def fetch_at(broker: str, commitlog_files: Sequence, offsets, tx_only: bool) -> Tuple[list, list, list]:
+    """The records at the sorted, distinct CommitLog ``offsets`` of one broker, read in DRIVER_IO_THREADS
+    threads (the positions lie anywhere in the CommitLog: cold reads are latency-bound, so several are in
+    flight): (``full_read.RECORD_SCHEMA`` batches, findings batches, the offsets no CommitLog file holds).
+    ``tx_only``: an ordinary record found there is probed, never copied (``decode_at``)."""
+    from txlog_io.commitlog import decode_at
+
+    offsets = np.asarray(offsets, np.int64)
+    bases = np.array([f[1] for f in commitlog_files], np.int64)
+    ends = bases + np.array([f[2] for f in commitlog_files], np.int64)
+    which = np.searchsorted(bases, offsets, "right") - 1
+    held = (which >= 0) & (offsets < ends[np.clip(which, 0, None)]) if bases.size \
+        else np.zeros(offsets.size, bool)
     size = _piece(int(held.sum()))
-    work = [[(p.commitlog_files[k], chunk)] for k in np.unique(which[held]).tolist()
-            for chunk in _split((hits[held & (which == k)] - p.commitlog_files[k][1]).tolist(), size)]
+    work = [[(commitlog_files[k], chunk)] for k in np.unique(which[held]).tolist()
+            for chunk in _split((offsets[held & (which == k)] - commitlog_files[k][1]).tolist(), size)]
 
     def read(pieces):
-        return [(f[0], decode_at(f[0], chunk, base_offset=f[1], with_body=True, tx_only=chunk))
-                for f, chunk in pieces]
+        return [(f[0], decode_at(f[0], chunk, base_offset=f[1], with_body=True,
+                                 tx_only=chunk if tx_only else ())) for f, chunk in pieces]
 
-    for path, (batch, anomalies) in (r for part in _in_threads(read, work) for r in part):
+    records, anomalies = [], []
+    for path, (batch, found) in (r for part in _in_threads(read, work) for r in part):
         if batch.num_rows:
-            out["commitlog"].append(record_rows(batch, p.broker))
-        if anomalies:
-            out["hit_anomalies"].append(anomalies_batch(p.broker, anomalies, "commitlog", path))
+            records.append(record_rows(batch, broker))
+        if found:
+            anomalies.append(anomalies_batch(broker, found, "commitlog", path))
+    return records, anomalies, offsets[~held].tolist()
 
 
 def _piece(total: int) -> int:
@@ -115,35 +127,15 @@ class UnitRecords:
 def fetch_units(stores: Sequence, units: pa.Table, keyed) -> UnitRecords:
     """The records at ``units``' CommitLog offsets (each once), read on the driver; the keys of the half and
     discard copies of the ``keyed`` stores."""
-    from txlog_io.commitlog import decode_at
-
     got = UnitRecords([], [], [], {})
     offsets: Dict[str, set] = {}
     for b, off in zip(units.column("broker").to_pylist(), units.column("commitlog_offset").to_pylist()):
         offsets.setdefault(b, set()).add(off)
     for s in stores:
-        files = s.commitlog_files
-        bases = [base for _, base, _ in files]
-        by_file: Dict[int, list] = {}
-        for off in sorted(offsets.get(s.broker, ())):
-            i = bisect.bisect_right(bases, off) - 1
-            if i >= 0 and off < bases[i] + files[i][2]:
-                by_file.setdefault(i, []).append(off - bases[i])
-            else:
-                got.lost.append((s.broker, off))
-        size = _piece(sum(len(pos) for pos in by_file.values()))
-        work = [[(i, chunk)] for i, pos in sorted(by_file.items()) for chunk in _split(pos, size)]
-
-        def read(items):
-            return [(files[i][0], decode_at(files[i][0], chunk, base_offset=files[i][1], with_body=True))
-                    for i, chunk in items]
-
-        mine: List[pa.RecordBatch] = []
-        for path, (batch, anomalies) in (r for part in _in_threads(read, work) for r in part):
-            if batch.num_rows:
-                mine.append(record_rows(batch, s.broker))
-            if anomalies:
-                got.anomalies.append(anomalies_batch(s.broker, anomalies, "commitlog", path))
+        mine, anomalies, lost = fetch_at(s.broker, s.commitlog_files, sorted(offsets.get(s.broker, ())),
+                                         tx_only=False)
+        got.anomalies += anomalies
+        got.lost += [(s.broker, off) for off in lost]
         got.records += mine
         if keyed(s) and mine:
             keys = got.keys.setdefault(s.broker, {})
