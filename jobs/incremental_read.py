@@ -206,7 +206,7 @@ def _state_files(out: str, table, run_ids: Sequence[str]) -> List[str]:
         return list(deltalake.DeltaTable(path).file_uris(partition_filters=[("run_id", "in", list(run_ids))]))
 
 
-def _segments(plan: Plan, table) -> List[Tuple[str, Dict[str, Optional[int]]]]:
+def _carried_segments(plan: Plan, table) -> List[Tuple[str, Dict[str, Optional[int]]]]:
     """[(run id, {broker: limit offset or None})] of the previous state's rows of ``table``, oldest first: the
     records' segments (state format 4), else the previous run's rows, whole."""
     if table is not STATE_RECORDS or not plan.prev_segments:
@@ -226,7 +226,7 @@ def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
     import pyarrow.compute as pc
 
     schema = table.arrow_schema()
-    segments = _segments(plan, table)
+    segments = _carried_segments(plan, table)
     if not _state_files(plan.out, table, [r for r, _ in segments]):
         return schema.empty_table()
     state = _read_state(plan.out, table, [r for r, _ in segments])
