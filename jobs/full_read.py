@@ -98,10 +98,19 @@ def record_rows(batch: pa.RecordBatch, broker: str) -> pa.RecordBatch:
     return batch.select(RECORD_SCHEMA.names)
 
 
+@dataclass(frozen=True)
+class ResumedCells(CommitLogCells):
+    """Cells whose first is read from an incremental run's resume offset (a record start inside it, see
+    jobs/incremental.py), not from its start ``cell_start`` (file position): its findings are that cell's."""
+
+    cell_start: int = 0
+
+
 def _cells(p, out: Dict[str, list]) -> None:
     """A ``CommitLogCells`` group (or one ``CommitLogRange`` cell) of the txscan plan."""
     from txlog_io.dledger import decode_log_range      # CommitLog or DLedger data file
 
+    resumed = p.cell_start if isinstance(p, ResumedCells) else None
     for start, end in (p.cells if isinstance(p, CommitLogCells) else ((p.start, p.end),)):
         found: list = []
         for batch, anomalies in decode_log_range(p.path, base_offset=p.base_offset, start=start, end=end,
@@ -111,9 +120,11 @@ def _cells(p, out: Dict[str, list]) -> None:
                 out["commitlog"].append(record_rows(batch, p.broker))
         if found:       # tagged with their cell: an incremental state carries them by it (schemas/state.py)
             b = anomalies_batch(p.broker, found, "commitlog", p.path)
-            cell = pa.array([p.base_offset + start] * b.num_rows, CELL_OFFSET.type)
+            cell = pa.array([p.base_offset + (start if resumed is None else resumed)] * b.num_rows,
+                            CELL_OFFSET.type)
             out["scan_findings"].append(pa.RecordBatch.from_arrays([*b.columns, cell],
                                                                    schema=KINDS["scan_findings"]))
+        resumed = None
 
 
 def _units(p: UnitFiles, out: Dict[str, list]) -> None:
@@ -189,9 +200,10 @@ class ReadTask:
 
 def plan_items(options, cores: int, start: Optional[Dict[str, int]] = None) -> tuple:
     """(work items, the side decoders' ``sources``): the txscan plan's cell groups, then the other decoders'
-    partitions.  ``start``: broker -> CommitLog offset (an incremental run's resume offset, a cell start):
-    only the ``split_bytes`` cells from there on are read, grouped by the bytes that are left to read (the
-    cells are a full scan's, so their rows and findings are too); the unit files are read whole."""
+    partitions.  ``start``: broker -> CommitLog offset (an incremental run's resume offset: a cell start, or a
+    record start inside a cell): only the ``split_bytes`` cells from there on are read, the one holding it
+    from it on (:class:`ResumedCells`), grouped by the bytes that are left to read (the cells are a full
+    scan's, so their rows and findings are too); the unit files are read whole."""
     from jobs.datasources import group_cells
     from jobs.store_frames import scan_task_bytes
 
@@ -205,12 +217,33 @@ def plan_items(options, cores: int, start: Optional[Dict[str, int]] = None) -> t
                         for f in listings[b].commitlog)) for b, _ in scan_opts.stores]
     task_bytes = scan_task_bytes(infos, split, cores)
     # ungrouped cells (task_bytes = one cell), those from ``start`` on, then grouped
-    cells = [r for r in plan_partitions(TX_SCAN_FORMAT, parse_options(TX_SCAN_FORMAT, dict(
-                 base, include_bodies="false", task_bytes=str(split))), listings=listings)
-             if r.base_offset + r.start >= start.get(r.broker, 0)]
+    cells = resumed_cells(plan_partitions(TX_SCAN_FORMAT, parse_options(TX_SCAN_FORMAT, dict(
+        base, include_bodies="false", task_bytes=str(split))), listings=listings), start)
     side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
-    return ((group_cells(cells, task_bytes) if task_bytes > split else cells)
+    inside = {(r.path, r.start): r.start - r.start % split for r in cells if r.start % split}
+    cells = group_cells(cells, task_bytes) if task_bytes > split else cells
+    return ([_resumed(p, inside) for p in cells]
             + plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)), side_opts.sources
+
+
+def resumed_cells(cells: list, start: Dict[str, int]) -> list:
+    """The ``CommitLogRange`` cells (a full scan's) a read from ``start`` (broker -> CommitLog offset) owns:
+    those ending above it, the one holding it cut to start there."""
+    from dataclasses import replace
+
+    return [r if r.base_offset + r.start >= start.get(r.broker, 0)
+            else replace(r, start=start[r.broker] - r.base_offset)
+            for r in cells if r.base_offset + r.end > start.get(r.broker, 0)]
+
+
+def _resumed(p, inside: Dict[tuple, int]):
+    """``p`` as :class:`ResumedCells` when its first cell is read from inside (``inside``: (path, start) ->
+    the cell's start)."""
+    first = p.cells[0][0] if isinstance(p, CommitLogCells) else p.start
+    if (p.path, first) not in inside:
+        return p
+    cells = p.cells if isinstance(p, CommitLogCells) else ((p.start, p.end),)
+    return ResumedCells(p.broker, p.path, p.base_offset, cells, inside[(p.path, first)])
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,18 @@ Arrow concatenation on the driver, the reducer runs there and the state is writt
 
 Why that equals a full audit of today's store: a full scan cuts every CommitLog file into ``split_bytes``
 cells and decodes each cell from its own bytes (a record belongs to the cell it starts in).  ``resume_offset``
-is the start of the cell holding the newest transaction-relevant record the previous run decoded: every cell
-below it lies wholly below that record, i.e. in bytes that were already written then, and decodes to the same
-rows and findings today as long as those bytes are unchanged -- which the state checks (edge hashes of every
-CommitLog file below the offset, a hash of the 64 KiB before it).  Cells from ``resume_offset`` on are
-decoded again, so whatever the previous run saw at its end of data (a torn record, a file cut short, blank
-space) is replaced by what is there now.  Rows in files retention deleted are dropped, not kept: a full audit
-no longer sees them and flags their transactions EVIDENCE_IN_DELETED_RANGE from the store's new first offset,
-so dropping is what keeps the two equal.  The carried evidence is every row, not only open transactions':
+is the start of the newest transaction-relevant record the previous run decoded, R, in the cell starting at S:
+every cell below S, and cell S's records below R, lie wholly below that record, i.e. in bytes that were already
+written then, and decode to the same rows and findings today as long as those bytes are unchanged -- which the
+state checks (edge hashes of every CommitLog file below the offset, a hash of the 64 KiB before it).  Cell S is
+read from R on (its findings tagged with S, as a full scan's): a cell walks the TOTALSIZE chain from its first
+record, and R is on that chain when cell S reported nothing (no damage, no resync) between S and R -- else the
+state resumes at S (``incremental_state._resume``); R must also still be a self-verifying record (else the
+run reads from S: ``_is_record_start``), so a walk started there takes the very chain cell S takes.  What is
+read again (from R, or S) replaces whatever the previous run saw at its end of data (a torn record, a file
+cut short, blank space).  Rows in files retention deleted are dropped, not kept: a full audit no longer sees
+them and flags their transactions EVIDENCE_IN_DELETED_RANGE from the store's new first offset, so dropping is
+what keeps the two equal.  The carried evidence is every row, not only open transactions':
 pruning final transactions would need a proof that none can still gain a flag.
 
 When continuing is not safe the run is a full audit (and writes a new state): the reason is in
@@ -89,6 +93,9 @@ class Plan:
     reason: Optional[str] = None
     detail: str = ""
     read_from: Dict[str, int] = field(default_factory=dict)
+    #: broker -> the start of the ``split_bytes`` cell holding ``read_from`` (== read_from at a cell start):
+    #: that cell is read from ``read_from`` on, its findings below it carried (jobs/incremental_read.py)
+    resume_cell: Dict[str, int] = field(default_factory=dict)
     #: broker -> CommitLog files still present below read_from: [(path, base, limit position), ...]
     carried_files: Dict[str, list] = field(default_factory=dict)
     state_written: bool = False
@@ -119,6 +126,7 @@ class Plan:
 
 def _fallback(plan: Plan, reason: str, detail: str) -> Plan:
     plan.reason, plan.detail, plan.read_from, plan.carried_files = reason, detail, {}, {}
+    plan.resume_cell = {}
     plan.prev_units, plan.prev_segments = {}, {}
     return plan
 
@@ -135,6 +143,17 @@ def _prefix_sha(path: str, pos: int) -> str:
             f.seek(start)
             h.update(f.read(pos - start))
     return h.hexdigest()
+
+
+def _is_record_start(path: str, base: int, pos: int) -> bool:
+    """Does a self-verifying record start at file position ``pos`` (txlog_io.commitlog_decode's rule, the one
+    a range starting there follows)?  A state resumes at a record start inside a cell; if the record is not
+    there any more, a range from ``pos`` would silently skip to the next one where a full scan reports damage."""
+    from txlog_io.commitlog_decode import next_boundary
+    from txlog_io.positional import PositionalFile
+
+    with PositionalFile(path, "CommitLog file") as reader:
+        return next_boundary(reader, pos, base, limit=pos + 1) == pos
 
 
 def _is_dledger(store) -> bool:
@@ -181,13 +200,13 @@ def plan_incremental(options, layout_info: Sequence, doc: dict) -> Plan:
                                               f"an --incremental run)")
     for store in layout_info:
         h = headers[store.broker]
-        problem = _check_store(plan, store, h)
+        problem = _check_store(plan, store, h, int(options.config.split_bytes))
         if problem is not None:
             return _fallback(plan, *problem)
     return plan
 
 
-def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
+def _check_store(plan: Plan, store, h: dict, split: int) -> Optional[Tuple[str, str]]:
     """None when ``store`` continues ``h`` (and plan.read_from / carried_files set), else (reason, detail)."""
     from txlog_io.fingerprint import file_print
 
@@ -225,7 +244,13 @@ def _check_store(plan: Plan, store, h: dict) -> Optional[Tuple[str, str]]:
     elif h["resume_file"] is not None and resume > first:
         return STORE_REWRITTEN, f"{b}: CommitLog file {h['resume_file']} holding the resume offset is gone " \
                                 f"while older files remain"
-    read_from = max(resume, first)
+    read_from, cell = max(resume, first), max(resume, first)
+    if read_from == resume and h["resume_file"] in files:
+        path, base, _ = files[h["resume_file"]]
+        cell = base + (resume - base) // split * split
+        if cell != resume and not _is_record_start(path, base, resume - base):
+            read_from = cell        # the record the state resumes at is not there: read its whole cell again
+    plan.resume_cell[b] = cell
     plan.prev_units[b] = json.loads(h["unit_files_json"] or "{}")
     plan.prev_segments[b] = json.loads(h["record_segments_json"])
     plan.read_from[b] = read_from

@@ -157,18 +157,19 @@ def carried_input(plan: Optional[Plan]) -> Optional[pa.Table]:
 
 def _tail_scan(spark, plan: Plan, layout_info, options):
     """``rocketmq_txscan`` rows of the CommitLog from ``plan.read_from``: the cells a full scan has there
-    (files cut at ``split_bytes`` from their start; read_from is a cell start), decoded by the same
-    one-pass reader."""
+    (files cut at ``split_bytes`` from their start; the one holding read_from read from it), decoded by the
+    same one-pass reader."""
     from jobs.datasources import TX_SCAN_FORMAT, FileInfo, commitlog_ranges, register
+    from jobs.full_read import resumed_cells
     from schemas.sources import SOURCE_TABLES
 
     register(spark)
     split = int(options.config.split_bytes)
-    # the very cells of a full scan (datasources.commitlog_ranges), from the resume cell on
+    # the very cells of a full scan (datasources.commitlog_ranges), from the resume offset on (findings have
+    # no cell here: the next run carries them by position)
     cells = [(r.broker, r.path, r.base_offset, r.start, r.end)
-             for s in layout_info
-             for r in commitlog_ranges(s.broker, [FileInfo(*f) for f in s.commitlog_files], split)
-             if r.base_offset + r.start >= plan.read_from.get(s.broker, 0)]
+             for r in resumed_cells([r for s in layout_info for r in commitlog_ranges(
+                 s.broker, [FileInfo(*f) for f in s.commitlog_files], split)], plan.read_from)]
     schema = SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema()
     if not cells:
         return spark.createDataFrame([], schema)
@@ -242,10 +243,13 @@ def _carried(plan: Plan, table, offset_col: Optional[str]) -> pa.Table:
                 mine = pc.and_(mine, pc.less(t.column(offset_col), limits[broker]))
             for path, base, limit in kept:
                 if offset_col is None:     # by the cell that found it; by position when the cell is unknown
-                    cell = t.column(CELL_OFFSET.name)
+                    cell, below = t.column(CELL_OFFSET.name), pc.less(t.column("position"), limit)
+                    # the cell read from inside (the resume cell): only its findings below read_from
+                    whole = pc.less(cell, plan.resume_cell.get(broker, base + limit))
                     hit = pc.and_(pc.equal(t.column("file"), path), pc.if_else(
-                        pc.is_valid(cell), pc.and_(pc.greater_equal(cell, base), pc.less(cell, base + limit)),
-                        pc.less(t.column("position"), limit)))
+                        pc.is_valid(cell), pc.and_(pc.and_(pc.greater_equal(cell, base),
+                                                           pc.less(cell, base + limit)),
+                                                   pc.or_(whole, below)), below))
                 else:
                     off = t.column(offset_col)
                     hit = pc.and_(pc.greater_equal(off, base), pc.less(off, base + limit))

@@ -80,8 +80,9 @@ def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout
         n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
             F.count(F.lit(1)).alias("n")).collect()}
     units = plan.units.prints if fresh is not None and plan.units is not None else {}
+    found = findings if isinstance(findings, pa.Table) else None
     headers = [_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash,
-                       units.get(s.broker, {}), plan.segments[s.broker]) for s in layout_info]
+                       units.get(s.broker, {}), plan.segments[s.broker], found) for s in layout_info]
     outs = []
     parts = ["run_date"]
     header_table = pa.Table.from_pylist(headers, schema=AUDIT_STATE.arrow_schema())
@@ -139,9 +140,27 @@ def _with_unit_findings(fresh, units: Optional[UnitCarry]) -> pa.Table:
     return pa.concat_tables([scan, _conform(found, STATE_FINDINGS.arrow_schema())])
 
 
+def _resume(broker: str, holder: tuple, last: int, split: int, findings: Optional[pa.Table]) -> int:
+    """Where the next run resumes in file ``holder`` (path, base, size): at the newest relevant record
+    ``last`` itself when the CommitLog scan reported nothing between the start of its ``split_bytes`` cell and
+    it (so ``last`` is on the cell's record chain: jobs/incremental.py), else at the cell's start.  Without
+    the findings at hand (the DataFrame plan's write) at the cell's start."""
+    import pyarrow.compute as pc
+
+    path, base, _ = holder
+    cell = base + (last - base) // split * split
+    if findings is None or cell == last:
+        return cell
+    pos = findings.column("position")
+    hit = pc.and_(pc.and_(pc.equal(findings.column("broker"), broker), pc.equal(findings.column("file"), path)),
+                  pc.and_(pc.equal(findings.column("source"), "commitlog"),
+                          pc.and_(pc.greater_equal(pos, cell - base), pc.less(pos, last - base))))
+    return cell if pc.any(pc.fill_null(hit, False)).as_py() else last
+
+
 def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_prints: dict,
-            segments: list) -> dict:
-    """The audit_state row of one broker: resume at the cell of its newest relevant record."""
+            segments: list, findings: Optional[pa.Table] = None) -> dict:
+    """The audit_state row of one broker: resume at its newest relevant record (:func:`_resume`)."""
     from txlog_io.fingerprint import file_print
 
     last, n = last_and_n
@@ -150,7 +169,7 @@ def _header(store, last_and_n, n_findings: int, split: int, digest: str, unit_pr
     if last is not None:
         holder = next((f for f in files if f[1] <= last < f[1] + f[2]), None)
         if holder is not None:
-            resume = holder[1] + (last - holder[1]) // split * split
+            resume = _resume(store.broker, holder, last, split, findings)
     rel = (lambda p: os.path.relpath(p, store.root).replace(os.sep, "/"))
     below = {rel(p): [base, size, file_print(store.root, rel(p)).edge_sha256]
              for p, base, size in files if base + size <= resume}

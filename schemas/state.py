@@ -44,8 +44,9 @@ AUDIT_STATE = Table.of("audit_state", [
                                   "bodies, profile, broker overrides, AuditParams without as_of)"),
     C("store_root", _str, False, "store root directory the run read (decoder findings name its files)"),
     C("resume_offset", _i64, False,
-      "CommitLog offset the next run reads from: the start of the split_bytes cell of the newest "
-      "transaction-relevant record read (rows and findings below it are carried, the rest re-read)"),
+      "CommitLog offset the next run reads from: the newest transaction-relevant record read, or the "
+      "start of its split_bytes cell when the scan reported damage between the two (rows and findings "
+      "below it are carried, the rest re-read)"),
     C("resume_file", _str, True, "CommitLog file holding resume_offset (relative to the store root)"),
     C("resume_file_base", _i64, True, "base offset of resume_file"),
     C("resume_prefix_sha256", _str, False,
