@@ -403,7 +403,8 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
             from jobs.bench_incremental import bench_incremental
 
             dropped.append(drop_page_cache(cold))
-            inc = bench_incremental(spark, base, store, AS_OF, log=log)
+            inc = bench_incremental(spark, base, store, AS_OF, log=log,
+                                    before_timed=lambda: dropped.append(drop_page_cache(cold)))
             inc["incremental_over_full"] = round(inc["incremental_s"] / full_s, 3) if full_s else None
             log(f"[{size_gb:g} GiB] incremental {inc['incremental_s']:.1f} s ({inc['incremental_over_full']} "
                 f"of full)")

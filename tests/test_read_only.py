@@ -116,6 +116,7 @@ WRITE_SITES_REVIEWED = {
     ("txlog_io/jit.py", "ensure_cache_path"),
     ("jobs/bench_audit.py", "drop_page_cache"),     # /proc/sys/vm/drop_caches for --cold
     ("jobs/bench_incremental.py", "bench_incremental"),  # renames the bench's own stores in and out of live/
+    ("jobs/bench_incremental.py", "share_identical"),  # hard-links the bench snapshot's identical files
     ("jobs/check_output.py", "_atomic_write"),      # --json / --junit-xml files the user named
     ("jobs/recovery_requests.py", "_write_jsonl"),  # --out/recovery/<run_id>/
     ("jobs/recovery_requests.py", "write_requests"),
