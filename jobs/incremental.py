@@ -23,20 +23,20 @@ Arrow concatenation on the driver, the reducer runs there and the state is writt
 (no Spark job after the read); otherwise the DataFrame plan (:func:`evidence`) and executor-side reduction.
 
 Why that equals a full audit of today's store: a full scan cuts every CommitLog file into ``split_bytes``
-cells and decodes each cell from its own bytes (a record belongs to the cell it starts in).  ``resume_offset``
+cells and decodes each cell from its own bytes (a record belongs to the cell it starts in). ``resume_offset``
 is the start of the newest transaction-relevant record the previous run decoded, R, in the cell starting at S:
-every cell below S, and cell S's records below R, lie wholly below that record, i.e. in bytes that were already
-written then, and decode to the same rows and findings today as long as those bytes are unchanged -- which the
-state checks (edge hashes of every CommitLog file below the offset, a hash of the 64 KiB before it).  Cell S is
-read from R on (its findings tagged with S, as a full scan's): a cell walks the TOTALSIZE chain from its first
-record, and R is on that chain when cell S reported nothing (no damage, no resync) between S and R -- else the
-state resumes at S (``incremental_state._resume``); R must also still be a self-verifying record (else the
-run reads from S: ``_is_record_start``), so a walk started there takes the very chain cell S takes.  What is
-read again (from R, or S) replaces whatever the previous run saw at its end of data (a torn record, a file
-cut short, blank space).  Rows in files retention deleted are dropped, not kept: a full audit no longer sees
-them and flags their transactions EVIDENCE_IN_DELETED_RANGE from the store's new first offset, so dropping is
-what keeps the two equal.  The carried evidence is every row, not only open transactions':
-pruning final transactions would need a proof that none can still gain a flag.
+every cell below S, and cell S's records below R, lie wholly below that record, i.e. in bytes that were
+already written then, and decode to the same rows and findings today as long as those bytes are unchanged --
+which the state checks (edge hashes of every CommitLog file below the offset, a hash of the 64 KiB before it).
+Cell S is read from R on (its findings tagged with S, as a full scan's): a cell walks the TOTALSIZE chain from
+its first record, and R is on that chain when cell S reported nothing (no damage, no resync) between S and R
+-- else the state resumes at S (``incremental_state._resume``); R must also still be a self-verifying record
+(else the run reads from S: ``_is_record_start``), so a walk started there takes the very chain cell S takes.
+What is read again (from R, or S) replaces whatever the previous run saw at its end of data (a torn record, a
+file cut short, blank space). Rows in files retention deleted are dropped, not kept: a full audit no longer
+sees them and flags their transactions EVIDENCE_IN_DELETED_RANGE from the store's new first offset, so
+dropping is what keeps the two equal. The carried evidence is every row, not only open transactions': pruning
+final transactions would need a proof that none can still gain a flag.
 
 When continuing is not safe the run is a full audit (and writes a new state): the reason is in
 ``audit_runs.config_json`` (``incremental``) and an ``INCREMENTAL_FALLBACK`` finding per broker.  Reasons:
@@ -121,7 +121,8 @@ class Plan:
         """The ``incremental`` entry of ``audit_runs.config_json``."""
         return {"continued": self.continuing, "previous_run": self.previous_run, "fallback": self.reason,
                 "detail": self.detail, "read_from": dict(self.read_from), "state_written": self.state_written,
-                "units_carried": {b: len(p) for b, p in (self.units.skip if self.units else {}).items()}}
+                "units_carried": {b: len(p) for b, p in (self.units.skip if self.units else {}).items()},
+                "read_in_driver": bool(getattr(self.fresh, "in_driver", False))}
 
 
 def _fallback(plan: Plan, reason: str, detail: str) -> Plan:
@@ -148,7 +149,8 @@ def _prefix_sha(path: str, pos: int) -> str:
 def _is_record_start(path: str, base: int, pos: int) -> bool:
     """Does a self-verifying record start at file position ``pos`` (txlog_io.commitlog_decode's rule, the one
     a range starting there follows)?  A state resumes at a record start inside a cell; if the record is not
-    there any more, a range from ``pos`` would silently skip to the next one where a full scan reports damage."""
+    there any more, a range from ``pos`` would silently skip to the next one where a full scan reports
+    damage."""
     from txlog_io.commitlog_decode import next_boundary
     from txlog_io.positional import PositionalFile
 

@@ -1,8 +1,10 @@
-"""Where ``audit --incremental`` resumes its CommitLog read (jobs/incremental.py): at the previous run's newest
-transaction-relevant record itself, inside its ``split_bytes`` cell, not at the cell's start -- and at the
-cell's start when the previous scan reported damage between the two (a damaged record straddling the resume
-offset) or the record is no longer there.  Every continuation is compared with a full audit of the same store,
-table by table; the resume offset is also moved by hand to a file boundary and into an earlier file."""
+"""Where ``audit --incremental`` resumes its CommitLog read (jobs/incremental.py): at the previous run's
+newest transaction-relevant record itself, inside its ``split_bytes`` cell, not at the cell's start -- and
+at the cell's start when the previous scan reported damage between the two (a damaged record straddling the
+resume offset) or the record is no longer there.  Every continuation is compared with a full audit of the
+same store, table by table; the resume offset is also moved by hand to a file boundary and into an earlier
+file.  A continuation this small reads in the driver (full_read.DRIVER_READ_BYTES); the first run of each
+test, a fallback, takes the Spark job."""
 from __future__ import annotations
 
 import json
@@ -69,7 +71,7 @@ def _resume_at(out: Path, run_id: str, live: Path, offset: int) -> None:
 
 
 def _continue_and_compare(spark, tmp_path, out, live, conf, run_id, full_name) -> dict:
-    """``run_id`` continued incrementally and compared with a full audit of ``live`` -> its incremental info."""
+    """``run_id`` continued incrementally, compared with a full audit of ``live`` -> its incremental info."""
     s = _audit(spark, out, [("b1", live)], run_id, conf, "--incremental")
     info = s.extra["incremental"]
     assert info["continued"], info
@@ -90,7 +92,7 @@ def _snapshot_audited(spark, tmp_path, snapshot: Path, name="out"):
     return live, conf, out
 
 
-def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, grown):
+def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, grown, monkeypatch):
     snapshot, final = grown
     newest = max(o for o, _, _, _, rel in _records(snapshot) if rel)
     assert newest % FILE_BYTES, "the newest relevant record must not start its file (cell)"
@@ -100,9 +102,12 @@ def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, 
     shutil.copytree(out, keep)
     _sync(final, live)
     info = _continue_and_compare(spark, tmp_path, out, live, conf, "s1", "full")
-    assert info["read_from"] == {"b1": newest}
+    assert info["read_from"] == {"b1": newest} and info["read_in_driver"]
     # the same state resumed by hand at a file boundary (the first record of the newest record's file: a cell
-    # start) and in the middle of an earlier file: the same result each time
+    # start) and in the middle of an earlier file: the same result each time; the second in a Spark job (the
+    # cells pickled to its tasks)
+    import jobs.full_read
+
     records = _records(snapshot)
     file_start = newest - newest % FILE_BYTES
     earlier = [o for o, _, _, base, _ in records if base == file_start - FILE_BYTES]
@@ -111,8 +116,10 @@ def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, 
         again = tmp_path / f"again{k}"
         shutil.copytree(keep, again)
         _resume_at(again, "s0", live, offset)
+        if k == 1:
+            monkeypatch.setattr(jobs.full_read, "DRIVER_READ_BYTES", 0)
         info = _continue_and_compare(spark, tmp_path, again, live, conf, "s1", "full")
-        assert info["read_from"] == {"b1": offset}
+        assert info["read_from"] == {"b1": offset} and info["read_in_driver"] == (k == 0)
 
 
 def _corrupt(path: Path, pos: int, data: bytes) -> None:
@@ -157,7 +164,7 @@ def test_record_at_the_resume_offset_replaced(spark, tmp_path, grown):
     info = _continue_and_compare(spark, tmp_path, out, live, conf, "s1", "full")
     cell = int(holder.name)
     assert info["read_from"] == {"b1": cell} and resume != cell
-    assert any(r["code"] == "BAD_MAGIC" for r in _rows(out, "audit_anomalies", "s1")), "the damage is reported"
+    assert any(r["code"] == "BAD_MAGIC" for r in _rows(out, "audit_anomalies", "s1")), "damage not reported"
 
 
 def test_carried_findings_of_the_resumed_cell(tmp_path):
