@@ -152,7 +152,8 @@ def _resume(broker: str, holder: tuple, last: int, split: int, findings: Optiona
     if findings is None or cell == last:
         return cell
     pos = findings.column("position")
-    hit = pc.and_(pc.and_(pc.equal(findings.column("broker"), broker), pc.equal(findings.column("file"), path)),
+    mine = pc.and_(pc.equal(findings.column("broker"), broker), pc.equal(findings.column("file"), path))
+    hit = pc.and_(mine,
                   pc.and_(pc.equal(findings.column("source"), "commitlog"),
                           pc.and_(pc.greater_equal(pos, cell - base), pc.less(pos, last - base))))
     return cell if pc.any(pc.fill_null(hit, False)).as_py() else last
