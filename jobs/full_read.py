@@ -28,6 +28,7 @@ price of reading the CommitLog again -- only for stores whose reduction is itsel
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
@@ -376,7 +377,8 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
     items = pack_items(items, cores)
     driver = in_driver and sum(item_bytes(q) for p in items
                                for q in (p.items if isinstance(p, ItemGroup) else (p,))) <= DRIVER_READ_BYTES
-    got = driver_job(items, cores, task) if driver else collect_job(sc, items, len(items), task)
+    got = (driver_job(items, min(cores, os.cpu_count() or 1), task) if driver
+           else collect_job(sc, items, len(items), task))
     t1 = time.monotonic()
     if got is None:
         return None

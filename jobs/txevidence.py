@@ -118,6 +118,12 @@ def _none(n: int) -> Nullable:
     return np.zeros(n, np.int64), np.zeros(n, bool)
 
 
+_RECORD_COLUMNS = ("topic", "transaction_type", "physical_offset", "uniq_key", "pgroup", "real_topic",
+                   "queue_id", "body_crc_ok", "msg_id", "transaction_id", "keys", "total_size", "queue_offset",
+                   "store_timestamp", "born_timestamp", "real_qid", "transaction_check_times",
+                   "tran_prepared_queue_offset", "check_immunity_time_s", "prepared_transaction_offset")
+
+
 def record_evidence(t: pa.Table) -> Evidence:
     """COPY / END / DISCARD rows of one broker's transaction-relevant CommitLog records (other records are
     no evidence)."""
@@ -127,7 +133,8 @@ def record_evidence(t: pa.Table) -> Evidence:
     prep = normal & _np(pc.equal(ttype, "PREPARED"))
     commit, rollback = normal & _np(pc.equal(ttype, "COMMIT")), normal & _np(pc.equal(ttype, "ROLLBACK"))
     keep = np.nonzero(is_half | is_disc | prep | commit | rollback)[0]
-    t = t.take(pa.array(keep, pa.int64()))
+    # only the columns read below are taken (the input has ~40, most of them other sources')
+    t = t.select([n for n in _RECORD_COLUMNS if n in t.column_names]).take(pa.array(keep, pa.int64()))
     is_half, is_disc, prep, commit = is_half[keep], is_disc[keep], prep[keep], commit[keep]
     end = commit | rollback[keep]
     n = t.num_rows
