@@ -187,3 +187,21 @@ def test_carried_findings_of_the_resumed_cell(tmp_path):
                 resume_cell={"b1": 2000}, carried_files={"b1": [(path, 0, 2300)]})
     kept = sorted(_carried(plan, STATE_FINDINGS, None).column("detail").to_pylist())
     assert kept == ["1500/1000", "2100/1000", "2100/2000", "2200/None"]
+
+
+def test_bench_snapshot_shares_identical_files(tmp_path):
+    """``txlog-bench audit --incremental``: a snapshot file byte-identical to the final store's becomes a hard
+    link to it; a file that differs (same size), or exists in one store only, stays as it is.  Spark-free."""
+    from jobs.bench_incremental import share_identical
+
+    snap, final = tmp_path / "snap", tmp_path / "final"
+    for root, grown in ((snap, b"old"), (final, b"new")):
+        (root / "commitlog").mkdir(parents=True)
+        (root / "commitlog" / "00000000000000000000").write_bytes(b"x" * 4096)
+        (root / "commitlog" / "00000000000000004096").write_bytes(grown + b"\0" * 4093)
+    (snap / "abort").write_bytes(b"")
+    assert share_identical(snap, final) == (1, 4096)
+    first = [root / "commitlog" / "00000000000000000000" for root in (snap, final)]
+    assert first[0].stat().st_ino == first[1].stat().st_ino
+    assert (snap / "commitlog" / "00000000000000004096").read_bytes()[:3] == b"old"
+    assert (snap / "abort").exists() and share_identical(snap, final) == (0, 0)
