@@ -161,11 +161,6 @@ def test_carried_findings_follow_their_cell(tmp_path):
     position (a record crossing the cell's end can be reported past it), and not when its cell is read again;
     without a cell (a state written by the DataFrame plan) by its position.  Spark-free: the state table is
     written and read with deltalake."""
-    from jobs import delta_sink
-    from jobs.incremental import Plan
-    from jobs.incremental_read import _carried
-    from schemas.state import STATE_FINDINGS
-
     path, base, split = "/s/commitlog/00000000000000000000", 0, 1000
     rows = [  # (position, cell_offset): resume (read_from) is the cell at 2000
         (1500, 1000),       # below, in its cell: carried
@@ -175,16 +170,27 @@ def test_carried_findings_follow_their_cell(tmp_path):
         (1200, None),       # no cell: by position, carried
         (2200, None),       # no cell: by position, read again
     ]
+    kept = carried_findings(tmp_path, path, rows, read_from={"b1": 2 * split},
+                            carried_files={"b1": [(path, base, 2 * split)]})
+    assert kept == ["1200/None", "1500/1000", "2100/1000"]
+
+
+def carried_findings(tmp_path, path, rows, **plan) -> list:
+    """CommitLog findings ``rows`` [(position, cell offset)] of ``path`` written as run r1's state; -> the
+    ``position/cell`` of those a run r2 continuing it with ``plan`` (Plan fields) carries, sorted."""
+    from jobs import delta_sink
+    from jobs.incremental import Plan
+    from jobs.incremental_read import _carried
+    from schemas.state import STATE_FINDINGS
+
     blank = {f.name: None for f in STATE_FINDINGS.arrow_schema()}
     table = pa.Table.from_pylist([dict(blank, broker="b1", kind="CRC_MISMATCH", file=path, position=p,
-                                       source="commitlog", detail=f"{p}", cell_offset=c)
+                                       source="commitlog", detail=f"{p}/{c}", cell_offset=c)
                                   for p, c in rows], schema=STATE_FINDINGS.arrow_schema())
     out = str(tmp_path / "out")
     delta_sink.write_table(table, out, STATE_FINDINGS, "r1", ["run_date"], writer="delta-rs")
-    plan = Plan(out=out, run_id="r2", hash="", previous_run="r1", read_from={"b1": 2 * split},
-                carried_files={"b1": [(path, base, 2 * split)]})
-    kept = sorted(_carried(plan, STATE_FINDINGS, None).column("position").to_pylist())
-    assert kept == [1200, 1500, 2100]
+    got = _carried(Plan(out=out, run_id="r2", hash="", previous_run="r1", **plan), STATE_FINDINGS, None)
+    return sorted(got.column("detail").to_pylist())
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.test_incremental import COMPARED, _audit, _conf, _rows, _sync
+from tests.test_incremental import COMPARED, _audit, _conf, _rows, _sync, carried_findings
 
 FILE_BYTES = 32 << 10       # one split cell per file (default split.bytes): a record start inside is mid-cell
 
@@ -170,22 +170,10 @@ def test_record_at_the_resume_offset_replaced(spark, tmp_path, grown):
 def test_carried_findings_of_the_resumed_cell(tmp_path):
     """Of the cell read from inside (the resume cell), only the findings below the resume offset are carried;
     cells below it whole; no cell: by position.  Spark-free."""
-    from jobs import delta_sink
-    from jobs.incremental import Plan
-    from jobs.incremental_read import _carried
-    from schemas.state import STATE_FINDINGS
-
     path = "/s/commitlog/00000000000000000000"
     rows = [(1500, 1000), (2100, 1000), (2100, 2000), (2300, 2000), (2500, 2000), (2200, None), (2400, None)]
-    blank = {f.name: None for f in STATE_FINDINGS.arrow_schema()}
-    table = pa.Table.from_pylist([dict(blank, broker="b1", kind="CRC_MISMATCH", file=path, position=p,
-                                       source="commitlog", detail=f"{p}/{c}", cell_offset=c)
-                                  for p, c in rows], schema=STATE_FINDINGS.arrow_schema())
-    out = str(tmp_path / "out")
-    delta_sink.write_table(table, out, STATE_FINDINGS, "r1", ["run_date"], writer="delta-rs")
-    plan = Plan(out=out, run_id="r2", hash="", previous_run="r1", read_from={"b1": 2300},
-                resume_cell={"b1": 2000}, carried_files={"b1": [(path, 0, 2300)]})
-    kept = sorted(_carried(plan, STATE_FINDINGS, None).column("detail").to_pylist())
+    kept = carried_findings(tmp_path, path, rows, read_from={"b1": 2300}, resume_cell={"b1": 2000},
+                            carried_files={"b1": [(path, 0, 2300)]})
     assert kept == ["1500/1000", "2100/1000", "2100/2000", "2200/None"]
 
 
