@@ -112,6 +112,10 @@ class Plan:
     prev_segments: Dict[str, list] = field(default_factory=dict)
     #: broker -> this run's state's record segments (set by jobs.incremental_state.write_state)
     segments: Dict[str, list] = field(default_factory=dict)
+    #: the stores as planned (``layout_info``: what the state's headers describe)
+    layout_info: list = field(default_factory=list)
+    #: the state write started while the reducer runs (jobs.incremental_read.read_local): a Future
+    early_state: Optional[object] = None
 
     @property
     def continuing(self) -> bool:
@@ -172,7 +176,7 @@ def plan_incremental(options, layout_info: Sequence, doc: dict) -> Plan:
     from jobs.audit_inputs import RUNS_TABLE, named_table
     from schemas.runs import AUDIT_RUNS
 
-    plan = Plan(out=options.out, run_id=options.run_id, hash=config_hash(doc))
+    plan = Plan(out=options.out, run_id=options.run_id, hash=config_hash(doc), layout_info=list(layout_info))
     runs_name = options.config.table_names.get(RUNS_TABLE, RUNS_TABLE)
     runs = read_table(delta_sink.table_path(options.out, named_table(AUDIT_RUNS, runs_name)))
     done = [r for r in (runs.to_pylist() if runs is not None else []) if r["status"] == "COMPLETE"]

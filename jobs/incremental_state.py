@@ -21,6 +21,16 @@ from schemas.state import (
 
 def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
                 local: bool = False) -> list:
+    """:func:`write_now`, or the result of the write ``plan.early_state`` started with the same rows while
+    the reducer ran (jobs.incremental_read._start_state_write)."""
+    early, plan.early_state = plan.early_state, None
+    if early is not None:
+        return early.result()
+    return write_now(spark, plan, options, records, op_bodies, findings, layout_info, run_date, writer, local)
+
+
+def write_now(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
+              local: bool = False) -> list:
     """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
     ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver; with
     ``plan.fresh`` (the run read through :func:`read_local`) they are on the driver already (the frames are
@@ -214,4 +224,4 @@ def _state_runs(out: str, table) -> set:
     return {dict(p).get("run_id") for p in (deltalake.DeltaTable(path).partitions() or [])}
 
 
-__all__ = ["write_state", "retire_previous"]
+__all__ = ["write_state", "write_now", "retire_previous"]
