@@ -21,6 +21,9 @@ No row crosses into the JVM as Spark rows, nothing is persisted, and the driver 
 table (``txreduce.input_table``) from what it received.  The rows equal the DataFrame plan's (the same
 decoders over the same partitions; tested against it in tests/test_full_read.py).
 
+An incremental run's continuation reads little (the CommitLog from its resume offset, the unit files): up to
+``DRIVER_READ_BYTES`` the same tasks run in the driver's threads instead (:func:`driver_job`), no Spark job.
+
 Bound: a task holding more than ``LOCAL_MAX_ROWS`` rows returns only its count, and a read whose rows add up
 to more than that returns None: the caller then takes the DataFrame plan (executor-side reduction), at the
 price of reading the CommitLog again -- only for stores whose reduction is itself far costlier.
@@ -226,7 +229,9 @@ def plan_items(options, cores: int, start: Optional[Dict[str, int]] = None) -> t
     cells = resumed_cells(plan_partitions(TX_SCAN_FORMAT, parse_options(TX_SCAN_FORMAT, dict(
         base, include_bodies="false", task_bytes=str(split))), listings=listings), start)
     side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
-    inside = {(r.path, r.start): r.start - r.start % split for r in cells if r.start % split}
+    # the cell cut at ``start`` (a record inside it): its findings keep the cell's start
+    inside = {(r.path, r.start): r.start - r.start % split for r in cells
+              if r.start % split and r.base_offset + r.start == start.get(r.broker)}
     cells = group_cells(cells, task_bytes) if task_bytes > split else cells
     return ([_resumed(p, inside) for p in cells]
             + plan_partitions(ANOMALIES_FORMAT, side_opts, listings=listings)), side_opts.sources
@@ -394,7 +399,6 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
     if timings is not None:
         timings["read.job"] = t1 - t0
         timings["read.arrow"] = time.monotonic() - t1
-
     return None if read.rows > max_rows else read
 
 
