@@ -344,6 +344,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         persisted.append(df)
         return df
 
+    incremental = None
     try:
         with _phase(phases, "plan", spark):
             fingerprint, store_files, store_bytes = store_fingerprint(options.store_pairs)
@@ -353,7 +354,6 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                 spark, list(options.stores), mode=options.mode, brokers=list(options.brokers),
                 include_bodies=options.include_bodies, split_bytes=cfg.split_bytes)
             params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
-            incremental = None
             if getattr(options, "incremental", False):
                 from jobs.incremental import plan_incremental
 
@@ -520,6 +520,11 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         if on_result is not None:
             on_result(result, summary)
     finally:
+        if incremental is not None and incremental.early_state is not None:
+            # a state write started while the reducer ran (jobs.incremental_read) ends before the caller
+            # releases the output lock, also when the run failed: no thread writes under --out after it
+            with contextlib.suppress(Exception):
+                incremental.early_state.result()
         for df in persisted:
             with contextlib.suppress(Exception):
                 df.unpersist()

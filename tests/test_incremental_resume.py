@@ -193,3 +193,35 @@ def test_bench_snapshot_shares_identical_files(tmp_path):
     assert first[0].stat().st_ino == first[1].stat().st_ino
     assert (snap / "commitlog" / "00000000000000004096").read_bytes()[:3] == b"old"
     assert (snap / "abort").exists() and share_identical(snap, final) == (0, 0)
+
+
+def test_failed_run_waits_for_its_state_write(spark, tmp_path, grown, monkeypatch):
+    """The state write a continuation starts in a thread while the reducer runs is over when ``run_audit``
+    raises (an output write failed): nothing writes under ``--out`` after the run gave its lock back."""
+    import threading
+    import time
+
+    import jobs.delta_sink
+    import jobs.incremental_state
+
+    snapshot, final = grown
+    live, conf, out = _snapshot_audited(spark, tmp_path, snapshot)
+    _sync(final, live)
+    done = threading.Event()
+    real_write_now = jobs.incremental_state.write_now
+
+    def slow_write_now(*args, **kwargs):
+        time.sleep(1.0)                 # still writing when the output write below fails
+        try:
+            return real_write_now(*args, **kwargs)
+        finally:
+            done.set()
+
+    def failing_write_table(*args, **kwargs):
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr(jobs.incremental_state, "write_now", slow_write_now)
+    monkeypatch.setattr(jobs.delta_sink, "write_table", failing_write_table)
+    with pytest.raises(OSError, match="injected"):
+        _audit(spark, out, [("b1", live)], "s1", conf, "--incremental")
+    assert done.is_set(), "the state thread was still writing after run_audit returned"
