@@ -1,7 +1,7 @@
 """txlog-bench decode: measured figures for the CommitLog decoder (Spark-free; the ``txlog-bench`` command
 itself is ``jobs.bench_cli``, which also runs ``audit`` from jobs/bench_audit.py).
 
-    txlog-bench decode [--size-mb N] [--msg-bytes B] [--dir DIR] [--keep]
+    txlog-bench decode [--size-mb N] [--msg-bytes B] [--dir DIR] [--keep] [--java [--java-passes P]]
 
 ``decode`` writes a CommitLog of N MB with the project's encoder (1 GiB files, the broker's default), then in
 one worker process measures (a) raw sequential read MB/s of the same files (``readinto`` one reused 16 MiB
@@ -11,6 +11,11 @@ KEYS columns) and body.  The decode is run without and with body-CRC verificatio
 MessageDecoder.decode does not check the CRC; recovery does).  The last line printed is a JSON object; on a
 busy machine compare its CPU-time figures (``ratio_cpu``: the decode's CPU seconds against the best of five
 raw reads; ``records_s_cpu``: CPU seconds exclude waiting for a core) and note ``load_avg_1m``.
+
+``--java`` also runs RocketMQ's own ``MessageDecoder.decode`` (``txlog_io.java_baseline``) over the same files
+in the same run, P passes in one JVM on one thread, and reports ``java_decode_mb_s`` / ``java_ratio`` (best
+pass, JIT warmed) and ``java_first_mb_s`` (first pass) against the same raw read, plus whether it decoded the
+same records (``java_same_records``).
 """
 from __future__ import annotations
 
@@ -139,7 +144,7 @@ def _measure(directory: Path) -> dict:
     return result
 
 
-def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool) -> dict:
+def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool, java_passes: int = 0) -> dict:
     work = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txlog-bench-"))
     cl_dir = work / "commitlog"
     try:
@@ -155,6 +160,10 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
         proc = subprocess.run([sys.executable, "-m", "txlog_io.bench", "_measure", str(cl_dir)],
                               capture_output=True, text=True, env=env, check=True)
         m = json.loads(proc.stdout.strip().splitlines()[-1])
+        if java_passes:
+            from txlog_io.java_baseline import run_baseline
+
+            java = run_baseline(sorted(str(p) for p in cl_dir.iterdir() if p.name.isdigit()), java_passes)
     finally:
         if not keep and not directory:
             shutil.rmtree(work, ignore_errors=True)
@@ -167,6 +176,18 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
             ("decode / raw read", f"{dec / raw:.3f}"),
             ("peak RSS of the decoding process", f"{m['peak_rss_mb']:.0f} MB"),
             ("import + kernel load (first decode)", f"{m['kernel_load_s']:.2f} s")]
+    extra = {}
+    if java_passes:
+        j_best, j_first = mb / java["best_s"], mb / java["first_s"]
+        rows += [(f"Java MessageDecoder, best of {java_passes}", f"{j_best:,.0f} MB/s  "
+                  f"{java['records'] / java['best_s']:,.0f} records/s  (first pass {j_first:,.0f} MB/s)"),
+                 ("Java decode / raw read", f"{j_best / raw:.3f}"),
+                 ("our decode / Java decode", f"{dec / j_best:.3f}")]
+        extra = {"java_decode_mb_s": round(j_best, 1), "java_ratio": round(j_best / raw, 4),
+                 "java_first_mb_s": round(j_first, 1), "java_records_s": round(java["records"] / java["best_s"]),
+                 "java_ratio_cpu": round(m["raw_best_s"] / java["best_cpu_s"], 4),
+                 "decode_over_java": round(dec / j_best, 4), "java_passes": java_passes,
+                 "java_same_records": java["records"] == m["records"]}
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
@@ -180,7 +201,7 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
             "raw_best_mb_s": round(mb / m["raw_best_s"], 1),
             "decode_cpu_mb_s": round(mb / m["decode_cpu_s"], 1),
             "records_s_cpu": round(m["records"] / m["decode_cpu_s"]),
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
+            "load_avg_1m": round(os.getloadavg()[0], 2), **extra}
 
 
 def main(argv=None) -> int:
@@ -195,8 +216,11 @@ def main(argv=None) -> int:
     d.add_argument("--msg-bytes", type=int, default=1024)
     d.add_argument("--dir", help="work directory (default: a temporary one, removed afterwards)")
     d.add_argument("--keep", action="store_true", help="keep the generated CommitLog")
+    d.add_argument("--java", action="store_true", help="also run RocketMQ's Java MessageDecoder (needs a JDK)")
+    d.add_argument("--java-passes", type=int, default=5, help="passes of the Java decoder (best is reported)")
     args = parser.parse_args(argv)
-    result = bench_decode(args.size_mb, args.msg_bytes, args.dir, args.keep)
+    result = bench_decode(args.size_mb, args.msg_bytes, args.dir, args.keep,
+                          args.java_passes if args.java else 0)
     print(json.dumps(result))
     return 0
 
