@@ -186,6 +186,7 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
         extra = {"java_decode_mb_s": round(j_best, 1), "java_ratio": round(j_best / raw, 4),
                  "java_first_mb_s": round(j_first, 1), "java_records_s": round(java["records"] / java["best_s"]),
                  "java_ratio_cpu": round(m["raw_best_s"] / java["best_cpu_s"], 4),
+                 "java_decode_cpu_mb_s": round(mb / java["best_cpu_s"], 1),
                  "decode_over_java": round(dec / j_best, 4), "java_passes": java_passes,
                  "java_same_records": java["records"] == m["records"]}
     width = max(len(k) for k, _ in rows)

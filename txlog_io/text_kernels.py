@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from txlog_io.commitlog_kernels import copy_bytes, pack_strings
+from txlog_io.commitlog_kernels import copy_bytes, copy_words, le64, pack_strings
 from txlog_io.jit import njit
+
+from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402  (after txlog_io.jit, see there)
 
 
 @njit(inline="always")
@@ -16,6 +18,31 @@ def _same(u8, a, la, b, lb):
         return False
     for j in range(la):
         if u8[a + j] != u8[b + j]:
+            return False
+    return True
+
+
+_ONE = np.uint64(1)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_PLUS_125 = np.uint64(0x7D7D7D7D7D7D7D7D)
+_HIGH = np.uint64(0x8080808080808080)
+
+
+@njit(inline="always")
+def _below3(x):
+    """The high bit of every byte of ``x`` that is < 3, exactly (no borrow runs from one byte to the next:
+    the low 7 bits + 125 stay below 256); trailing_zeros // 8 is then the first such byte."""
+    return ~(((x & _LOW7) + _PLUS_125) | x) & _HIGH
+
+
+@njit(inline="always")
+def _equal_words(a, at, b, bt, length):
+    """a[at:at + length] == b[bt:bt + length], eight bytes at a time (both readable 7 bytes past the end)."""
+    for o in range(0, length, 8):
+        diff = le64(a, np.int64(at + o)) ^ le64(b, np.int64(bt + o))
+        if length - o < 8:
+            diff &= (_ONE << np.uint64(8 * (length - o))) - _ONE
+        if diff:
             return False
     return True
 
@@ -41,11 +68,11 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
         tt += topic_len[k]
         total += lengths[k]
         most = max(most, lengths[k] // 3 + 1)     # segments of >= 3 bytes plus a shorter last one
-    t_data = np.empty(tt, np.uint8)
+    t_data = np.empty(tt + 8, np.uint8)           # + 8: copy_words writes up to 7 bytes past a value
     w = np.int64(0)
     for k in range(n):
         t_off[k] = w
-        copy_bytes(t_data, w, u8, topic_at[k], topic_len[k])
+        copy_words(t_data, w, u8, topic_at[k], topic_len[k])
         w += topic_len[k]
     t_off[n] = w
     ks = np.empty(most, np.int64)                 # one record's entries: key start, 0x01 position, value end
@@ -53,8 +80,8 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
     ve = np.empty(most, np.int64)
     k_off = np.empty(n * 8 + 1, np.int32)         # grown below when records carry more entries
     v_off = np.empty(n * 8 + 1, np.int32)
-    k_data = np.empty(total, np.uint8)
-    v_data = np.empty(total, np.uint8)
+    k_data = np.empty(total + 8, np.uint8)
+    v_data = np.empty(total + 8, np.uint8)
     map_off = np.empty(n + 1, np.int32)
     hit = np.full((nw, n), -1, np.int32)         # the map entry holding wanted key q of record k
     w_size = np.int64(0)
@@ -67,20 +94,27 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
         index = starts[k]
         stop = starts[k] + lengths[k]
         sep = -1                                   # first 0x01 of the current segment
-        for i in range(index, stop):
-            c = u8[i]
-            if c > 2:
-                continue
-            if c == 2:                             # a segment ends at a 0x02 or at the end
-                if i - index >= 3 and index < sep < i - 1:
-                    ks[e] = index
-                    kv[e] = sep
-                    ve[e] = i
-                    e += 1
-                index = i + 1
-                sep = -1
-            elif c == 1 and sep < 0:
-                sep = i
+        # eight bytes at a time: only the bytes below 3 (0x00, 0x01, 0x02) are looked at one by one
+        word = index
+        while word < stop:
+            hits = _below3(le64(u8, word))
+            if stop - word < 8:
+                hits &= (_ONE << np.uint64(8 * (stop - word))) - _ONE
+            while hits:
+                i = word + np.int64(trailing_zeros(hits) >> np.uint64(3))
+                hits &= hits - _ONE
+                c = u8[i]
+                if c == 2:                         # a segment ends at a 0x02 or at the end
+                    if i - index >= 3 and index < sep < i - 1:
+                        ks[e] = index
+                        kv[e] = sep
+                        ve[e] = i
+                        e += 1
+                    index = i + 1
+                    sep = -1
+                elif c == 1 and sep < 0:
+                    sep = i
+            word += 8
         if stop - index >= 3 and index < sep < stop - 1:
             ks[e] = index
             kv[e] = sep
@@ -105,38 +139,32 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
             vl = ve[j] - kv[j] - 1
             k_off[m] = kt
             v_off[m] = vt
-            copy_bytes(k_data, kt, u8, ks[j], lj)
-            copy_bytes(v_data, vt, u8, kv[j] + 1, vl)
+            copy_words(k_data, kt, u8, ks[j], lj)
+            copy_words(v_data, vt, u8, kv[j] + 1, vl)
             kt += lj
             vt += vl
             m += 1
             if lj < 64:
                 q = wanted_at[lj * 256 + u8[ks[j]]]
-                if q >= 0:
-                    same = True
-                    for t in range(lj):
-                        if u8[ks[j] + t] != wanted[wanted_off[q] + t]:
-                            same = False
-                            break
-                    if same:
-                        hit[q, k] = m - 1
-                        w_size += vl
+                if q >= 0 and _equal_words(u8, ks[j], wanted, wanted_off[q], lj):
+                    hit[q, k] = m - 1
+                    w_size += vl
     map_off[n] = m
     k_off[m] = kt
     v_off[m] = vt
     w_off = np.empty((nw, n + 1), np.int32)
-    w_data = np.empty(w_size, np.uint8)
+    w_data = np.empty(w_size + 8, np.uint8)
     wt = np.int64(0)
     for q in range(nw):
         for k in range(n):
             w_off[q, k] = wt
             j = hit[q, k]
             if j >= 0:                            # the value's bytes are already in v_data
-                copy_bytes(w_data, wt, v_data, v_off[j], v_off[j + 1] - v_off[j])
+                copy_words(w_data, wt, v_data, v_off[j], v_off[j + 1] - v_off[j])
                 wt += v_off[j + 1] - v_off[j]
         w_off[q, n] = wt
-    return (t_off, t_data, map_off, k_off[:m + 1], k_data[:kt], v_off[:m + 1], v_data[:vt], w_off, w_data,
-            hit >= 0, _ascii(t_data) and _ascii(k_data[:kt]) and _ascii(v_data[:vt]))
+    return (t_off, t_data[:tt], map_off, k_off[:m + 1], k_data[:kt], v_off[:m + 1], v_data[:vt], w_off,
+            w_data[:w_size], hit >= 0, _ascii(t_data[:tt]) and _ascii(k_data[:kt]) and _ascii(v_data[:vt]))
 
 
 @njit(inline="always")
@@ -151,6 +179,7 @@ def wanted_keys(keys) -> tuple:
     """(bytes, offsets, lookup table) of the property keys ``split_properties`` reports per record; the table
     maps (length, first byte) to the key (every wanted key must differ in one of them, and be < 64 bytes)."""
     data, off = pack_strings(keys)
+    data = np.concatenate([data, np.zeros(8, np.uint8)])     # _equal_words reads up to 7 bytes past a key
     table = np.full(64 * 256, -1, np.int64)
     for q, k in enumerate(keys):
         b = k.encode("utf-8")
