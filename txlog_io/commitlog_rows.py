@@ -29,8 +29,9 @@ from txlog_io.positional import ChunkPool
 
 SOURCE = "commitlog"
 SCHEMA = COMMITLOG.arrow_schema()
-_TX_NAMES = pa.array(["NOT", "PREPARED", "COMMIT", "ROLLBACK"], pa.string())
-_COMPRESSION_NAMES = pa.array(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"], pa.string())  # bits+1
+_NAMES = SCHEMA.names          # iterating the schema builds a Field object per column, per batch
+_TX_NAMES = K.pack_strings(["NOT", "PREPARED", "COMMIT", "ROLLBACK"])
+_COMPRESSION_NAMES = K.pack_strings(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"])  # bits+1
 #: property columns of COMMITLOG, in the order of the rows of text_columns' ``w_off``
 _WANTED = (P.UNIQ_KEY, P.TAGS, P.KEYS, P.PGROUP, P.REAL_TOPIC, P.REAL_QID, P.TRAN_MSG, P.TRANSACTION_CHECK_TIMES,
            P.TRAN_PREPARED_QUEUE_OFFSET, P.CHECK_IMMUNITY_TIME_IN_SECONDS, P.TRANSACTION_ID)
@@ -59,6 +60,15 @@ def _binary(off: np.ndarray, data: np.ndarray, valid: Optional[np.ndarray] = Non
     if valid is not None and not valid.all():
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(off), pa.py_buffer(data)])
+
+
+def _names(index: np.ndarray, names: tuple) -> pa.Array:
+    """The string column ``names[index]`` (``names``: ``pack_strings`` of the names) built by the gather
+    kernel: a dictionary array cast to strings cost ~27 us per 4096 rows, three columns per batch."""
+    data, off = names
+    size = T.gather_size(off[index], off[index + 1])
+    out = np.empty(size, np.uint8)
+    return _binary(T.gather(data, off[index], off[index + 1], out), out).view(pa.string())
 
 
 def to_utf8(arr: pa.Array) -> pa.Array:
@@ -203,19 +213,17 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
     born_host = _binary(*I.host_texts(u8, f[K.F_BORN_AT], born6, I.HEX_LOWER)).view(pa.string())
     store_host = _binary(*I.host_texts(u8, f[K.F_STORE_AT], store6, I.HEX_LOWER)).view(pa.string())
     msg_id = _binary(*I.msg_ids(u8, pos, f[K.F_STORE_AT], store6, I.HEX_UPPER)).view(pa.string())
-    tran_type = pa.DictionaryArray.from_arrays(pa.array(((sys_flag & L.TRANSACTION_MASK) >> 2).astype(np.int8)),
-                                               _TX_NAMES).cast(pa.string())
+    tran_type = _names((sys_flag & L.TRANSACTION_MASK) >> 2, _TX_NAMES)
     # index into _COMPRESSION_NAMES: 0 = not compressed, else type bits + 1 (bits 0 and 3 both mean zlib)
     comp_idx = np.where(sys_flag & 1, np.minimum(((sys_flag & 0x700) >> 8) + 1, 5), 0)
-    compression = pa.DictionaryArray.from_arrays(pa.array(comp_idx.astype(np.int8)),
-                                                 _COMPRESSION_NAMES).cast(pa.string())
+    compression = _names(comp_idx, _COMPRESSION_NAMES)
     body_at = f[K.F_BODY_AT]
     body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE]) if with_body else pa.nulls(n, pa.binary())
     pmap = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
     tran_msg_s = prop(P.TRAN_MSG)
     i32 = np.int32
     cols = {
-        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([path])).cast(pa.string()),
+        "file": _names(np.zeros(n, np.int64), K.pack_strings([path])),
         "file_position": pa.array(file_pos, pa.int64()),
         "physical_offset": pa.array(file_pos + base, pa.int64()),
         "total_size": pa.array(f[K.F_TOTAL].astype(i32)),
@@ -253,4 +261,4 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
         "compression": compression,
         "body": body,
     }
-    return pa.RecordBatch.from_arrays([cols[c.name] for c in SCHEMA], schema=SCHEMA)
+    return pa.RecordBatch.from_arrays([cols[name] for name in _NAMES], schema=SCHEMA)
