@@ -62,7 +62,7 @@ le64 = _load(64, False, _nt.uint64)
 
 
 @_intrinsic
-def _store64(typingctx, arr, idx, value):
+def store64(typingctx, arr, idx, value):
     """Unaligned store of the uint64 ``value`` (little-endian) at byte ``idx`` of a uint8 array."""
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
@@ -255,7 +255,7 @@ def copy_words(dst, at, src, start, length):
         _memcpy(dst.ctypes.data + at, src.ctypes.data + start, length)
     else:
         for o in range(0, length, 8):
-            _store64(dst, np.int64(at + o), le64(src, np.int64(start + o)))
+            store64(dst, np.int64(at + o), le64(src, np.int64(start + o)))
 
 
 @njit(inline="always")
