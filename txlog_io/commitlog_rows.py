@@ -63,12 +63,20 @@ def _binary(off: np.ndarray, data: np.ndarray, valid: Optional[np.ndarray] = Non
 
 
 def _names(index: np.ndarray, names: tuple) -> pa.Array:
-    """The string column ``names[index]`` (``names``: ``pack_strings`` of the names) built by the gather
-    kernel: a dictionary array cast to strings cost ~27 us per 4096 rows, three columns per batch."""
-    data, off = names
-    size = T.gather_size(off[index], off[index + 1])
-    out = np.empty(size, np.uint8)
-    return _binary(T.gather(data, off[index], off[index + 1], out), out).view(pa.string())
+    """The string column ``names[index]`` (``names``: ``pack_strings`` of the names) built by a kernel: a
+    dictionary array cast to strings cost ~27 us per 4096 rows, two columns per batch."""
+    return _binary(*T.pick_names(index, *names)).view(pa.string())
+
+
+#: per thread: the last file's ``file`` column, sliced for each batch of that file (one file, many batches)
+_FILE_COLUMN = threading.local()
+
+
+def _file_column(path: str, n: int) -> pa.Array:
+    path_col = getattr(_FILE_COLUMN, "col", None)
+    if path_col is None or path_col[0] != path or len(path_col[1]) < n:
+        path_col = _FILE_COLUMN.col = (path, _names(np.zeros(max(n, 8192), np.int64), K.pack_strings([path])))
+    return path_col[1].slice(0, n)
 
 
 def to_utf8(arr: pa.Array) -> pa.Array:
@@ -227,7 +235,7 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
     tran_msg_s = prop(P.TRAN_MSG)
     i32 = np.int32
     cols = {
-        "file": _names(np.zeros(n, np.int64), K.pack_strings([path])),
+        "file": _file_column(path, n),
         "file_position": pa.array(file_pos, pa.int64()),
         "physical_offset": pa.array(file_pos + base, pa.int64()),
         "total_size": pa.array(f[K.F_TOTAL].astype(i32)),

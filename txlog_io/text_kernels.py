@@ -217,6 +217,22 @@ def gather(u8, starts, ends, data):
 
 
 @njit
+def pick_names(index, data, off):
+    """Arrow offsets + data of the column whose row k is name ``index[k]`` of the packed names (data, off)."""
+    n = index.size
+    out_off = np.empty(n + 1, np.int32)
+    total = np.int64(0)
+    for k in range(n):
+        out_off[k] = total
+        total += off[index[k] + 1] - off[index[k]]
+    out_off[n] = total
+    out = np.empty(total, np.uint8)
+    for k in range(n):
+        copy_bytes(out, np.int64(out_off[k]), data, off[index[k]], off[index[k] + 1] - off[index[k]])
+    return out_off, out
+
+
+@njit
 def utf8_ok(u8, starts, lengths):
     """Are all the byte ranges valid UTF-8 (then every piece cut at an ASCII separator is valid too)?"""
     for k in range(starts.size):
