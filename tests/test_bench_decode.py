@@ -25,11 +25,11 @@ def test_bench_decode_smoke(tmp_path):
 
 
 def test_bench_decode_java_baseline(tmp_path):
-    """--java runs RocketMQ's MessageDecoder over the same files in the same run and reports it beside ours."""
+    """--java runs RocketMQ's MessageDecoder over the same files in the same run, reported beside ours."""
     if shutil.which("javac") is None:
         pytest.skip("no JDK")
-    proc = subprocess.run([sys.executable, "-m", "txlog_io.bench", "decode", "--size-mb", "2", "--msg-bytes", "300",
-                           "--dir", str(tmp_path), "--java", "--java-passes", "2"],
+    proc = subprocess.run([sys.executable, "-m", "txlog_io.bench", "decode", "--size-mb", "2", "--msg-bytes",
+                           "300", "--dir", str(tmp_path), "--java", "--java-passes", "2"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -305,7 +305,8 @@ def test_word_at_a_time_properties_split_matches_the_scalar_reader(tmp_path):
     data, off = bytearray(), 0
     for i, raw in enumerate(cases):
         # 512..767 bytes: the next record's TOTALSIZE puts a 0x02 two bytes after these properties' end
-        rec = encode_record(Message(topic="T" * (i + 1), body=b"b" * 400, properties_raw=raw, queue_offset=i), off)
+        msg = Message(topic="T" * (i + 1), body=b"b" * 400, properties_raw=raw, queue_offset=i)
+        rec = encode_record(msg, off)
         assert 512 <= len(rec) < 768
         data += rec
         off += len(rec)

@@ -144,7 +144,8 @@ def _measure(directory: Path) -> dict:
     return result
 
 
-def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool, java_passes: int = 0) -> dict:
+def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool,
+                 java_passes: int = 0) -> dict:
     work = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txlog-bench-"))
     cl_dir = work / "commitlog"
     try:
@@ -184,7 +185,8 @@ def bench_decode(size_mb: int, msg_bytes: int, directory: str | None, keep: bool
                  ("Java decode / raw read", f"{j_best / raw:.3f}"),
                  ("our decode / Java decode", f"{dec / j_best:.3f}")]
         extra = {"java_decode_mb_s": round(j_best, 1), "java_ratio": round(j_best / raw, 4),
-                 "java_first_mb_s": round(j_first, 1), "java_records_s": round(java["records"] / java["best_s"]),
+                 "java_first_mb_s": round(j_first, 1),
+                 "java_records_s": round(java["records"] / java["best_s"]),
                  "java_ratio_cpu": round(m["raw_best_s"] / java["best_cpu_s"], 4),
                  "java_decode_cpu_mb_s": round(mb / java["best_cpu_s"], 1),
                  "decode_over_java": round(dec / j_best, 4), "java_passes": java_passes,
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
     d.add_argument("--msg-bytes", type=int, default=1024)
     d.add_argument("--dir", help="work directory (default: a temporary one, removed afterwards)")
     d.add_argument("--keep", action="store_true", help="keep the generated CommitLog")
-    d.add_argument("--java", action="store_true", help="also run RocketMQ's Java MessageDecoder (needs a JDK)")
+    d.add_argument("--java", action="store_true", help="also run RocketMQ's MessageDecoder (needs a JDK)")
     d.add_argument("--java-passes", type=int, default=5, help="passes of the Java decoder (best is reported)")
     args = parser.parse_args(argv)
     result = bench_decode(args.size_mb, args.msg_bytes, args.dir, args.keep,

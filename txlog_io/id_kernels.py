@@ -90,7 +90,7 @@ def host_texts(u8, at, v6, hexd):
 
 
 def hex_pairs(digits: np.ndarray) -> np.ndarray:
-    """Per byte value, its two hex digits as a little-endian uint16 (the high nibble's digit first in memory)."""
+    """Per byte value, its two hex digits as a little-endian uint16 (the high nibble's digit first)."""
     b = np.arange(256)
     return (digits[b >> 4].astype(np.uint64) | (digits[b & 0xF].astype(np.uint64) << np.uint64(8)))
 
@@ -101,7 +101,8 @@ HEX_PAIRS_UPPER = hex_pairs(HEX_UPPER)
 @njit(inline="always")
 def _hex4(u8, at, pairs):
     """The 8 hex characters of the 4 bytes at ``at``, as one little-endian word (the first byte's first)."""
-    return pairs[u8[at]] | (pairs[u8[at + 1]] << _S16) | (pairs[u8[at + 2]] << _S32) | (pairs[u8[at + 3]] << _S48)
+    return (pairs[u8[at]] | (pairs[u8[at + 1]] << _S16) | (pairs[u8[at + 2]] << _S32)
+            | (pairs[u8[at + 3]] << _S48))
 
 
 _S16, _S32, _S48 = np.uint64(16), np.uint64(32), np.uint64(48)

@@ -1,5 +1,5 @@
-"""The Java baseline of ``txlog-bench decode --java``: RocketMQ's own ``MessageDecoder.decode`` (a port kept in
-``bench/java/MessageDecoderBaseline.java``, Apache-2.0, from apache/rocketmq 5.3.3) compiled with the JDK's
+"""The Java baseline of ``txlog-bench decode --java``: RocketMQ's own ``MessageDecoder.decode`` (a port kept
+in ``bench/java/MessageDecoderBaseline.java``, Apache-2.0, from apache/rocketmq 5.3.3) compiled with the JDK's
 ``javac`` (no Maven) and run over the same CommitLog files as our decoder, single-threaded, several passes so
 the JIT has warmed up (best pass) while the first pass is reported too.
 
@@ -40,7 +40,8 @@ def compile_baseline() -> Path:
     if not SOURCE.is_file():
         raise UsageError(f"{SOURCE}: Java baseline source missing (run from a source checkout)")
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    for root in (Path.home() / ".cache" / "txaudit-java", Path(tempfile.gettempdir()) / f"txaudit-java-{os.getuid()}"):
+    fallback = Path(tempfile.gettempdir()) / f"txaudit-java-{os.getuid()}"
+    for root in (Path.home() / ".cache" / "txaudit-java", fallback):
         out = root / digest
         if (out / f"{MAIN_CLASS}.class").is_file():
             return out

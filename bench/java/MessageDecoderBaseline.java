@@ -16,8 +16,8 @@
  */
 
 /*
- * The Java baseline of `txlog-bench decode --java`: RocketMQ's own CommitLog record decoder, run over the same
- * files as our decoder, to tell whether "decode at 0.25 of raw read" is attainable on this machine at all.
+ * The Java baseline of `txlog-bench decode --java`: RocketMQ's own CommitLog record decoder, run over the
+ * same files as our decoder, to tell whether "decode at 0.25 of raw read" is attainable on this machine.
  *
  * Ported (Apache-2.0, see above) from apache/rocketmq tag rocketmq-all-5.3.3,
  * common/src/main/java/org/apache/rocketmq/common/message/:
@@ -27,18 +27,19 @@
  *   - MessageDecoder.string2messageProperties, MessageDecoder.createMessageId, UtilAll.bytes2string;
  *   - MessageExt.getStoreHostBytes / socketAddress2ByteBuffer, MessageVersion.getTopicLength;
  *   - the fields of Message / MessageExt that decode sets.
- * Every operation of that path is kept: the field reads, InetAddress.getByAddress + InetSocketAddress for both
- * hosts, the new byte[] body copy, new String(topic, UTF_8), new String(properties, UTF_8) and
- * string2messageProperties (HashMap(128) as in 5.x; 4.9.x uses the default capacity), the msgId through a
- * ByteBuffer of the store host's bytes and the commit log offset, hex-encoded.  Left out: the compression branch
- * (deCompressBody=false skips it), the CRC branch (checkCRC=false) and MessageClientExt (isClient=false).
+ * Every operation of that path is kept: the field reads, InetAddress.getByAddress + InetSocketAddress for
+ * both hosts, the new byte[] body copy, new String(topic, UTF_8), new String(properties, UTF_8) and
+ * string2messageProperties (HashMap(128) as in 5.x; 4.9.x uses the default capacity), the msgId
+ * through a ByteBuffer of the store host's bytes and the commit log offset, hex-encoded.  Left out: the
+ * compression branch (deCompressBody=false skips it), the CRC branch (checkCRC=false) and MessageClientExt
+ * (isClient=false).
  *
  * Walk: records by TOTALSIZE from the start of each file, as the broker's recovery does
- * (CommitLog.checkMessageAndReturnSize), through a direct ByteBuffer that FileChannel.read fills chunk by chunk
- * (one copy out of the page cache, like our preadv; the broker decodes slices of direct MappedByteBuffers); a
- * BLANK or zero header ends a file.  Decoded messages are kept in a ring of 1024 so the JIT cannot drop the
- * work.  One thread; -XX:+UseSerialGC keeps the collector on it too (JIT compiler threads still run beside it:
- * the process CPU time reported includes them).
+ * (CommitLog.checkMessageAndReturnSize), through a direct ByteBuffer that FileChannel.read fills chunk by
+ * chunk (one copy out of the page cache, like our preadv; the broker decodes slices of direct
+ * MappedByteBuffers); a BLANK or zero header ends a file.  Decoded messages are kept in a ring of 1024 so
+ * the JIT cannot drop the work.  One thread; -XX:+UseSerialGC keeps the collector on it too (JIT compiler
+ * threads still run beside it: the process CPU time reported includes them).
  *
  * Usage: java MessageDecoderBaseline PASSES CHUNK_BYTES FILE...   -> one JSON line per pass, then a summary.
  */
@@ -145,8 +146,8 @@ public final class MessageDecoderBaseline {
         throw new IllegalArgumentException("Invalid magicCode " + magicCode);
     }
 
-    /** decode(byteBuffer, readBody=true, deCompressBody=false, isClient=false), i.e. isSetPropertiesString=false,
-     *  checkCRC=false: the branches those flags switch off are not ported. */
+    /** decode(byteBuffer, readBody=true, deCompressBody=false, isClient=false), i.e.
+     *  isSetPropertiesString=false, checkCRC=false: the branches those flags switch off are not ported. */
     static MessageExt decode(ByteBuffer byteBuffer) {
         try {
             MessageExt msgExt = new MessageExt();
@@ -176,7 +177,7 @@ public final class MessageDecoderBaseline {
             port = byteBuffer.getInt();
             msgExt.storeHost = new InetSocketAddress(InetAddress.getByAddress(storeHost), port);
             msgExt.reconsumeTimes = byteBuffer.getInt();                      // 13 RECONSUMETIMES
-            msgExt.preparedTransactionOffset = byteBuffer.getLong();          // 14 Prepared Transaction Offset
+            msgExt.preparedTransactionOffset = byteBuffer.getLong();          // 14 PREPARED TX OFFSET
             int bodyLen = byteBuffer.getInt();                                // 15 BODY
             if (bodyLen > 0) {
                 byte[] body = new byte[bodyLen];
@@ -197,7 +198,8 @@ public final class MessageDecoderBaseline {
             }
             int msgIDLength = storehostIPLength + 4 + 8;
             ByteBuffer byteBufferMsgId = ByteBuffer.allocate(msgIDLength);
-            msgExt.msgId = createMessageId(byteBufferMsgId, msgExt.getStoreHostBytes(), msgExt.commitLogOffset);
+            msgExt.msgId = createMessageId(byteBufferMsgId, msgExt.getStoreHostBytes(),
+                msgExt.commitLogOffset);
             return msgExt;
         } catch (Exception e) {
             byteBuffer.position(byteBuffer.limit());
@@ -233,7 +235,7 @@ public final class MessageDecoderBaseline {
     static final MessageExt[] SINK = new MessageExt[1024];
     static long records, bodyBytes, topicChars, propertyEntries, msgIdChars, fileBytes;
 
-    /** Decodes every record of one file; returns false (and says why on stderr) when a record does not decode. */
+    /** Decodes every record of one file; false (and why, on stderr) when a record does not decode. */
     static boolean decodeFile(String path, ByteBuffer buf) throws Exception {
         try (FileChannel ch = FileChannel.open(Paths.get(path), StandardOpenOption.READ)) {
             buf.clear();
@@ -317,7 +319,7 @@ public final class MessageDecoderBaseline {
         }
         System.out.printf("{\"passes\": %d, \"first_s\": %.6f, \"best_s\": %.6f, \"best_cpu_s\": %.6f, "
                 + "\"bytes\": %d, \"records\": %d, \"body_bytes\": %d, \"topic_chars\": %d, "
-                + "\"property_entries\": %d, \"msg_id_chars\": %d}%n", passes, first, best, bestCpu, fileBytes,
-                records, bodyBytes, topicChars, propertyEntries, msgIdChars);
+                + "\"property_entries\": %d, \"msg_id_chars\": %d}%n", passes, first, best, bestCpu,
+                fileBytes, records, bodyBytes, topicChars, propertyEntries, msgIdChars);
     }
 }
