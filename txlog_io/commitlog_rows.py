@@ -18,7 +18,6 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from schemas.store import COMMITLOG
 from txlog_io import commitlog_kernels as K, crc_kernels as C, id_kernels as I, text_kernels as T
@@ -38,6 +37,9 @@ _WANTED = (P.UNIQ_KEY, P.TAGS, P.KEYS, P.PGROUP, P.REAL_TOPIC, P.REAL_QID, P.TRA
 _W = {k: i for i, k in enumerate(_WANTED)}
 _WANTED_DATA, _WANTED_OFF, _WANTED_AT = T.wanted_keys(_WANTED)
 _TX_TOPICS = K.pack_strings(L.TX_SYSTEM_TOPICS)
+_TRUE = np.frombuffer(b"true", np.uint8)
+_INT_RANGE = {pa.int32(): (np.int32, -(1 << 31), (1 << 31) - 1),
+              pa.int64(): (np.int64, -(1 << 63), (1 << 63) - 1)}
 _NO_TOPICS = K.pack_strings([])
 
 
@@ -53,13 +55,17 @@ def empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=SCHEMA)
 
 
+def _bitmap(valid: Optional[np.ndarray]) -> Optional[pa.Buffer]:
+    """Arrow validity bitmap of a bool array (None: all valid)."""
+    if valid is None or valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
 def _binary(off: np.ndarray, data: np.ndarray, valid: Optional[np.ndarray] = None) -> pa.Array:
     """Arrow binary array over kernel output (offsets int32 + data), no copy."""
-    n = off.size - 1
-    bitmap = None
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(off), pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.binary(), off.size - 1,
+                                 [_bitmap(valid), pa.py_buffer(off), pa.py_buffer(data)])
 
 
 def _names(index: np.ndarray, names: tuple) -> pa.Array:
@@ -109,7 +115,7 @@ def _int_column(strings: pa.Array, typ: pa.DataType) -> pa.Array:
     try:
         return strings.cast(typ)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        lo, hi = (-(1 << 31), (1 << 31) - 1) if typ == pa.int32() else (-(1 << 63), (1 << 63) - 1)
+        _, lo, hi = _INT_RANGE[typ]
         out = []
         for v in strings.to_pylist():
             try:
@@ -214,7 +220,14 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
 
     def number(key: str, typ: pa.DataType) -> pa.Array:
         # most batches lack most of these keys: an all-null column needs no parse (~5-10 us per cast)
-        return _int_column(prop(key), typ) if present[_W[key]].any() else pa.nulls(n, typ)
+        q = _W[key]
+        if not present[q].any():
+            return pa.nulls(n, typ)
+        dtype, lo, hi = _INT_RANGE[typ]
+        values, plain = T.decimal_ints(w_data, w_off[q], present[q], lo, hi)
+        if plain:
+            return pa.Array.from_buffers(typ, n, [_bitmap(present[q]), pa.py_buffer(values.astype(dtype))])
+        return _int_column(prop(key), typ)
 
     tags = prop(P.TAGS)
     tags_code, bad_tags = T.java_hashes(w_data, w_off[_W[P.TAGS]], present[_W[P.TAGS]])
@@ -232,7 +245,8 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
     body_at = f[K.F_BODY_AT]
     body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE]) if with_body else pa.nulls(n, pa.binary())
     pmap = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
-    tran_msg_s = prop(P.TRAN_MSG)
+    q_tran = _W[P.TRAN_MSG]
+    tran_msg = np.packbits(T.values_equal(w_data, w_off[q_tran], present[q_tran], _TRUE), bitorder="little")
     i32 = np.int32
     cols = {
         "file": _file_column(path, n),
@@ -264,7 +278,7 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
         "pgroup": prop(P.PGROUP),
         "real_topic": prop(P.REAL_TOPIC),
         "real_qid": number(P.REAL_QID, pa.int32()),
-        "tran_msg": pc.if_else(pc.is_null(tran_msg_s), pa.nulls(n, pa.bool_()), pc.equal(tran_msg_s, "true")),
+        "tran_msg": pa.Array.from_buffers(pa.bool_(), n, [_bitmap(present[q_tran]), pa.py_buffer(tran_msg)]),
         "transaction_check_times": number(P.TRANSACTION_CHECK_TIMES, pa.int32()),
         "tran_prepared_queue_offset": number(P.TRAN_PREPARED_QUEUE_OFFSET, pa.int64()),
         "check_immunity_time_s": number(P.CHECK_IMMUNITY_TIME_IN_SECONDS, pa.int64()),
