@@ -289,6 +289,50 @@ def test_vectorised_properties_match_the_scalar_reader(tmp_path):
         assert row["tags_code"] == P.tags_code(tags)
 
 
+def test_word_at_a_time_properties_split_matches_the_scalar_reader(tmp_path):
+    """The split reads eight bytes at a time, copies and compares keys eight bytes at a time and pre-filters
+    duplicate keys by (length, first byte): values across word edges, keys of 7/8/9/64+ bytes, keys that
+    share length and first byte without being equal, near misses of the wanted keys, a 0x00 byte."""
+    long_value = "v" * 70 + "é"
+    cases = [
+        "".join(f"K{i:02d}\x01{'x' * i}\x02" for i in range(18)).encode(),
+        b"ABCDEFG\x011\x02ABCDEFGH\x012\x02ABCDEFGHI\x013\x02ABCDEFG\x014",
+        b"AX\x011\x02AY\x012\x02AX\x013\x02AY\x014\x02AZ\x015",
+        b"TAGX\x01no\x02UNIQ_KEZ\x01no\x02TAGS\x01yes\x02KEYS\x01a\x00b\x02TAGS\x01later",
+        ("L" * 70 + "\x01" + long_value + "\x02TRANSACTION_CHECK_TIMES\x0112").encode(),
+        b"PGROUP\x01p1\x02REAL_TOPIC\x01t\x02PGROUP\x01p2\x02REAL_QID\x01-3\x02\x02\x02",
+    ]
+    data, off = bytearray(), 0
+    for i, raw in enumerate(cases):
+        # 512..767 bytes: the next record's TOTALSIZE puts a 0x02 two bytes after these properties' end
+        msg = Message(topic="T" * (i + 1), body=b"b" * 400, properties_raw=raw, queue_offset=i)
+        rec = encode_record(msg, off)
+        assert 512 <= len(rec) < 768
+        data += rec
+        off += len(rec)
+    f = _write(tmp_path, "00000000000000000000", bytes(data), len(data) + 64)
+    rows, anomalies = decode_all(f)
+    assert anomalies == [] and len(rows) == len(cases)
+
+    def entries(raw: bytes) -> list:
+        """string2messageProperties' entries in record order, an entry dropped when its key comes again."""
+        out = []
+        for seg in raw.split(b"\x02"):
+            i = seg.find(b"\x01")
+            if len(seg) >= 3 and 0 < i < len(seg) - 1:
+                out.append((seg[:i].decode(), seg[i + 1:].decode()))
+        keys = [k for k, _ in out]
+        return [(k, v) for j, (k, v) in enumerate(out) if k not in keys[j + 1:]]
+
+    for i, (row, raw) in enumerate(zip(rows, cases)):
+        props = P.decode_properties(raw)
+        assert dict(row["properties"]) == props, raw
+        assert list(row["properties"]) == entries(raw), raw
+        assert row["topic"] == "T" * (i + 1)
+        assert (row["tags"], row["pgroup"], row["uniq_key"]) == (props.get("TAGS"), props.get("PGROUP"), None)
+        assert row["tags_code"] == P.tags_code(props.get("TAGS"))
+
+
 def test_message_ids():
     key = create_uniq_key(bytes([10, 1, 2, 3]), 4242, 0x5FFD2B27, 1795304574047, 7)
     parsed = parse_uniq_key(key)

@@ -205,3 +205,38 @@ def test_a_kernel_is_recompiled_when_a_helper_it_inlines_from_another_kernel_mod
     assert run() == ["1", "1"]                     # loaded from the cache
     (pkg / "a_kernels.py").write_text(helper.format(2))
     assert run() == ["2", "0"]                     # compiled again
+
+
+def _python_int(value, bits):
+    """The numeric property rule: Python's int() of the text, null when that fails or is out of range."""
+    try:
+        x = int(value)
+    except (TypeError, ValueError):
+        return None
+    return x if -(1 << (bits - 1)) <= x < (1 << (bits - 1)) else None
+
+
+def test_numeric_and_tran_msg_columns_without_arrow_casts(tmp_path):
+    """REAL_QID (int32), TRAN_PREPARED_QUEUE_OFFSET (int64) and TRAN_MSG are built by kernels when every value
+    of the batch is plain decimal: a batch of plain values and one that also holds values only int() reads
+    (or nothing reads) give the same values as the Python rule, and TRAN_MSG is true only for "true"."""
+    plain = ["0", "-0", "+5", "0012", "2147483647", "-2147483648", "999999999999999999", None]
+    odd = plain + [" 7", "1_0", "2147483648", "abc", "١٢", "-", "+"]
+    tran = ["true", "True", "false", "truex", "tru", None]
+    for name, values in (("plain", plain), ("odd", odd)):
+        data, off = bytearray(), 0
+        for i, v in enumerate(values):
+            props = {} if v is None else {P.REAL_QID: v, P.TRAN_PREPARED_QUEUE_OFFSET: v}
+            if tran[i % len(tran)] is not None:
+                props[P.TRAN_MSG] = tran[i % len(tran)]
+            rec = encode_record(Message(topic="T", properties=props, queue_offset=i), off)
+            data += rec
+            off += len(rec)
+        path = tmp_path / name / "00000000000000000000"
+        path.parent.mkdir()
+        path.write_bytes(bytes(data) + bytes(64))
+        rows = [r for batch, _ in decode_file(str(path)) for r in batch.to_pylist()]
+        assert [r["real_qid"] for r in rows] == [_python_int(v, 32) for v in values], name
+        assert [r["tran_prepared_queue_offset"] for r in rows] == [_python_int(v, 64) for v in values], name
+        want = [None if t is None else t == "true" for t in (tran[i % len(tran)] for i in range(len(values)))]
+        assert [r["tran_msg"] for r in rows] == want, name

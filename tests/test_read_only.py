@@ -125,6 +125,7 @@ WRITE_SITES_REVIEWED = {
     ("jobs/report.py", "write_report"),
     ("txlog_io/readstats.py", "flush"),             # per-process byte counts under $TXAUDIT_READ_STATS_DIR
     ("jobs/bench_audit.py", "read_stats_dir"),      # the bench's <dir>/.readstats
+    ("txlog_io/java_baseline.py", "compile_baseline"),  # javac output under ~/.cache/txaudit-java
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",
                  "create_table_with_add_actions", "create_write_transaction", "save"}

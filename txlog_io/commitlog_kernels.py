@@ -20,7 +20,9 @@ import numpy as np
 
 from txlog_io.jit import njit  # sets NUMBA_CACHE_DIR before numba is imported
 
+from llvmlite import ir  # noqa: E402
 from numba import types as _nt  # noqa: E402
+from numba.core.extending import intrinsic as _intrinsic  # noqa: E402
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -35,9 +37,44 @@ F_TOTAL, F_V2, F_BODY_CRC, F_QUEUE_ID, F_FLAG, F_QUEUE_OFFSET, F_STORED_PHYS, F_
 N_FIELDS = 21
 
 
+def _load(bits: int, big_endian: bool, result):
+    """An intrinsic reading the unsigned ``bits``-bit integer at byte ``i`` of a uint8 array as one unaligned
+    load (plus a byte swap for big-endian), widened to ``result`` (64 bits wrap like Java's long).  LLVM does
+    not merge the four or eight byte loads of the plain expression into one (119 byte loads in ``fields``)."""
+    width = ir.IntType(bits)
+
+    @_intrinsic
+    def load(typingctx, arr, idx):
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            ptr = builder.bitcast(builder.gep(data, [args[1]]), width.as_pointer())
+            v = builder.load(ptr, align=1)
+            v = builder.bswap(v) if big_endian else v
+            return v if bits == 64 else builder.zext(v, ir.IntType(64))
+        return result(arr, idx), codegen
+    return load
+
+
+_be32 = _load(32, True, _nt.int64)
+_be64 = _load(64, True, _nt.int64)
+#: the 8 bytes at ``i`` as a little-endian uint64 (byte ``i`` lowest): word-at-a-time scans
+le64 = _load(64, False, _nt.uint64)
+
+
+@_intrinsic
+def store64(typingctx, arr, idx, value):
+    """Unaligned store of the uint64 ``value`` (little-endian) at byte ``idx`` of a uint8 array."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+        builder.store(args[2], ptr, align=1)
+        return context.get_dummy_value()
+    return _nt.void(arr, idx, _nt.uint64), codegen
+
+
 @njit(inline="always")
 def u32(b, i):
-    return (np.int64(b[i]) << 24) | (np.int64(b[i + 1]) << 16) | (np.int64(b[i + 2]) << 8) | np.int64(b[i + 3])
+    return _be32(b, np.int64(i))
 
 
 @njit(inline="always")
@@ -54,7 +91,7 @@ def i16(b, i):
 
 @njit(inline="always")
 def i64(b, i):
-    return (u32(b, i) << 32) | u32(b, i + 4)      # wraps like Java's long
+    return _be64(b, np.int64(i))
 
 
 @njit
@@ -150,21 +187,23 @@ def find_boundary(u8, lo, hi, n, file_pos, base, file_size):
 
 @njit
 def fields(u8, pos):
-    """Fixed fields and the shape check of every record; a (N_FIELDS, n) int64 matrix (rows: F_*)."""
+    """Fixed fields and the shape check of every record; a (N_FIELDS, n) int64 matrix (rows: F_*).
+
+    Two loops: the header fields first, then the topic and properties lengths, which lie after the body (a
+    different cache line, at an address the body length gives).  In one loop each record was a chain of
+    dependent loads from L3 (sys flag -> body length -> topic length -> properties length) that out-of-order
+    execution could not overlap across records: 65 ns/record for 1 KiB records, against 17 with the chunk in
+    L2; the second loop's loads depend only on the first loop's output, so they overlap."""
     n = pos.size
     f = np.empty((N_FIELDS, n), np.int64)         # every row is written below
     for k in range(n):
         p = pos[k]
-        total = i32(u8, p)
-        v2 = u32(u8, p + 4) == MAGIC_V2
         sys_flag = i32(u8, p + 36)
         b = 20 if sys_flag & 0x10 else 8
         s = 20 if sys_flag & 0x20 else 8
         fixed = 72 + b + s
-        body = i32(u8, p + fixed - 4)
-        tw = 2 if v2 else 1
-        f[F_TOTAL, k] = total
-        f[F_V2, k] = 1 if v2 else 0
+        f[F_TOTAL, k] = i32(u8, p)
+        f[F_V2, k] = 1 if u32(u8, p + 4) == MAGIC_V2 else 0
         f[F_BODY_CRC, k] = i32(u8, p + 8)
         f[F_QUEUE_ID, k] = i32(u8, p + 12)
         f[F_FLAG, k] = i32(u8, p + 16)
@@ -175,10 +214,17 @@ def fields(u8, pos):
         f[F_STORE_TS, k] = i64(u8, p + 48 + b)
         f[F_RECONSUME, k] = i32(u8, p + 56 + b + s)
         f[F_PREPARED, k] = i64(u8, p + 60 + b + s)
-        f[F_BODY_SIZE, k] = body
+        f[F_BODY_SIZE, k] = i32(u8, p + fixed - 4)
         f[F_BODY_AT, k] = p + fixed
         f[F_BORN_AT, k] = p + 48
         f[F_STORE_AT, k] = p + 56 + b
+    for k in range(n):
+        p = pos[k]
+        total = f[F_TOTAL, k]
+        v2 = f[F_V2, k] != 0
+        body = f[F_BODY_SIZE, k]
+        fixed = f[F_BODY_AT, k] - p
+        tw = 2 if v2 else 1
         ok = body >= 0 and fixed + body + tw + 2 <= total
         t = p + fixed + body if ok else p
         if v2:
@@ -198,6 +244,18 @@ def fields(u8, pos):
 
 
 _memcpy = _nt.ExternalFunction("memcpy", _nt.voidptr(_nt.voidptr, _nt.voidptr, _nt.uintp))
+
+
+@njit(inline="always")
+def copy_words(dst, at, src, start, length):
+    """``copy_bytes`` for short values, eight bytes at a time: it reads and writes up to 7 bytes past the
+    value, so ``src`` must have them (a zero-padded chunk) and ``dst`` too (kernels allocate 8 spare bytes
+    and fill their output in order, so the next value overwrites them).  Longer values go to memcpy."""
+    if length > 64:
+        _memcpy(dst.ctypes.data + at, src.ctypes.data + start, length)
+    else:
+        for o in range(0, length, 8):
+            store64(dst, np.int64(at + o), le64(src, np.int64(start + o)))
 
 
 @njit(inline="always")

@@ -18,7 +18,6 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from schemas.store import COMMITLOG
 from txlog_io import commitlog_kernels as K, crc_kernels as C, id_kernels as I, text_kernels as T
@@ -29,14 +28,18 @@ from txlog_io.positional import ChunkPool
 
 SOURCE = "commitlog"
 SCHEMA = COMMITLOG.arrow_schema()
-_TX_NAMES = pa.array(["NOT", "PREPARED", "COMMIT", "ROLLBACK"], pa.string())
-_COMPRESSION_NAMES = pa.array(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"], pa.string())  # bits+1
+_NAMES = SCHEMA.names          # iterating the schema builds a Field object per column, per batch
+_TX_NAMES = K.pack_strings(["NOT", "PREPARED", "COMMIT", "ROLLBACK"])
+_COMPRESSION_NAMES = K.pack_strings(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"])  # bits+1
 #: property columns of COMMITLOG, in the order of the rows of text_columns' ``w_off``
 _WANTED = (P.UNIQ_KEY, P.TAGS, P.KEYS, P.PGROUP, P.REAL_TOPIC, P.REAL_QID, P.TRAN_MSG, P.TRANSACTION_CHECK_TIMES,
            P.TRAN_PREPARED_QUEUE_OFFSET, P.CHECK_IMMUNITY_TIME_IN_SECONDS, P.TRANSACTION_ID)
 _W = {k: i for i, k in enumerate(_WANTED)}
 _WANTED_DATA, _WANTED_OFF, _WANTED_AT = T.wanted_keys(_WANTED)
 _TX_TOPICS = K.pack_strings(L.TX_SYSTEM_TOPICS)
+_TRUE = np.frombuffer(b"true", np.uint8)
+_INT_RANGE = {pa.int32(): (np.int32, -(1 << 31), (1 << 31) - 1),
+              pa.int64(): (np.int64, -(1 << 63), (1 << 63) - 1)}
 _NO_TOPICS = K.pack_strings([])
 
 
@@ -52,13 +55,41 @@ def empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=SCHEMA)
 
 
+def _bitmap(valid: Optional[np.ndarray]) -> Optional[pa.Buffer]:
+    """Arrow validity bitmap of a bool array (None: all valid)."""
+    if valid is None or valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _numeric(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """Arrow array of ``typ`` over ``values`` (no copy when they are already contiguous of its width): an
+    untyped ``pa.array(ndarray)`` cost 3-20 us per column, inferring the type through pandas' checks."""
+    dtype = typ.to_pandas_dtype()
+    return pa.Array.from_buffers(typ, values.size, [None, pa.py_buffer(np.ascontiguousarray(values, dtype))])
+
+
 def _binary(off: np.ndarray, data: np.ndarray, valid: Optional[np.ndarray] = None) -> pa.Array:
     """Arrow binary array over kernel output (offsets int32 + data), no copy."""
-    n = off.size - 1
-    bitmap = None
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(off), pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.binary(), off.size - 1,
+                                 [_bitmap(valid), pa.py_buffer(off), pa.py_buffer(data)])
+
+
+def _names(index: np.ndarray, names: tuple) -> pa.Array:
+    """The string column ``names[index]`` (``names``: ``pack_strings`` of the names) built by a kernel: a
+    dictionary array cast to strings cost ~27 us per 4096 rows, two columns per batch."""
+    return _binary(*T.pick_names(index, *names)).view(pa.string())
+
+
+#: per thread: the last file's ``file`` column, sliced for each batch of that file (one file, many batches)
+_FILE_COLUMN = threading.local()
+
+
+def _file_column(path: str, n: int) -> pa.Array:
+    path_col = getattr(_FILE_COLUMN, "col", None)
+    if path_col is None or path_col[0] != path or len(path_col[1]) < n:
+        path_col = _FILE_COLUMN.col = (path, _names(np.zeros(max(n, 8192), np.int64), K.pack_strings([path])))
+    return path_col[1].slice(0, n)
 
 
 def to_utf8(arr: pa.Array) -> pa.Array:
@@ -91,7 +122,7 @@ def _int_column(strings: pa.Array, typ: pa.DataType) -> pa.Array:
     try:
         return strings.cast(typ)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        lo, hi = (-(1 << 31), (1 << 31) - 1) if typ == pa.int32() else (-(1 << 63), (1 << 63) - 1)
+        _, lo, hi = _INT_RANGE[typ]
         out = []
         for v in strings.to_pylist():
             try:
@@ -194,6 +225,17 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
         q = _W[key]
         return text(w_off[q], w_data, present[q])
 
+    def number(key: str, typ: pa.DataType) -> pa.Array:
+        # most batches lack most of these keys: an all-null column needs no parse (~5-10 us per cast)
+        q = _W[key]
+        if not present[q].any():
+            return pa.nulls(n, typ)
+        dtype, lo, hi = _INT_RANGE[typ]
+        values, plain = T.decimal_ints(w_data, w_off[q], present[q], lo, hi)
+        if plain:
+            return pa.Array.from_buffers(typ, n, [_bitmap(present[q]), pa.py_buffer(values.astype(dtype))])
+        return _int_column(prop(key), typ)
+
     tags = prop(P.TAGS)
     tags_code, bad_tags = T.java_hashes(w_data, w_off[_W[P.TAGS]], present[_W[P.TAGS]])
     for i in np.flatnonzero(bad_tags).tolist():
@@ -202,39 +244,38 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
     store6 = (sys_flag & L.STOREHOST_V6_FLAG) != 0
     born_host = _binary(*I.host_texts(u8, f[K.F_BORN_AT], born6, I.HEX_LOWER)).view(pa.string())
     store_host = _binary(*I.host_texts(u8, f[K.F_STORE_AT], store6, I.HEX_LOWER)).view(pa.string())
-    msg_id = _binary(*I.msg_ids(u8, pos, f[K.F_STORE_AT], store6, I.HEX_UPPER)).view(pa.string())
-    tran_type = pa.DictionaryArray.from_arrays(pa.array(((sys_flag & L.TRANSACTION_MASK) >> 2).astype(np.int8)),
-                                               _TX_NAMES).cast(pa.string())
+    msg_id = _binary(*I.msg_ids(u8, pos, f[K.F_STORE_AT], store6, I.HEX_PAIRS_UPPER)).view(pa.string())
+    tran_type = _names((sys_flag & L.TRANSACTION_MASK) >> 2, _TX_NAMES)
     # index into _COMPRESSION_NAMES: 0 = not compressed, else type bits + 1 (bits 0 and 3 both mean zlib)
     comp_idx = np.where(sys_flag & 1, np.minimum(((sys_flag & 0x700) >> 8) + 1, 5), 0)
-    compression = pa.DictionaryArray.from_arrays(pa.array(comp_idx.astype(np.int8)),
-                                                 _COMPRESSION_NAMES).cast(pa.string())
+    compression = _names(comp_idx, _COMPRESSION_NAMES)
     body_at = f[K.F_BODY_AT]
     body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE]) if with_body else pa.nulls(n, pa.binary())
-    pmap = pa.MapArray.from_arrays(pa.array(map_off), keys, values)
-    tran_msg_s = prop(P.TRAN_MSG)
-    i32 = np.int32
+    pmap = pa.MapArray.from_arrays(_numeric(map_off, pa.int32()), keys, values)
+    q_tran = _W[P.TRAN_MSG]
+    tran_msg = np.packbits(T.values_equal(w_data, w_off[q_tran], present[q_tran], _TRUE), bitorder="little")
+    i8, i32, i64 = pa.int8(), pa.int32(), pa.int64()
     cols = {
-        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array([path])).cast(pa.string()),
-        "file_position": pa.array(file_pos, pa.int64()),
-        "physical_offset": pa.array(file_pos + base, pa.int64()),
-        "total_size": pa.array(f[K.F_TOTAL].astype(i32)),
-        "magic_version": pa.array((f[K.F_V2] + 1).astype(np.int8)),
-        "body_crc": pa.array(f[K.F_BODY_CRC].astype(i32)),
-        "body_crc_ok": pa.array(crc_ok),
-        "queue_id": pa.array(f[K.F_QUEUE_ID].astype(i32)),
-        "flag": pa.array(f[K.F_FLAG].astype(i32)),
-        "queue_offset": pa.array(f[K.F_QUEUE_OFFSET]),
-        "stored_physical_offset": pa.array(f[K.F_STORED_PHYS]),
-        "sys_flag": pa.array(sys_flag.astype(i32)),
+        "file": _file_column(path, n),
+        "file_position": _numeric(file_pos, i64),
+        "physical_offset": _numeric(file_pos + base, i64),
+        "total_size": _numeric(f[K.F_TOTAL], i32),
+        "magic_version": _numeric(f[K.F_V2] + 1, i8),
+        "body_crc": _numeric(f[K.F_BODY_CRC], i32),
+        "body_crc_ok": pa.array(crc_ok, pa.bool_()),
+        "queue_id": _numeric(f[K.F_QUEUE_ID], i32),
+        "flag": _numeric(f[K.F_FLAG], i32),
+        "queue_offset": _numeric(f[K.F_QUEUE_OFFSET], i64),
+        "stored_physical_offset": _numeric(f[K.F_STORED_PHYS], i64),
+        "sys_flag": _numeric(sys_flag, i32),
         "transaction_type": tran_type,
-        "born_timestamp": pa.array(f[K.F_BORN_TS]),
+        "born_timestamp": _numeric(f[K.F_BORN_TS], i64),
         "born_host": born_host,
-        "store_timestamp": pa.array(f[K.F_STORE_TS]),
+        "store_timestamp": _numeric(f[K.F_STORE_TS], i64),
         "store_host": store_host,
-        "reconsume_times": pa.array(f[K.F_RECONSUME].astype(i32)),
-        "prepared_transaction_offset": pa.array(f[K.F_PREPARED]),
-        "body_size": pa.array(f[K.F_BODY_SIZE].astype(i32)),
+        "reconsume_times": _numeric(f[K.F_RECONSUME], i32),
+        "prepared_transaction_offset": _numeric(f[K.F_PREPARED], i64),
+        "body_size": _numeric(f[K.F_BODY_SIZE], i32),
         "topic": topic,
         "properties": pmap,
         "msg_id": msg_id,
@@ -243,14 +284,14 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
         "keys": prop(P.KEYS),
         "pgroup": prop(P.PGROUP),
         "real_topic": prop(P.REAL_TOPIC),
-        "real_qid": _int_column(prop(P.REAL_QID), pa.int32()),
-        "tran_msg": pc.if_else(pc.is_null(tran_msg_s), pa.nulls(n, pa.bool_()), pc.equal(tran_msg_s, "true")),
-        "transaction_check_times": _int_column(prop(P.TRANSACTION_CHECK_TIMES), pa.int32()),
-        "tran_prepared_queue_offset": _int_column(prop(P.TRAN_PREPARED_QUEUE_OFFSET), pa.int64()),
-        "check_immunity_time_s": _int_column(prop(P.CHECK_IMMUNITY_TIME_IN_SECONDS), pa.int64()),
+        "real_qid": number(P.REAL_QID, pa.int32()),
+        "tran_msg": pa.Array.from_buffers(pa.bool_(), n, [_bitmap(present[q_tran]), pa.py_buffer(tran_msg)]),
+        "transaction_check_times": number(P.TRANSACTION_CHECK_TIMES, pa.int32()),
+        "tran_prepared_queue_offset": number(P.TRAN_PREPARED_QUEUE_OFFSET, pa.int64()),
+        "check_immunity_time_s": number(P.CHECK_IMMUNITY_TIME_IN_SECONDS, pa.int64()),
         "transaction_id": prop(P.TRANSACTION_ID),
-        "tags_code": pa.array(tags_code),
+        "tags_code": _numeric(tags_code, i64),
         "compression": compression,
         "body": body,
     }
-    return pa.RecordBatch.from_arrays([cols[c.name] for c in SCHEMA], schema=SCHEMA)
+    return pa.RecordBatch.from_arrays([cols[name] for name in _NAMES], schema=SCHEMA)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from txlog_io.commitlog_kernels import PHYSICAL_OFFSET_AT, copy_bytes, i32, u32
+from txlog_io.commitlog_kernels import PHYSICAL_OFFSET_AT, copy_bytes, i32, store64, u32
 from txlog_io.jit import njit
 
 
@@ -89,9 +89,30 @@ def host_texts(u8, at, v6, hexd):
     return off, data[:w]
 
 
+def hex_pairs(digits: np.ndarray) -> np.ndarray:
+    """Per byte value, its two hex digits as a little-endian uint16 (the high nibble's digit first)."""
+    b = np.arange(256)
+    return (digits[b >> 4].astype(np.uint64) | (digits[b & 0xF].astype(np.uint64) << np.uint64(8)))
+
+
+HEX_PAIRS_UPPER = hex_pairs(HEX_UPPER)
+
+
+@njit(inline="always")
+def _hex4(u8, at, pairs):
+    """The 8 hex characters of the 4 bytes at ``at``, as one little-endian word (the first byte's first)."""
+    return (pairs[u8[at]] | (pairs[u8[at + 1]] << _S16) | (pairs[u8[at + 2]] << _S32)
+            | (pairs[u8[at + 3]] << _S48))
+
+
+_S16, _S32, _S48 = np.uint64(16), np.uint64(32), np.uint64(48)
+
+
 @njit
-def msg_ids(u8, pos, store_at, v6, hexd):
-    """offsetMsgId: upper-case hex of store IP + port + the stored PHYSICALOFFSET (32 or 56 characters)."""
+def msg_ids(u8, pos, store_at, v6, pairs):
+    """offsetMsgId: upper-case hex of store IP + port + the stored PHYSICALOFFSET (32 or 56 characters);
+    ``pairs``: ``hex_pairs`` of the digits.  Four bytes -> one 8-character store (the byte-by-byte loop cost
+    17 ns/record)."""
     n = pos.size
     off = np.empty(n + 1, np.int32)
     total = 0
@@ -101,16 +122,12 @@ def msg_ids(u8, pos, store_at, v6, hexd):
     off[n] = total
     data = np.empty(total, np.uint8)
     for k in range(n):
-        w = off[k]
+        w = np.int64(off[k])
         ip_port = 20 if v6[k] else 8
-        for j in range(ip_port):
-            b = u8[store_at[k] + j]
-            data[w] = hexd[b >> 4]
-            data[w + 1] = hexd[b & 0xF]
-            w += 2
-        for j in range(8):
-            b = u8[pos[k] + PHYSICAL_OFFSET_AT + j]
-            data[w] = hexd[b >> 4]
-            data[w + 1] = hexd[b & 0xF]
-            w += 2
+        for j in range(0, ip_port, 4):
+            store64(data, w, _hex4(u8, store_at[k] + j, pairs))
+            w += 8
+        for j in range(0, 8, 4):
+            store64(data, w, _hex4(u8, pos[k] + PHYSICAL_OFFSET_AT + j, pairs))
+            w += 8
     return off, data

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from txlog_io.commitlog_kernels import copy_bytes, pack_strings
+from txlog_io.commitlog_kernels import copy_bytes, copy_words, le64, pack_strings
 from txlog_io.jit import njit
+
+from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402  (after txlog_io.jit, see there)
 
 
 @njit(inline="always")
@@ -16,6 +18,31 @@ def _same(u8, a, la, b, lb):
         return False
     for j in range(la):
         if u8[a + j] != u8[b + j]:
+            return False
+    return True
+
+
+_ONE = np.uint64(1)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_PLUS_125 = np.uint64(0x7D7D7D7D7D7D7D7D)
+_HIGH = np.uint64(0x8080808080808080)
+
+
+@njit(inline="always")
+def _below3(x):
+    """The high bit of every byte of ``x`` that is < 3, exactly (no borrow runs from one byte to the next:
+    the low 7 bits + 125 stay below 256); trailing_zeros // 8 is then the first such byte."""
+    return ~(((x & _LOW7) + _PLUS_125) | x) & _HIGH
+
+
+@njit(inline="always")
+def _equal_words(a, at, b, bt, length):
+    """a[at:at + length] == b[bt:bt + length], eight bytes at a time (both readable 7 bytes past the end)."""
+    for o in range(0, length, 8):
+        diff = le64(a, np.int64(at + o)) ^ le64(b, np.int64(bt + o))
+        if length - o < 8:
+            diff &= (_ONE << np.uint64(8 * (length - o))) - _ONE
+        if diff:
             return False
     return True
 
@@ -29,8 +56,8 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
 
     Returns Arrow offsets + data of the topics, the map (per-record entry offsets, keys, values) and the
     wanted columns (all in one data buffer, row q of ``w_off`` starts where its bytes start), the wanted
-    columns' validity, and whether every byte copied was ASCII (then every piece is valid UTF-8 without a
-    further check)."""
+    columns' validity, and whether every topic and properties byte is ASCII (then every piece is valid UTF-8
+    without a further check; tested on the words the split loads anyway, not in a pass over the copies)."""
     n = starts.size
     nw = wanted_off.size - 1
     t_off = np.empty(n + 1, np.int32)
@@ -41,20 +68,23 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
         tt += topic_len[k]
         total += lengths[k]
         most = max(most, lengths[k] // 3 + 1)     # segments of >= 3 bytes plus a shorter last one
-    t_data = np.empty(tt, np.uint8)
+    t_data = np.empty(tt + 8, np.uint8)           # + 8: copy_words writes up to 7 bytes past a value
     w = np.int64(0)
+    high = np.uint64(0)                           # OR of every topic and properties byte (the ASCII test)
     for k in range(n):
         t_off[k] = w
-        copy_bytes(t_data, w, u8, topic_at[k], topic_len[k])
+        copy_words(t_data, w, u8, topic_at[k], topic_len[k])
+        high |= _or_bytes(u8, topic_at[k], topic_len[k])
         w += topic_len[k]
     t_off[n] = w
     ks = np.empty(most, np.int64)                 # one record's entries: key start, 0x01 position, value end
     kv = np.empty(most, np.int64)
     ve = np.empty(most, np.int64)
+    dup = np.empty(most, np.bool_)
     k_off = np.empty(n * 8 + 1, np.int32)         # grown below when records carry more entries
     v_off = np.empty(n * 8 + 1, np.int32)
-    k_data = np.empty(total, np.uint8)
-    v_data = np.empty(total, np.uint8)
+    k_data = np.empty(total + 8, np.uint8)
+    v_data = np.empty(total + 8, np.uint8)
     map_off = np.empty(n + 1, np.int32)
     hit = np.full((nw, n), -1, np.int32)         # the map entry holding wanted key q of record k
     w_size = np.int64(0)
@@ -67,20 +97,31 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
         index = starts[k]
         stop = starts[k] + lengths[k]
         sep = -1                                   # first 0x01 of the current segment
-        for i in range(index, stop):
-            c = u8[i]
-            if c > 2:
-                continue
-            if c == 2:                             # a segment ends at a 0x02 or at the end
-                if i - index >= 3 and index < sep < i - 1:
-                    ks[e] = index
-                    kv[e] = sep
-                    ve[e] = i
-                    e += 1
-                index = i + 1
-                sep = -1
-            elif c == 1 and sep < 0:
-                sep = i
+        # eight bytes at a time: only the bytes below 3 (0x00, 0x01, 0x02) are looked at one by one
+        word = index
+        while word < stop:
+            x = le64(u8, word)
+            hits = _below3(x)
+            if stop - word < 8:
+                tail = (_ONE << np.uint64(8 * (stop - word))) - _ONE
+                x &= tail
+                hits &= tail
+            high |= x
+            while hits:
+                i = word + np.int64(trailing_zeros(hits) >> np.uint64(3))
+                hits &= hits - _ONE
+                c = u8[i]
+                if c == 2:                         # a segment ends at a 0x02 or at the end
+                    if i - index >= 3 and index < sep < i - 1:
+                        ks[e] = index
+                        kv[e] = sep
+                        ve[e] = i
+                        e += 1
+                    index = i + 1
+                    sep = -1
+                elif c == 1 and sep < 0:
+                    sep = i
+            word += 8
         if stop - index >= 3 and index < sep < stop - 1:
             ks[e] = index
             kv[e] = sep
@@ -93,64 +134,72 @@ def text_columns(u8, topic_at, topic_len, starts, lengths, wanted, wanted_off, w
             k2[:m] = k_off[:m]
             v2[:m] = v_off[:m]
             k_off, v_off = k2, v2
-        for j in range(e):
+        # an entry whose key comes again later is dropped (HashMap.put: the later one wins); keys are compared
+        # only when a 64-bit signature of (length, first byte) of a later key matches (the all-pairs check
+        # cost 16 ns/record)
+        later = np.uint64(0)
+        for j in range(e - 1, -1, -1):
             lj = kv[j] - ks[j]
-            dup = False
-            for q in range(j + 1, e):
-                if kv[q] - ks[q] == lj and u8[ks[q]] == u8[ks[j]] and _same(u8, ks[j], lj, ks[q], lj):
-                    dup = True
-                    break
-            if dup:
+            bit = _ONE << np.uint64((lj * 7 + np.int64(u8[ks[j]])) & 63)
+            dup[j] = False
+            if later & bit:
+                for q in range(j + 1, e):
+                    if kv[q] - ks[q] == lj and _same(u8, ks[j], lj, ks[q], lj):
+                        dup[j] = True
+                        break
+            later |= bit
+        for j in range(e):
+            if dup[j]:
                 continue
+            lj = kv[j] - ks[j]
             vl = ve[j] - kv[j] - 1
             k_off[m] = kt
             v_off[m] = vt
-            copy_bytes(k_data, kt, u8, ks[j], lj)
-            copy_bytes(v_data, vt, u8, kv[j] + 1, vl)
+            copy_words(k_data, kt, u8, ks[j], lj)
+            copy_words(v_data, vt, u8, kv[j] + 1, vl)
             kt += lj
             vt += vl
             m += 1
             if lj < 64:
                 q = wanted_at[lj * 256 + u8[ks[j]]]
-                if q >= 0:
-                    same = True
-                    for t in range(lj):
-                        if u8[ks[j] + t] != wanted[wanted_off[q] + t]:
-                            same = False
-                            break
-                    if same:
-                        hit[q, k] = m - 1
-                        w_size += vl
+                if q >= 0 and _equal_words(u8, ks[j], wanted, wanted_off[q], lj):
+                    hit[q, k] = m - 1
+                    w_size += vl
     map_off[n] = m
     k_off[m] = kt
     v_off[m] = vt
     w_off = np.empty((nw, n + 1), np.int32)
-    w_data = np.empty(w_size, np.uint8)
+    w_data = np.empty(w_size + 8, np.uint8)
     wt = np.int64(0)
     for q in range(nw):
         for k in range(n):
             w_off[q, k] = wt
             j = hit[q, k]
             if j >= 0:                            # the value's bytes are already in v_data
-                copy_bytes(w_data, wt, v_data, v_off[j], v_off[j + 1] - v_off[j])
+                copy_words(w_data, wt, v_data, v_off[j], v_off[j + 1] - v_off[j])
                 wt += v_off[j + 1] - v_off[j]
         w_off[q, n] = wt
-    return (t_off, t_data, map_off, k_off[:m + 1], k_data[:kt], v_off[:m + 1], v_data[:vt], w_off, w_data,
-            hit >= 0, _ascii(t_data) and _ascii(k_data[:kt]) and _ascii(v_data[:vt]))
+    return (t_off, t_data[:tt], map_off, k_off[:m + 1], k_data[:kt], v_off[:m + 1], v_data[:vt], w_off,
+            w_data[:w_size], hit >= 0, (high & _HIGH) == np.uint64(0))
 
 
 @njit(inline="always")
-def _ascii(data):
-    acc = 0
-    for i in range(data.size):                    # a plain reduction: vectorised
-        acc |= data[i]
-    return acc < 0x80
+def _or_bytes(u8, at, length):
+    """OR of the 64-bit words over u8[at:at + length], bytes past the end masked off (read: padded chunk)."""
+    acc = np.uint64(0)
+    for o in range(0, length, 8):
+        x = le64(u8, np.int64(at + o))
+        if length - o < 8:
+            x &= (_ONE << np.uint64(8 * (length - o))) - _ONE
+        acc |= x
+    return acc
 
 
 def wanted_keys(keys) -> tuple:
     """(bytes, offsets, lookup table) of the property keys ``split_properties`` reports per record; the table
     maps (length, first byte) to the key (every wanted key must differ in one of them, and be < 64 bytes)."""
     data, off = pack_strings(keys)
+    data = np.concatenate([data, np.zeros(8, np.uint8)])     # _equal_words reads up to 7 bytes past a key
     table = np.full(64 * 256, -1, np.int64)
     for q, k in enumerate(keys):
         b = k.encode("utf-8")
@@ -175,6 +224,22 @@ def gather(u8, starts, ends, data):
             total += ends[k] - starts[k]
     off[n] = total
     return off
+
+
+@njit
+def pick_names(index, data, off):
+    """Arrow offsets + data of the column whose row k is name ``index[k]`` of the packed names (data, off)."""
+    n = index.size
+    out_off = np.empty(n + 1, np.int32)
+    total = np.int64(0)
+    for k in range(n):
+        out_off[k] = total
+        total += off[index[k] + 1] - off[index[k]]
+    out_off[n] = total
+    out = np.empty(total, np.uint8)
+    for k in range(n):
+        copy_bytes(out, np.int64(out_off[k]), data, off[index[k]], off[index[k] + 1] - off[index[k]])
+    return out_off, out
 
 
 @njit
@@ -268,3 +333,51 @@ def java_hashes(data, off, valid):
             i += need + 1
         codes[k] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
     return codes, bad
+
+
+@njit
+def values_equal(data, off, valid, word):
+    """Row k: is value k (``valid[k]``) exactly the bytes of ``word``?  (TRAN_MSG == "true": three Arrow
+    compute calls cost ~50 us per batch whatever its size.)"""
+    n = off.size - 1
+    out = np.zeros(n, np.bool_)
+    for k in range(n):
+        if valid[k] and off[k + 1] - off[k] == word.size:
+            same = True
+            for j in range(word.size):
+                if data[off[k] + j] != word[j]:
+                    same = False
+                    break
+            out[k] = same
+    return out
+
+
+@njit
+def decimal_ints(data, off, valid, lo, hi):
+    """(values, True) when every valid value is ``[+-]?[0-9]{1,18}`` within [lo, hi] -- the shape for which
+    Arrow's string cast and Python's int() agree -- else (partial values, False): the caller takes the exact
+    slow path for the column.  (A string-to-int cast costs ~16 us per batch whatever its size.)"""
+    n = off.size - 1
+    out = np.zeros(n, np.int64)
+    for k in range(n):
+        if not valid[k]:
+            continue
+        i = np.int64(off[k])
+        end = np.int64(off[k + 1])
+        neg = i < end and data[i] == 45          # '-'
+        if i < end and (data[i] == 45 or data[i] == 43):
+            i += 1
+        if end - i < 1 or end - i > 18:
+            return out, False
+        v = np.int64(0)
+        while i < end:
+            d = np.int64(data[i]) - 48
+            if d < 0 or d > 9:
+                return out, False
+            v = v * 10 + d
+            i += 1
+        v = -v if neg else v
+        if v < lo or v > hi:
+            return out, False
+        out[k] = v
+    return out, True
