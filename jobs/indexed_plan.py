@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.datasources import (
-    CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT, STATETABLE_FORMAT, StoreReader, UnitFiles,
+    CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT, STATETABLE_FORMAT, StoreReader,
+    partition_bytes,
 )
 from jobs.options import SourceOptions
 from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL
@@ -259,7 +260,7 @@ def probe_offsets(stores, heads, opts_for) -> Optional[Dict[str, np.ndarray]]:
         sorted(set().union(*wanted.values())))))
     reader.brokers = frozenset(wanted)
     parts = reader.partitions()
-    if sum(s.end - s.start for p in parts if isinstance(p, UnitFiles) for s in p.slices) > DRIVER_READ_BYTES:
+    if sum(partition_bytes(p) for p in parts) > DRIVER_READ_BYTES:
         return None
     found: Dict[str, list] = {}
     for part in parts:

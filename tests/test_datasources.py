@@ -140,6 +140,23 @@ def test_partitions_are_small_picklable_ranges_covering_each_file():
     assert plan_partitions("rocketmq_commitlog", opts, brokers=frozenset({"other"})) == []
 
 
+def test_a_reader_packs_consecutive_small_partitions_into_one_task():
+    from jobs.datasources import READ_PACK_BYTES, PartitionPack, StoreReader, partition_bytes, plan_partitions
+
+    opts = parse_options("rocketmq_commitlog", {"path": store_of("rocketmq-4.9.8"), "split_bytes": "256k"})
+    reader = StoreReader("rocketmq_commitlog", opts)
+    planned, packed = plan_partitions("rocketmq_commitlog", opts), reader.partitions()
+    assert len(packed) < len(planned) and any(isinstance(p, PartitionPack) for p in packed)
+    flat = [q for p in packed for q in (p.parts if isinstance(p, PartitionPack) else (p,))]
+    assert flat == planned                                  # the same partitions, in order
+    assert all(partition_bytes(p) <= READ_PACK_BYTES for p in packed if isinstance(p, PartitionPack))
+
+    def rows(parts):
+        return [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
+
+    assert rows(packed) == rows(planned) and len(rows(planned)) > 100
+
+
 def test_include_bodies(rs):
     got = (rs.read.format("rocketmq_commitlog").option("include_bodies", "true")
            .load(store_of("rocketmq-5.3.3")).where("body_size > 0").select("body", "body_size").toArrow())
