@@ -93,6 +93,11 @@ def test_indexed_read_equals_the_dataframe_plan(spark, stores, damaged, monkeypa
     # both plans would locate the queue gaps with Spark (and this read would decline); raised for both
     for module in (indexed_plan, indexed_read):
         monkeypatch.setattr(module, "DRIVER_READ_BYTES", 1 << 30)
+    # the DataFrame plan's positions worked out by Spark (index records fetched, real topics' units joined,
+    # lookups in mapInArrow), as for stores over DRIVER_FETCH_UNITS: an implementation of its own, where its
+    # driver-side positions share the one-job read's code (and are checked against full mode and the truth
+    # in tests/test_indexed_indexfile.py and tests/test_reconstruct.py)
+    monkeypatch.setattr(indexed_plan, "DRIVER_FETCH_UNITS", 0)
 
     chosen = stores + damaged
     probed = [b for b, _ in stores if b not in dict(_local(stores))]     # 3.x: real topics probed in the job
@@ -146,25 +151,6 @@ def test_indexed_read_falls_back(spark, damaged, monkeypatch):
     assert again is not None
     for name in ("commitlog", "op_bodies", "anomalies", "consumequeue"):
         assert _rows(getattr(again, name)) == _rows(getattr(read, name)), name
-
-
-def test_spark_positions_equal_the_one_job_read(spark, stores, monkeypatch):
-    """The DataFrame plan's executor-side positions (index records fetched, real topics' units joined, lookups
-    in mapInArrow), taken when the driver's would be too many, against the one-job read: 3.x stores (probed),
-    a 4.0-4.2 store (scanned) and a 4.3+ one (IndexFile lookups)."""
-    from jobs import indexed_plan
-    from jobs.indexed_read import read_indexed_local
-
-    chosen = [(b, r) for b, r in stores if b in ("fx-0", "fx-2", "3.x_crashy", "4.0-4.2_crashy")]
-    read = read_indexed_local(spark, _options(chosen), 10 ** 9)
-    assert read is not None and read.redolog.num_rows > 0
-    monkeypatch.setattr(indexed_plan, "DRIVER_FETCH_UNITS", 0)
-    _, inputs = _frame_inputs(spark, chosen, mode="indexed")
-    for name in ("commitlog", "anomalies"):
-        mine, theirs = getattr(read, name), inputs[name].toArrow()
-        assert _rows(mine) == _rows(theirs.select(mine.schema.names)), name
-    brokers = set(read.commitlog.column("broker").to_pylist())
-    assert {b for b, _ in chosen} <= brokers
 
 
 def test_indexed_audit_reads_in_one_job_with_the_fallbacks_tables(spark, damaged, tmp_path, monkeypatch):
