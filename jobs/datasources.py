@@ -254,8 +254,58 @@ def _unit_slices(kind: str, files: Iterable[FileInfo], split_bytes: int, topic=N
     return out
 
 
+#: the file bytes of consecutive small partitions one task of a ``rocketmq_*`` read takes together
+#: (:class:`PartitionPack`; full_read.PACK_BYTES for the one-job reads): a task costs a fixed 0.1-0.25 s, and
+#: the DataFrame plan over many small stores paid it per store and format (46 tasks for the anomalies of 12
+#: test stores).  A partition larger than this stays a task of its own.
+READ_PACK_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class PartitionPack(InputPartition):
+    """Consecutive small partitions read by one task, in order (:meth:`StoreReader.partitions`)."""
+
+    parts: tuple
+
+
+def partition_bytes(p) -> int:
+    """The file bytes partition ``p`` reads (0 for the per-store work that is not a byte range)."""
+    if isinstance(p, CommitLogRange):
+        return p.end - p.start
+    if isinstance(p, CommitLogCells):
+        return sum(end - start for start, end in p.cells)
+    if isinstance(p, UnitFiles):
+        return sum(s.end - s.start for s in p.slices)
+    if isinstance(p, PartitionPack):
+        return sum(partition_bytes(q) for q in p.parts)
+    return 0
+
+
+def consecutive_groups(items: Sequence, quota: int) -> list:
+    """``items`` cut into runs of consecutive items whose :func:`partition_bytes` add up to at most ``quota``
+    (an item above it alone), in order."""
+    groups: list = []
+    acc = 0
+    for p in items:
+        n = partition_bytes(p)
+        if not groups or acc + n > quota:
+            groups.append([])
+            acc = 0
+        groups[-1].append(p)
+        acc += n
+    return groups
+
+
+#: the least bytes of unit-file slices one partition packs, whatever ``split_bytes``: a task costs a fixed
+#: 0.1-0.25 s while the decoder reads ~300 MB/s of CPU (mostly preallocated zeros).  At a small test-sized
+#: split (256 KiB) six stores of 6 MB queue files were 2,345 partitions: 451 s for a DataFrame of 5 rows
+UNIT_PACK_BYTES = 64 << 20
+
+
 def pack_slices(broker: str, slices: Sequence[UnitSlice], split_bytes: int) -> list:
-    """Greedy, order-preserving packing of slices into partitions of <= ``split_bytes`` (>= 1 slice each)."""
+    """Greedy, order-preserving packing of slices into partitions of <= ``split_bytes`` (>= 1 slice each;
+    at least :data:`UNIT_PACK_BYTES`).  The slices stay cut at ``split_bytes``: the same rows and findings."""
+    split_bytes = max(split_bytes, UNIT_PACK_BYTES)
     parts, group, size = [], [], 0
     for s in slices:
         n = s.end - s.start
@@ -430,7 +480,9 @@ class StoreReader(DataSourceReader):
         self.topics: Optional[frozenset] = opts.topics  # option topics, narrowed by pushed topic filters
 
     def partitions(self) -> list:
-        return plan_partitions(self.fmt, self.opts, brokers=self.brokers, topics=self.topics)
+        parts = plan_partitions(self.fmt, self.opts, brokers=self.brokers, topics=self.topics)
+        return [g[0] if len(g) == 1 else PartitionPack(tuple(g)) for g in consecutive_groups(parts,
+                                                                                             READ_PACK_BYTES)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from txlog_io.readstats import flushing
@@ -438,6 +490,8 @@ class StoreReader(DataSourceReader):
         return flushing(self._read(partition))
 
     def _read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, PartitionPack):
+            return (b for p in partition.parts for b in self._read(p))
         if self.fmt == ANOMALIES_FORMAT:
             return self._read_anomalies(partition)
         if self.fmt == TX_SCAN_FORMAT:
@@ -680,6 +734,7 @@ def register(spark) -> None:
 
 
 __all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "CommitLogCells", "group_cells",
+           "PartitionPack", "partition_bytes", "consecutive_groups", "READ_PACK_BYTES", "UNIT_PACK_BYTES",
            "UnitSlice", "UnitFiles", "StoreFiles",
            "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch",
            "prepend_broker", "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT",

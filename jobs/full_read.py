@@ -40,9 +40,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.datasources import (
-    ANOMALIES_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT, STATETABLE_FORMAT,
-    SIDE_SOURCES, TX_SCAN_FORMAT, CommitLogCells, CommitLogRange, StoreFiles, UnitFiles, anomalies_batch,
-    consumer_offsets_rows, decode_unit_slice, plan_partitions, prepend_broker, store_anomalies, store_listing,
+    ANOMALIES_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, READ_PACK_BYTES, REDOLOG_FORMAT,
+    SIDE_SOURCES, STATETABLE_FORMAT, TX_SCAN_FORMAT, CommitLogCells, CommitLogRange, StoreFiles, UnitFiles,
+    anomalies_batch, consecutive_groups, consumer_offsets_rows, decode_unit_slice, partition_bytes,
+    plan_partitions, prepend_broker, store_anomalies, store_listing,
 )
 from jobs.options import parse_options
 from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
@@ -66,7 +67,7 @@ _UNIT_FORMAT = {"consumequeue": CONSUMEQUEUE_FORMAT, "statetable": STATETABLE_FO
                 "redolog": REDOLOG_FORMAT}
 _OVERFLOW = "overflow"
 #: :func:`pack_items`' bound on the bytes of consecutive small work items read by one task
-PACK_BYTES = 16 << 20
+PACK_BYTES = READ_PACK_BYTES
 #: a read allowed in the driver (``read_local(in_driver=True)``: an incremental run's continuation) of at most
 #: this many file bytes runs there, in a thread per core (the kernels release the GIL), not as a Spark job:
 #: on the 8 GiB bench the continuation's decoding is ~0.25 s of CPU, one job's fixed cost 0.5-0.9 s idle
@@ -264,15 +265,9 @@ class ItemGroup:
     items: tuple
 
 
-def item_bytes(p) -> int:
-    """The file bytes work item ``p`` reads (0 for the per-store work that is not a byte range)."""
-    if isinstance(p, CommitLogRange):
-        return p.end - p.start
-    if isinstance(p, CommitLogCells):
-        return sum(end - start for start, end in p.cells)
-    if isinstance(p, UnitFiles):
-        return sum(s.end - s.start for s in p.slices)
-    return 0
+#: the file bytes a work item reads (the DataFrame plan's reads pack their partitions the same way:
+#: datasources.PartitionPack)
+item_bytes = partition_bytes
 
 
 def pack_items(items: list, cores: int, pack_bytes: Optional[int] = None) -> list:
@@ -281,17 +276,8 @@ def pack_items(items: list, cores: int, pack_bytes: Optional[int] = None) -> lis
     (one cell, unit pack or store task each) paid it per file.  An item above the quota stays a task of its
     own (the grouped cells of a large store keep their balance); order, hence rows and findings, unchanged."""
     limit = PACK_BYTES if pack_bytes is None else pack_bytes
-    sizes = [item_bytes(p) for p in items]
-    quota = min(limit, sum(sizes) // max(1, cores))
-    groups: List[list] = []
-    acc = 0
-    for p, n in zip(items, sizes):
-        if not groups or acc + n > quota:
-            groups.append([])
-            acc = 0
-        groups[-1].append(p)
-        acc += n
-    return [g[0] if len(g) == 1 else ItemGroup(tuple(g)) for g in groups]
+    quota = min(limit, sum(item_bytes(p) for p in items) // max(1, cores))
+    return [g[0] if len(g) == 1 else ItemGroup(tuple(g)) for g in consecutive_groups(items, quota)]
 
 
 @dataclass(frozen=True)

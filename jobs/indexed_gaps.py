@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from jobs.datasources import TX_SCAN_FORMAT, tx_scan_batches
-from jobs.indexed_plan import GAP_TAIL, IndexedPlan
+from jobs.indexed_plan import GAP_TAIL, IndexedPlan, uses_index_files  # noqa: F401 - re-exported
 from jobs.options import SourceOptions
 from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL, split_idle_tails
 from jobs.txparams import TX_SYSTEM_TOPICS
@@ -39,12 +39,6 @@ ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY, GAP
                  GAP_QUEUE_IDLE_TAIL)     # its finding depends on what the scan finds: jobs/queue_tails.py
 GAPS_SCHEMA = ("broker string, start bigint, end bigint, reason string, queue string, detail string, "
                "queue_dir string")
-
-
-def uses_index_files(store) -> bool:
-    """Whether indexed mode finds this store's 4.3+ COMMIT records through IndexFile lookups of
-    ``REAL_TOPIC#UNIQ_KEY`` (else through the real topics' consume queues)."""
-    return bool(store.tx_half_topic and store.index_files and store.commitlog_files)
 
 
 def index_file_gaps(store) -> list:

@@ -24,14 +24,14 @@ time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
 
 from jobs.datasources import anomalies_batch
 from jobs.full_read import record_rows
-from jobs.indexed_plan import DRIVER_IO_THREADS, _in_threads
+from jobs.indexed_plan import DRIVER_IO_THREADS, _in_threads, probe_offsets
 from jobs.txparams import DISCARD_TOPIC, HALF_TOPIC
 
 #: lookup tasks per core: enough that the index files of the newest (most searched) groups do not leave a
@@ -54,6 +54,17 @@ class LookupAt:
     commitlog_files: tuple  # ((path, base_offset, size), ...) in offset order
 
 
+@dataclass(frozen=True)
+class ProbeAt:
+    """CommitLog offsets of one broker to probe (``decode_at`` with ``tx_only``: a NOT record is read up to
+    its SYSFLAG, never copied): the units of the real topics a 3.x store's (or an un-indexed 4.3+ store's)
+    transactions live in, where the DataFrame plan joins every unit of those topics."""
+
+    broker: str
+    offsets: bytes          # int64, sorted and distinct
+    commitlog_files: tuple  # ((path, base_offset, size), ...) in offset order
+
+
 # ------------------------------------------------------------------------------------------------------------
 # executor side
 # ------------------------------------------------------------------------------------------------------------
@@ -65,12 +76,23 @@ def lookup_fetch(p: LookupAt, out: Dict[str, list]) -> None:
     from txlog_io.indexfile import search_files
 
     hits = search_files(p.files, np.frombuffer(p.hashes, np.int64), np.frombuffer(p.after, np.int64))
-    if not hits.size:
-        return
-    records, anomalies, lost = fetch_at(p.broker, p.commitlog_files, hits, tx_only=True)
+    if hits.size:
+        _probe(p.broker, p.commitlog_files, hits, out)
+
+
+def probe_fetch(p: "ProbeAt", out: Dict[str, list]) -> None:
+    """Probe the records at ``p.offsets`` (a real topic's consume-queue units): what
+    :func:`lookup_fetch` does with the offsets it found."""
+    _probe(p.broker, p.commitlog_files, np.frombuffer(p.offsets, np.int64), out)
+
+
+def _probe(broker: str, commitlog_files: Sequence, offsets, out: Dict[str, list]) -> None:
+    """The non-NOT records at ``offsets`` to ``out["commitlog"]``, the findings met to
+    ``out["hit_anomalies"]``, the offsets no CommitLog file holds to ``out["lost"]``."""
+    records, anomalies, lost = fetch_at(broker, commitlog_files, offsets, tx_only=True)
     if lost:
         out["lost"].append(pa.RecordBatch.from_arrays(
-            [pa.array([p.broker] * len(lost), pa.string()), pa.array(lost, pa.int64())], schema=LOST_SCHEMA))
+            [pa.array([broker] * len(lost), pa.string()), pa.array(lost, pa.int64())], schema=LOST_SCHEMA))
     out["commitlog"] += records
     out["hit_anomalies"] += anomalies
 
@@ -146,6 +168,29 @@ def fetch_units(stores: Sequence, units: pa.Table, keyed) -> UnitRecords:
     return got
 
 
+def probe_items(stores: Sequence, units: UnitRecords, fetched: Dict[str, set], opts_for, cores: int,
+                max_units: int) -> Optional[List[ProbeAt]]:
+    """The probe tasks: every unit of the real topics the records at the transaction index units name
+    (``indexed_plan.probe_offsets``: a 3.x store's, an un-indexed 4.3+ store's) but the ``fetched`` offsets
+    (broker -> offsets the driver read whole), cut into about ``LOOKUP_TASKS_PER_CORE`` tasks per core.  None
+    when the probed queue files exceed DRIVER_READ_BYTES or the offsets ``max_units``: the DataFrame plan then
+    probes on the executors."""
+    heads = (r for batch in units.records for r in zip(*(batch.column(c).to_pylist() for c in (
+        "broker", "topic", "real_topic", "transaction_type"))))
+    probes = probe_offsets(stores, heads, opts_for)
+    if probes is None:
+        return None
+    offsets = {b: np.setdiff1d(o, np.fromiter(fetched.get(b, ()), np.int64), assume_unique=True)
+               for b, o in probes.items()}
+    total = sum(o.size for o in offsets.values())
+    if total > max_units:
+        return None
+    piece = max(1024, -(-total // (LOOKUP_TASKS_PER_CORE * max(1, cores))))
+    files = {s.broker: s.commitlog_files for s in stores}
+    return [ProbeAt(b, o[i:i + piece].tobytes(), files[b]) for b, o in offsets.items()
+            for i in range(0, o.size, piece)]
+
+
 def _split(items: list, size: int) -> List[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
@@ -192,5 +237,6 @@ def lookup_items(stores: Sequence, keys: Dict[str, Dict[Tuple[str, str], int]], 
     return items
 
 
-__all__ = ["LookupAt", "lookup_fetch", "fetch_units", "lookup_items", "UnitRecords", "LOST_SCHEMA",
+__all__ = ["LookupAt", "ProbeAt", "lookup_fetch", "probe_fetch", "probe_items", "fetch_units", "lookup_items",
+           "UnitRecords", "LOST_SCHEMA",
            "index_files_read_whole"]

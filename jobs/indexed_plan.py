@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from jobs.datasources import (
     CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, REDOLOG_FORMAT, STATETABLE_FORMAT, StoreReader,
+    partition_bytes,
 )
 from jobs.options import SourceOptions
 from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL
@@ -52,6 +53,19 @@ DRIVER_FETCH_UNITS = 20000
 DRIVER_IO_THREADS = 16
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 _EXTREMES = ("broker", "topic", "queue_id", "q_first", "q_last", "p_first", "p_after_last")
+
+
+def uses_index_files(store) -> bool:
+    """Whether indexed mode finds this store's 4.3+ COMMIT records through IndexFile lookups of
+    ``REAL_TOPIC#UNIQ_KEY`` (else through the real topics' consume queues)."""
+    return bool(store.tx_half_topic and store.index_files and store.commitlog_files)
+
+
+def probed(store) -> bool:
+    """Whether indexed mode reads this store's real topics' consume queues (the non-NOT records there are
+    transaction records): 3.x files (PREPARED / COMMIT records in their own topics), or no IndexFiles to look
+    4.3+ COMMIT records up in."""
+    return not uses_index_files(store) or bool(store.statetable_files or store.redolog_files)
 
 
 def driver_table(fmt: str, opts: SourceOptions) -> pa.Table:
@@ -166,6 +180,9 @@ class IndexedPlan:
 
     gaps: List[tuple]
     units: Optional[pa.Table] = None
+    #: the statetable and redolog rows (STATETABLE / REDOLOG_SOURCE) when the driver read them here: their
+    #: positions are the 3.x transactions' records (jobs/indexed_read.py fetches them on the driver)
+    tables: Optional[List[pa.Table]] = None
 
 
 def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -> IndexedPlan:
@@ -184,9 +201,11 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
 
         extremes = extremes_of_frame(tx_queues.where(F.col("broker").isin(*brokers))) if brokers else []
     ends = dispatch_ends(stores)
+    driver_tables = None
     if any(s.statetable_files or s.redolog_files for s in stores):
         if sum(s.tx_table_bytes for s in stores) <= DRIVER_READ_BYTES:
-            tables = [driver_table(fmt, opts_for(fmt)) for fmt in (STATETABLE_FORMAT, REDOLOG_FORMAT)]
+            tables = driver_tables = [driver_table(fmt, opts_for(fmt)) for fmt in (STATETABLE_FORMAT,
+                                                                                   REDOLOG_FORMAT)]
         else:
             tables = [f.select("broker", "commitlog_offset", "size").toArrow() for f in (statetable, redolog)]
         for b, end in units_end(tables).items():
@@ -195,46 +214,109 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
-    return IndexedPlan(queue_gaps(stores, extremes, ends, consumed) if stores else [], units)
+    return IndexedPlan(queue_gaps(stores, extremes, ends, consumed) if stores else [], units, driver_tables)
 
 
-def driver_positions(plan: IndexedPlan, all_stores, keyed) -> Optional[pa.Table]:
+def index_units(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
+    """(broker, commitlog_offset) of every transaction index unit -- the half / op / discard queues', the 3.x
+    statetable's and redolog's -- as the driver read them, or None when they were too large for it."""
+    tables = plan.tables
+    if tables is None and any(s.statetable_files or s.redolog_files for s in all_stores):
+        if sum(s.tx_table_bytes for s in all_stores) > DRIVER_READ_BYTES:
+            return None
+        tables = [driver_table(fmt, opts_for(fmt)) for fmt in (STATETABLE_FORMAT, REDOLOG_FORMAT)]
+    if plan.units is None:
+        return None
+    key = ["broker", "commitlog_offset"]
+    return pa.concat_tables([t.select(key) for t in [plan.units, *(tables or ())]])
+
+
+def probed_topics(stores, heads) -> Dict[str, set]:
+    """broker -> the real topics whose consume queues indexed mode probes, from ``heads`` (broker, topic,
+    real_topic, transaction_type) of the records at the transaction index units: a :func:`probed` store's
+    non-NOT records' own topics (3.x) and, without IndexFiles, its halves' REAL_TOPIC -- the DataFrame plan's
+    ``coalesce(when(half, real_topic), when(type != NOT, topic))`` (``store_frames.indexed_commitlog``)."""
+    mine = {s.broker for s in stores if probed(s)}
+    keyed = {s.broker for s in stores if uses_index_files(s)}
+    out: Dict[str, set] = {}
+    for b, topic, real, kind in heads:
+        half = topic in (HALF_TOPIC, DISCARD_TOPIC)
+        if b not in mine or (half and b in keyed):
+            continue
+        name = real if half and real is not None else (topic if kind is not None and kind != "NOT" else None)
+        if name is not None and name not in TX_SYSTEM_TOPICS:
+            out.setdefault(b, set()).add(name)
+    return out
+
+
+def probe_offsets(stores, heads, opts_for) -> Optional[Dict[str, np.ndarray]]:
+    """broker -> the sorted, distinct CommitLog offsets of every unit of its :func:`probed_topics`, read here
+    by the data source's reader; None when those queue files exceed ``DRIVER_READ_BYTES`` (the DataFrame
+    plan's executors then join them)."""
+    wanted = probed_topics(stores, heads)
+    if not wanted:
+        return {}
+    reader = StoreReader(CONSUMEQUEUE_FORMAT, opts_for(CONSUMEQUEUE_FORMAT, topics=",".join(
+        sorted(set().union(*wanted.values())))))
+    reader.brokers = frozenset(wanted)
+    parts = reader.partitions()
+    if sum(partition_bytes(p) for p in parts) > DRIVER_READ_BYTES:
+        return None
+    found: Dict[str, list] = {}
+    for part in parts:
+        for batch in reader.read(part):
+            for b in set(batch.column("broker").to_pylist()):
+                topics = pa.array(sorted(wanted.get(b, ())), pa.string())
+                keep = pc.and_(pc.equal(batch.column("broker"), b), pc.is_in(batch.column("topic"), topics))
+                found.setdefault(b, []).append(batch.column("commitlog_offset").filter(keep).to_numpy())
+    return {b: np.unique(np.concatenate(parts_of)).astype(np.int64) for b, parts_of in found.items()}
+
+
+def driver_positions(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
     """(broker, commitlog_offset, only_tx) of every record indexed mode fetches, worked out on the driver --
-    or None when that is not small or needs the Spark plan (``store_frames.indexed_commitlog``).
+    or None when that is not small (``store_frames.indexed_commitlog`` then plans with Spark).
 
-    Small means: the transaction queues were read here and hold at most ``DRIVER_FETCH_UNITS`` units, and no
-    store needs its real topics' consume queues probed (``keyed``: every store with a transaction index has
-    IndexFiles and no 3.x files).  Then the driver reads the half / op / discard records' headers by position
-    (``decode_at``, no bodies), looks their ``REAL_TOPIC#UNIQ_KEY`` up in the IndexFiles (the executors'
-    ``IndexLookup``, run here) and hands the executors one flat list of positions to fetch."""
-
+    Small means: the transaction index units (queues, 3.x tables) were read here and the queues hold at most
+    ``DRIVER_FETCH_UNITS`` units, and the :func:`probed` real topics' queue files at most
+    ``DRIVER_READ_BYTES`` with at most ``DRIVER_FETCH_UNITS`` units.  Then the driver reads the index records'
+    headers by position (``decode_at``, no bodies), looks the halves' ``REAL_TOPIC#UNIQ_KEY`` up in the
+    IndexFiles (the executors' ``IndexLookup``, run here), lists the probed topics' units, and hands the
+    executors one flat list of positions to fetch."""
     if plan.units is None or plan.units.num_rows > DRIVER_FETCH_UNITS:
         return None
-    if any(not keyed(s) for s in all_stores if s.tx_half_topic or s.statetable_files or s.redolog_files):
+    index = index_units(plan, all_stores, opts_for)
+    if index is None:
         return None
-    units = plan.units
-    offsets = {}
-    for b, off in zip(units.column("broker").to_pylist(), units.column("commitlog_offset").to_pylist()):
+    offsets: Dict[str, set] = {}
+    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset"))):
         offsets.setdefault(b, set()).add(off)
     brokers, found = [], []
     keys: Dict[tuple, int] = {}
+    heads: list = []
     for s in all_stores:
         wanted = sorted(offsets.get(s.broker, ()))
         brokers += [s.broker] * len(wanted)
         found += wanted
-        if not keyed(s):
-            continue
+        keyed = uses_index_files(s)
         for part in _in_threads(lambda chunk, s=s: records_at(s, chunk), _chunks(wanted)):
             for rec in part:
-                if rec["topic"] in (HALF_TOPIC, DISCARD_TOPIC) and rec["uniq_key"] is not None \
+                heads.append((s.broker, rec["topic"], rec["real_topic"], rec["transaction_type"]))
+                if keyed and rec["topic"] in (HALF_TOPIC, DISCARD_TOPIC) and rec["uniq_key"] is not None \
                         and rec["real_topic"] is not None:
                     k = (s.broker, rec["real_topic"], rec["uniq_key"])
                     keys[k] = min(keys.get(k, rec["physical_offset"]), rec["physical_offset"])
+    probes = probe_offsets(all_stores, heads, opts_for)
+    if probes is None or sum(p.size for p in probes.values()) > DRIVER_FETCH_UNITS:
+        return None
     only_tx = [False] * len(found)
+    for b, probe in probes.items():     # only_tx: a NOT record there is probed, not fetched
+        brokers += [b] * probe.size
+        found += probe.tolist()
+        only_tx += [True] * probe.size
     if keys:        # ONE call: each index file is searched for all its keys at once (lookup_many)
         batch = pa.RecordBatch.from_pylist([{"broker": b, "real_topic": t, "uniq_key": u, "after": a}
                                             for (b, t, u), a in keys.items()])
-        for hits in IndexLookup([s for s in all_stores if keyed(s)])(iter([batch])):
+        for hits in IndexLookup([s for s in all_stores if uses_index_files(s)])(iter([batch])):
             brokers += hits.column("broker").to_pylist()
             found += hits.column("commitlog_offset").to_pylist()
             only_tx += [True] * hits.num_rows
@@ -262,8 +344,9 @@ def _in_threads(fn, chunks: List[list]) -> list:
 
 
 def records_at(store, offsets: Sequence[int]) -> List[dict]:
-    """topic / real_topic / uniq_key / physical_offset of the records at ``offsets`` (sorted) of one store,
-    header and properties only (``txlog_io.commitlog.decode_at`` per CommitLog file)."""
+    """topic / real_topic / uniq_key / physical_offset / transaction_type of the records at ``offsets``
+    (sorted) of one store, header and properties only (``txlog_io.commitlog.decode_at`` per CommitLog
+    file)."""
     import bisect
 
     from txlog_io.commitlog import decode_at
@@ -278,7 +361,8 @@ def records_at(store, offsets: Sequence[int]) -> List[dict]:
     for i, positions in by_file.items():
         path, base, _ = store.commitlog_files[i]
         batch, _ = decode_at(path, positions, base_offset=base, with_body=False)
-        out += batch.select(["topic", "real_topic", "uniq_key", "physical_offset"]).to_pylist()
+        out += batch.select(["topic", "real_topic", "uniq_key", "physical_offset",
+                             "transaction_type"]).to_pylist()
     return out
 
 
@@ -315,7 +399,7 @@ class IndexLookup:
             flush()
 
 
-__all__ = ["IndexLookup",
+__all__ = ["IndexLookup", "uses_index_files", "probed", "probed_topics", "probe_offsets", "index_units",
            "plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
            "extremes_of_frame", "driver_table", "dispatch_ends", "units_end", "DRIVER_READ_BYTES",
            "DRIVER_FETCH_UNITS", "GAP_TAIL", "GAP_HEAD", "GAP_TAIL_UNITS", "GAP_OP_QUEUE"]

@@ -275,14 +275,16 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         # gap scan's); ``scan`` is the union of both, which the audit persists so nothing is read twice
         indexed = [s for s in info if has_transaction_index(s) and s.commitlog_files]
         unindexed = [s for s in info if not has_transaction_index(s) and s.commitlog_files]
-        plan = plan_indexed(indexed, info, lambda fmt, **extra: parse_options(fmt, dict(base, **extra)),
-                            tx_queues, statetable, redolog)
+        def opts_for(fmt, **extra):
+            return parse_options(fmt, dict(base, **extra))
+
+        plan = plan_indexed(indexed, info, opts_for, tx_queues, statetable, redolog)
         if plan.units is not None and plan.units.num_rows <= DRIVER_FETCH_UNITS:
             # the driver holds the transaction queues' units already (the very rows the data source gives):
             # the reconstruction's copy comes from there instead of a second read by a Spark job
             tx_queues = spark.createDataFrame(plan.units, SOURCE_TABLES[CONSUMEQUEUE_FORMAT].spark_schema())
         scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
-                                 plan=plan)
+                                 plan=plan, opts_for=opts_for)
         decoders = read(ANOMALIES_FORMAT, sources=SIDE_SOURCES)
         gap_rows, idle_tails = indexed_gap_rows(plan, indexed, unindexed)
         if gap_rows:
@@ -376,18 +378,20 @@ def split_tx_scan(scan):
 # ----------------------------------------------------------------------------------------------------------
 
 def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[StoreInfo],
-                      opts: SourceOptions, tx_queues=None, plan: Optional[IndexedPlan] = None):
+                      opts: SourceOptions, tx_queues=None, plan: Optional[IndexedPlan] = None, opts_for=None):
     """The transaction-relevant CommitLog records and the findings met reading them, as ``rocketmq_txscan``
     rows of one fetch pass (:func:`fetch_scan`; :func:`split_tx_scan` splits them).
 
     Positions are (broker, commitlog_offset, only_tx) rows, duplicates allowed: ``only_tx`` marks a position
     found through a real topic's consume queue, where a record is kept only if its transaction type is not NOT
-    (a position also listed by a transaction index is kept whatever its type).  Two fetch passes: the index
-    records (to learn the real topics), then every position once (:class:`_FetchAt` merges duplicates).
+    (a position also listed by a transaction index is kept whatever its type).  When the indexes and the
+    probed real topics' units are small (``indexed_plan.driver_positions``: 3.x stores too) the driver works
+    the positions out and ONE narrow fetch pass reads them; else two fetch passes: the index records (to
+    learn the real topics), then every position once (:class:`_FetchAt` merges duplicates).
     """
     from pyspark.sql import functions as F
 
-    local = None if plan is None else driver_positions(plan, info, keyed_only)
+    local = None if plan is None or opts_for is None else driver_positions(plan, info, opts_for)
     if local is not None:       # worked out on the driver: one narrow fetch pass, no join, no shuffle
         return fetch_scan_local(spark, local, info, opts)
     key = ["broker", "commitlog_offset"]

@@ -121,7 +121,7 @@ def test_tiny_split_reads_every_record_exactly_once(rs, commitlog_tables):
 def test_partitions_are_small_picklable_ranges_covering_each_file():
     import pickle
 
-    from jobs.datasources import CommitLogRange, StoreFiles, UnitFiles, plan_partitions
+    from jobs.datasources import UNIT_PACK_BYTES, CommitLogRange, StoreFiles, UnitFiles, plan_partitions
 
     opts = parse_options("rocketmq_anomalies", {"path": store_of("rocketmq-4.9.8"), "split_bytes": "256k"})
     parts = plan_partitions("rocketmq_anomalies", opts)
@@ -132,10 +132,29 @@ def test_partitions_are_small_picklable_ranges_covering_each_file():
         assert mine[0][0] == 0 and mine[-1][1] == 1 << 20
         assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
     units = [s for p in parts if isinstance(p, UnitFiles) for s in p.slices]  # 18 queues, one with 2 files
-    assert len(units) == 19 and all(sum(s.end - s.start for s in p.slices) <= 256 << 10
-                                    for p in parts if isinstance(p, UnitFiles))
+    # slices cut at split_bytes, packed up to UNIT_PACK_BYTES (a task per 256 KiB slice cost more than it read)
+    assert len(units) == 19 and all(s.end - s.start <= 256 << 10 for s in units)
+    packs = [sum(s.end - s.start for s in p.slices) for p in parts if isinstance(p, UnitFiles)]
+    assert len(packs) == 1 and packs[0] <= UNIT_PACK_BYTES
     assert all(pickle.loads(pickle.dumps(p)) == p and len(pickle.dumps(p)) < 4096 for p in parts)
     assert plan_partitions("rocketmq_commitlog", opts, brokers=frozenset({"other"})) == []
+
+
+def test_a_reader_packs_consecutive_small_partitions_into_one_task():
+    from jobs.datasources import READ_PACK_BYTES, PartitionPack, StoreReader, partition_bytes, plan_partitions
+
+    opts = parse_options("rocketmq_commitlog", {"path": store_of("rocketmq-4.9.8"), "split_bytes": "256k"})
+    reader = StoreReader("rocketmq_commitlog", opts)
+    planned, packed = plan_partitions("rocketmq_commitlog", opts), reader.partitions()
+    assert len(packed) < len(planned) and any(isinstance(p, PartitionPack) for p in packed)
+    flat = [q for p in packed for q in (p.parts if isinstance(p, PartitionPack) else (p,))]
+    assert flat == planned                                  # the same partitions, in order
+    assert all(partition_bytes(p) <= READ_PACK_BYTES for p in packed if isinstance(p, PartitionPack))
+
+    def rows(parts):
+        return [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
+
+    assert rows(packed) == rows(planned) and len(rows(planned)) > 100
 
 
 def test_include_bodies(rs):

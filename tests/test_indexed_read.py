@@ -20,8 +20,8 @@ from test_indexed_indexfile import _variant, base_store, monkeypatch_module  # n
 pytestmark = pytest.mark.spark
 
 #: (profile, scenario) of the reference-broker stores compared: damage (crashy / corrupt) under the 4.3+
-#: profiles, retention, a check-max storm, an upgrade, and the two kinds this read declines or scans whole
-#: (3.x: the Spark plan; 4.0-4.2: no transaction index, its CommitLog scanned)
+#: profiles, retention, a check-max storm, an upgrade, and the two kinds read other ways (3.x: its real
+#: topics' consume queues probed; 4.0-4.2: no transaction index, its CommitLog scanned)
 MATRIX = (("4.3-4.5", "crashy"), ("4.6-4.9", "corrupt"), ("5.0", "retention"), ("5.1+", "crashy"),
           ("5.1+", "corrupt"), ("5.1+", "checkmax-storm"), ("5.1+", "upgrade-4.9-to-5.1"),
           ("4.0-4.2", "crashy"), ("3.x", "crashy"))
@@ -74,7 +74,7 @@ def damaged(base_store, tmp_path_factory):  # noqa: F811
 
 
 def _local(stores):
-    """The stores the one-job read takes: IndexFiles and no 3.x files, or no transaction index at all."""
+    """The stores read without probing real topics: IndexFiles and no 3.x files, or no transaction index."""
     from jobs.options import parse_options
     from jobs.store_frames import _infos, has_transaction_index, keyed_only
 
@@ -93,13 +93,19 @@ def test_indexed_read_equals_the_dataframe_plan(spark, stores, damaged, monkeypa
     # both plans would locate the queue gaps with Spark (and this read would decline); raised for both
     for module in (indexed_plan, indexed_read):
         monkeypatch.setattr(module, "DRIVER_READ_BYTES", 1 << 30)
+    # the DataFrame plan's positions worked out by Spark (index records fetched, real topics' units joined,
+    # lookups in mapInArrow), as for stores over DRIVER_FETCH_UNITS: an implementation of its own, where its
+    # driver-side positions share the one-job read's code (and are checked against full mode and the truth
+    # in tests/test_indexed_indexfile.py and tests/test_reconstruct.py)
+    monkeypatch.setattr(indexed_plan, "DRIVER_FETCH_UNITS", 0)
 
-    assert read_indexed_local(spark, _options(stores), 10 ** 9) is None     # 3.x stores: the Spark plan
-    chosen = _local(stores) + damaged
-    assert len(chosen) > 12
+    chosen = stores + damaged
+    probed = [b for b, _ in stores if b not in dict(_local(stores))]     # 3.x: real topics probed in the job
+    assert len(chosen) > 12 and {"fx-0", "3.x_crashy"} <= set(probed)
     timings: dict = {}
     read = read_indexed_local(spark, _options(chosen), 10 ** 9, timings)
     assert read is not None and {"read.plan", "read.job", "read.arrow"} <= set(timings)
+    assert set(probed) <= set(read.commitlog.column("broker").to_pylist())
     frames, inputs = _frame_inputs(spark, chosen, mode="indexed")
     for name in ("commitlog", "anomalies", "statetable", "redolog", "consumer_offsets", "consumequeue"):
         mine = getattr(read, name)

@@ -336,15 +336,14 @@ def audit(spark, matrix):
     """{mode: {output: [row dicts]}} (broker names without the indexed suffix) + timing.
 
     Each store is read and reduced as ``run_audit`` does it (jobs/audit.py ``_read_local``): full mode by
-    full_read's one-job read, indexed mode by indexed_read's, each for all brokers in one Spark job, then
-    reduced on the driver (``reduce_local``); the stores indexed_read declines (the 3.x ones: statetable) go
-    through the DataFrame plan (load_store_frames + reconstruct), as the audit's fallback does.  That the
-    DataFrame plan gives the same rows as the one-job reads on every scenario: tests/test_full_read.py and
-    tests/test_indexed_read.py."""
+    full_read's one-job read, indexed mode by indexed_read's (3.x stores too: their real topics probed), each
+    for all brokers in one Spark job, then reduced on the driver (``reduce_local``).  That the DataFrame plan
+    (the audit's fallback) gives the same rows as the one-job reads on every scenario:
+    tests/test_full_read.py and tests/test_indexed_read.py."""
     from jobs.full_read import read_local, reduce_local
-    from jobs.indexed_read import plan_read, read_indexed_local
-    from jobs.reconstruct import AuditParams, reconstruct
-    from jobs.store_frames import LazyStoreFrames, load_store_frames
+    from jobs.indexed_read import read_indexed_local
+    from jobs.reconstruct import AuditParams
+    from jobs.store_frames import LazyStoreFrames
 
     started = time.perf_counter()
     params, override = {}, {}
@@ -364,23 +363,14 @@ def audit(spark, matrix):
 
     names = list(matrix)
     parts = {}
-    declined = [n for n in names if plan_read(options([n], IDX)) is None]
-    assert declined == [n for n in names if matrix[n].profile == "3.x"], declined
     outs = []
-    kept = [n for n in names if n not in declined]
-    for mode, reader, these, suffix in (("full", read_local, names, ""),
-                                        ("indexed", read_indexed_local, kept, IDX)):
-        o = options(these, suffix)
+    for mode, reader, suffix in (("full", read_local, ""), ("indexed", read_indexed_local, IDX)):
+        o = options(names, suffix)
         read = reader(spark, o, 10 ** 9)
-        assert read is not None, mode
+        assert read is not None, mode       # no store declined (3.x ones were, until issue 12's sixth stop)
         layout = LazyStoreFrames(spark, o.stores, o.brokers, mode=mode).layout_info
         outs.append(reduce_local(read, layout, params, override))
         parts[mode] = time.perf_counter() - started
-    if declined:        # the declined stores in indexed mode: the DataFrame plan (none in the DLedger matrix)
-        o = options(declined, IDX)
-        frames = load_store_frames(spark, o.stores, mode="indexed", brokers=o.brokers, include_bodies=True)
-        outs.append(reconstruct(frames, params, override, local=True).arrow)
-    parts["indexed_3x"] = time.perf_counter() - started
     out = {m: defaultdict(list) for m in MODES}
     for output in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
         for arrow in outs:
