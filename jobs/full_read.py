@@ -22,7 +22,8 @@ table (``txreduce.input_table``) from what it received.  The rows equal the Data
 decoders over the same partitions; tested against it in tests/test_full_read.py).
 
 An incremental run's continuation reads little (the CommitLog from its resume offset, the unit files): up to
-``DRIVER_READ_BYTES`` the same tasks run in the driver's threads instead (:func:`driver_job`), no Spark job.
+``CONTINUATION_DRIVER_BYTES`` the same tasks run in the driver's threads instead (:func:`driver_job`), no
+Spark job.
 
 Bound: a task holding more than ``LOCAL_MAX_ROWS`` rows returns only its count, and a read whose rows add up
 to more than that returns None: the caller then takes the DataFrame plan (executor-side reduction), at the
@@ -71,7 +72,7 @@ PACK_BYTES = READ_PACK_BYTES
 #: a read allowed in the driver (``read_local(in_driver=True)``: an incremental run's continuation) of at most
 #: this many file bytes runs there, in a thread per core (the kernels release the GIL), not as a Spark job:
 #: on the 8 GiB bench the continuation's decoding is ~0.25 s of CPU, one job's fixed cost 0.5-0.9 s idle
-DRIVER_READ_BYTES = 1 << 30
+CONTINUATION_DRIVER_BYTES = 1 << 30
 
 
 @dataclass
@@ -356,7 +357,7 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
     ``units`` (an incremental run's): ``units.seen(findings_only_units(items))`` is called before the job,
     and the files in ``units.skip`` (broker -> paths) are not read (their findings are carried).
     ``in_driver``: the same tasks run in the driver (:func:`driver_job`) when they read at most
-    ``DRIVER_READ_BYTES`` (``LocalRead.in_driver``)."""
+    ``CONTINUATION_DRIVER_BYTES`` (``LocalRead.in_driver``)."""
     t0 = time.monotonic()
     sc = spark.sparkContext
     cores = int(sc.defaultParallelism or 1)
@@ -366,8 +367,8 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
         items = _skipping(items, units.skip)
     task = ReadTask(sources, max_rows)
     items = pack_items(items, cores)
-    driver = in_driver and sum(item_bytes(q) for p in items
-                               for q in (p.items if isinstance(p, ItemGroup) else (p,))) <= DRIVER_READ_BYTES
+    read_bytes = sum(item_bytes(q) for p in items for q in (p.items if isinstance(p, ItemGroup) else (p,)))
+    driver = in_driver and read_bytes <= CONTINUATION_DRIVER_BYTES
     got = (driver_job(items, min(cores, os.cpu_count() or 1), task) if driver
            else collect_job(sc, items, len(items), task))
     t1 = time.monotonic()

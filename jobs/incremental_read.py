@@ -66,7 +66,7 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
         # the carried records and op bodies (deltalake reads, most of the carried bytes) are read while the
         # job runs: the driver only waits for it; the findings need the unit files the read skips (below)
         early = pool.submit(_load_carried, plan, options, False) if plan.continuing else None
-        # a continuation reads little: in the driver when it is small enough (full_read.DRIVER_READ_BYTES)
+        # a continuation reads little: in the driver when small enough (full_read.CONTINUATION_DRIVER_BYTES)
         read = one_job_read(spark, options, max_rows, timings,
                             start=plan.read_from if plan.continuing else None, units=plan.units,
                             in_driver=plan.continuing)

@@ -3,8 +3,8 @@ newest transaction-relevant record itself, inside its ``split_bytes`` cell, not 
 at the cell's start when the previous scan reported damage between the two (a damaged record straddling the
 resume offset) or the record is no longer there.  Every continuation is compared with a full audit of the
 same store, table by table; the resume offset is also moved by hand to a file boundary and into an earlier
-file.  A continuation this small reads in the driver (full_read.DRIVER_READ_BYTES); the first run of each
-test, a fallback, takes the Spark job."""
+file.  A continuation this small reads in the driver (full_read.CONTINUATION_DRIVER_BYTES); the first run of
+each test, a fallback, takes the Spark job."""
 from __future__ import annotations
 
 import json
@@ -117,7 +117,7 @@ def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, 
         shutil.copytree(keep, again)
         _resume_at(again, "s0", live, offset)
         if k == 1:
-            monkeypatch.setattr(jobs.full_read, "DRIVER_READ_BYTES", 0)
+            monkeypatch.setattr(jobs.full_read, "CONTINUATION_DRIVER_BYTES", 0)
         info = _continue_and_compare(spark, tmp_path, again, live, conf, "s1", "full")
         assert info["read_from"] == {"b1": offset} and info["read_in_driver"] == (k == 0)
 
