@@ -7,8 +7,6 @@ file.  A continuation this small reads in the driver (full_read.CONTINUATION_DRI
 each test, a fallback, takes the Spark job."""
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import struct
 from pathlib import Path
