@@ -248,8 +248,12 @@ def _read_local(spark, options, incremental, phases: Dict[str, float]):
     with _phase(phases, "read.records"):
         if incremental is not None:
             from jobs.incremental_read import read_local as read_incremental
+            from jobs.incremental_state import start_state_write
 
-            return read_incremental(spark, incremental, options, LOCAL_MAX_ROWS, phases)
+            read = read_incremental(spark, incremental, options, LOCAL_MAX_ROWS, phases)
+            if incremental.fresh is not None:       # this run's rows are all on the driver: write its state
+                start_state_write(spark, incremental, options)      # while the reducer runs
+            return read
         if options.mode == "indexed":       # the same shape for indexed mode (jobs/indexed_read.py)
             from jobs.indexed_read import read_indexed_local
 

@@ -76,7 +76,6 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
         return None
     if not plan.continuing:
         plan.fresh = read
-        _start_state_write(spark, plan, options)
         fallback = pa.Table.from_pylist([dict(zip(read.anomalies.schema.names, r))
                                          for r in _fallback_rows(plan, options.brokers)],
                                         schema=read.anomalies.schema)
@@ -86,33 +85,12 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
         plan.carried, plan.units = {}, None
         return None
     plan.carried, plan.fresh = c, read
-    _start_state_write(spark, plan, options)
     # carried first: the rows in a full audit's order (the CommitLog below the resume offset comes first)
     return LocalRead(**dict(
         vars(read),
         commitlog=pa.concat_tables([_conform(c["records"], read.commitlog.schema), read.commitlog]),
         op_bodies=pa.concat_tables([_conform(c["op_bodies"], read.op_bodies.schema), read.op_bodies]),
         anomalies=pa.concat_tables([_conform(c["findings"], read.anomalies.schema), read.anomalies])))
-
-
-def _start_state_write(spark, plan: Plan, options) -> None:
-    """The state of a run read through :func:`read_local` (``plan.fresh`` + the carried rows) is written in a
-    driver thread while the reducer runs: it needs nothing the reduction computes.  jobs.audit's
-    ``write_state`` call, after the outputs, then waits for it (so the state is still complete before the
-    run's ``audit_runs`` row; a run failing in between leaves a state no completed run lists)."""
-    import datetime as dt
-    from concurrent.futures import ThreadPoolExecutor
-
-    from jobs import delta_sink
-    from jobs.incremental_state import write_now
-
-    writer = delta_sink.choose_writer(spark, options.config.delta_writer)
-    if writer != "delta-rs" or options.mode != "full":       # Spark's writer: a job, from the main thread
-        return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="state-write")
-    plan.early_state = pool.submit(write_now, spark, plan, options, None, None, None, plan.layout_info,
-                                   options.as_of.astimezone(dt.timezone.utc).date(), writer, True)
-    pool.shutdown(wait=False)
 
 
 def _load_carried(plan: Plan, options, findings: bool = True) -> Dict[str, Optional[pa.Table]]:

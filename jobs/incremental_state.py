@@ -22,11 +22,30 @@ from schemas.state import (
 def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
                 local: bool = False) -> list:
     """:func:`write_now`, or the result of the write ``plan.early_state`` started with the same rows while
-    the reducer ran (jobs.incremental_read._start_state_write)."""
+    the reducer ran (:func:`start_state_write`)."""
     early, plan.early_state = plan.early_state, None
     if early is not None:
         return early.result()
     return write_now(spark, plan, options, records, op_bodies, findings, layout_info, run_date, writer, local)
+
+
+def start_state_write(spark, plan: Plan, options) -> None:
+    """The state of a run read through jobs.incremental_read.read_local (``plan.fresh`` + the carried rows) is
+    written in a driver thread while the reducer runs: it needs nothing the reduction computes.  jobs.audit
+    starts it; its :func:`write_state` call, after the outputs, then waits for it (so the state is still
+    complete before the run's ``audit_runs`` row), and so does its ``finally`` when the run fails."""
+    import datetime as dt
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jobs import delta_sink
+
+    writer = delta_sink.choose_writer(spark, options.config.delta_writer)
+    if writer != "delta-rs" or options.mode != "full":       # Spark's writer: a job, from the main thread
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="state-write")
+    plan.early_state = pool.submit(write_now, spark, plan, options, None, None, None, plan.layout_info,
+                                   options.as_of.astimezone(dt.timezone.utc).date(), writer, True)
+    pool.shutdown(wait=False)
 
 
 def write_now(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
@@ -224,4 +243,4 @@ def _state_runs(out: str, table) -> set:
     return {dict(p).get("run_id") for p in (deltalake.DeltaTable(path).partitions() or [])}
 
 
-__all__ = ["write_state", "write_now", "retire_previous"]
+__all__ = ["write_state", "start_state_write", "write_now", "retire_previous"]
