@@ -343,7 +343,8 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     has_cq = _has_src(table, "consumequeue")
     brokers = pc.unique(table.column("broker")).to_pylist() if table.num_rows else []
     threads = txsplit.parts_for(table.num_rows)
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="txreduce") if threads > 1 \
+    with txsplit.arrow_allocator(), \
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="txreduce") if threads > 1 \
             else nullcontext() as pool:
         return _reduce(table, brokers, params, profile_override, critical_within_ms, has_op_input, has_cq,
                        pool)
