@@ -77,3 +77,12 @@ def test_small_inputs_keep_one_thread():
     assert txsplit.parts_for(txsplit.PARALLEL_MIN_ROWS - 1) == 1
     assert txsplit.parts_for(txsplit.PARALLEL_MIN_ROWS, cpus=2) == 2
     assert txsplit.parts_for(10**9, cpus=1) == 1
+
+
+def test_arrow_allocator_is_restored_and_its_buffers_outlive_it():
+    before = pa.default_memory_pool().backend_name
+    with txsplit.arrow_allocator():
+        assert pa.default_memory_pool().backend_name == pa.system_memory_pool().backend_name
+        made = pa.compute.add(pa.array(np.arange(100_000)), 1)
+    assert pa.default_memory_pool().backend_name == before
+    assert made.to_numpy()[-1] == 100_000
