@@ -36,7 +36,7 @@ from jobs.txevidence import Evidence
 
 #: evidence rows of one broker from which its transaction rules run in several threads (measured: see
 #: docs/ARCHITECTURE.md "The reducer on the driver's cores")
-PARALLEL_MIN_ROWS = 100_000
+PARALLEL_MIN_ROWS = 50_000
 
 
 @contextmanager
