@@ -16,9 +16,10 @@ evidence rows the split (a dictionary pass plus a row take per part) costs more 
 
 ``arrow_allocator()``: the reduce allocates its Arrow buffers from the system allocator (glibc malloc), not
 pyarrow's default mimalloc pool.  Measured on the 8 GiB bench's captured reducer input (first reduce of a
-process, the audit's case): mimalloc spends ~0.5 s of system time in that call (page faults and
-commit/purge calls on fresh memory) against ~0.1 s for the system pool, for the same user time; the buffers
-remember their pool, so outputs outlive the switch safely.
+process, the audit's case): mimalloc spends ~0.5 s of system time in that call against ~0.1 s for the system
+pool, for the same user time (why is not pinned down: mimalloc took fewer minor page faults than jemalloc,
+63k against 110k, yet three times its system time); the buffers remember their pool, so outputs outlive the
+switch safely.
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ import pyarrow.compute as pc
 from jobs import txrules
 from jobs.txevidence import Evidence
 
-#: evidence rows of one broker from which its transaction rules run in several threads (measured: see
-#: docs/ARCHITECTURE.md "The reducer on the driver's cores")
+#: rows from which the reduce uses threads: input rows for the pool (and the findings side beside the
+#: linking), one broker's evidence rows for the split of its rules (measured: docs/ARCHITECTURE.md "The
+#: reducer on the driver's cores")
 PARALLEL_MIN_ROWS = 50_000
 
 
