@@ -18,13 +18,15 @@ re-ranks across brokers.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import txrules
+from jobs import txrules, txsplit
 from jobs.txevidence import (
     COPY, DISCARD, END, OP, Evidence, _np, body_texts, is_system_topic_mask, link_ends, link_ops,
     op_rows_evidence, record_evidence, redolog_evidence, statetable_evidence,
@@ -340,17 +342,28 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     has_op_input = _has_src(table, "op_body") if op_bodies_given is None else op_bodies_given
     has_cq = _has_src(table, "consumequeue")
     brokers = pc.unique(table.column("broker")).to_pylist() if table.num_rows else []
+    threads = txsplit.parts_for(table.num_rows)
+    with txsplit.arrow_allocator(), \
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="txreduce") if threads > 1 \
+            else nullcontext() as pool:
+        return _reduce(table, brokers, params, profile_override, critical_within_ms, has_op_input, has_cq,
+                       pool)
+
+
+def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op_input, has_cq,
+            pool) -> Dict[str, pa.Table]:
     per = []
     for b in brokers:
         sub = table if len(brokers) == 1 else table.filter(pc.equal(table.column("broker"), b))
-        per.append(_reduce_broker(b, sub, has_op_input, has_cq))
+        per.append(_reduce_broker(b, sub, has_op_input, has_cq, pool))
     profiles = {b: txrules.profile_row(b, p["facts"], override_for(profile_override, b))
                 for b, p in zip(brokers, per)}
     broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
     tx_tables, findings = [], []
     for b, p in zip(brokers, per):
-        tx_tables.append(txrules.transactions(b, p["evidence"], p["facts"], profiles[b]["profile"],
-                                              broker_params.get(b), p["problems"], p["lost_at"]))
+        tx_tables.append(txsplit.transactions(b, p["evidence"], p["facts"], profiles[b]["profile"],
+                                              broker_params.get(b), p["problems"], p["lost_at"],
+                                              pool=pool))
         findings += p["findings"]
     tx = pa.concat_tables(tx_tables) if tx_tables else TRANSACTIONS.arrow_schema().empty_table()
     return {
@@ -362,9 +375,11 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
     }
 
 
-def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> dict:
+def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
+                   pool: Optional[ThreadPoolExecutor] = None) -> dict:
     """One broker's facts, linked evidence, problem rows and findings (everything but the profile-dependent
-    rules)."""
+    rules).  With a ``pool`` the findings side (facts, consume-queue comparison, missing bodies) runs in a
+    worker thread while this one builds and links the evidence: the two share only their inputs."""
     sub = _BySrc(sub)
     cl = sub["commitlog"]
     records = _relevant(cl)
@@ -373,20 +388,29 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> d
     else:
         op_rows = records.filter(pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False),
                                          pc.is_valid(records.column("body")))).select(list(OP_BODY_COLUMNS))
-    facts = _facts(cl, records, op_rows, sub)
+    anomalies = sub["anomaly"]
+
+    def side():
+        facts = _facts(cl, records, op_rows, sub)
+        decoder_findings = anomalies.select(["kind", "source", "physical_offset", "file", "position",
+                                             "length", "detail", "expected", "actual"]).to_pylist()
+        cqm = []
+        if has_cq:
+            units = drop_misplaced_units(sub["consumequeue"], (dict(a, broker=b) for a in decoder_findings))
+            cqm = _cq_mismatches(b, records, units, facts)
+        return facts, decoder_findings, cqm, _missing_bodies(b, records, op_rows, has_op_input)
+
+    later = pool.submit(side) if pool is not None else None
+    got = None if later is not None else side()
     ev = Evidence.concat([record_evidence(records), op_rows_evidence(op_rows),
                           statetable_evidence(sub["statetable"]),
                           redolog_evidence(sub["redolog"])])
     link_ends(ev)
     ev = link_ops(ev)
-    anomalies = sub["anomaly"]
-    decoder_findings = anomalies.select(["kind", "source", "physical_offset", "file", "position", "length",
-                                         "detail", "expected", "actual"]).to_pylist()
+    facts, decoder_findings, cqm, missing_bodies = got if later is None else later.result()
     findings: List[dict] = []
     problems = []
     if has_cq:
-        units = drop_misplaced_units(sub["consumequeue"], (dict(a, broker=b) for a in decoder_findings))
-        cqm = _cq_mismatches(b, records, units, facts)
         findings.extend(_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
                                              m["queue_offset"], m["detail"], m["topic"]) for m in cqm)
         for code in ("CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE"):
@@ -399,7 +423,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool) -> d
     problems.append((_corrupt_rows(ev, anomalies), "CORRUPT_RECORD"))
     problems.append((_uncommitted_rows(ev, anomalies), "EVIDENCE_NOT_COMMITTED"))
     findings.extend(_orphan_ops(b, ev, facts))
-    findings.extend(_missing_bodies(b, records, op_rows, has_op_input))
+    findings.extend(missing_bodies)
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
             "lost_at": _lost_at(anomalies)}
