@@ -32,7 +32,6 @@ price of reading the CommitLog again -- only for stores whose reduction is itsel
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
@@ -42,12 +41,13 @@ import pyarrow.compute as pc
 
 from jobs.datasources import (
     ANOMALIES_FORMAT, CONSUMEQUEUE_FORMAT, CONSUMER_OFFSETS_FORMAT, READ_PACK_BYTES, REDOLOG_FORMAT,
-    SIDE_SOURCES, STATETABLE_FORMAT, TX_SCAN_FORMAT, CommitLogCells, CommitLogRange, StoreFiles, UnitFiles,
-    anomalies_batch, consecutive_groups, consumer_offsets_rows, decode_unit_slice, partition_bytes,
-    plan_partitions, prepend_broker, store_anomalies, store_listing,
+    SIDE_SOURCES, STATETABLE_FORMAT, TX_SCAN_FORMAT, CommitLogCells, CommitLogRange, PartitionPack,
+    StoreFiles, UnitFiles, anomalies_batch, consecutive_groups, consumer_offsets_rows, decode_unit_slice,
+    partition_bytes, plan_partitions, prepend_broker, store_anomalies, store_listing,
 )
 from jobs.options import parse_options
 from jobs.txparams import OP_TOPIC, TX_SYSTEM_TOPICS
+from jobs.txsplit import driver_cpus
 from schemas.recon import RECON_INPUT
 from schemas.sources import ANOMALIES_SOURCE, COMMITLOG_SOURCE, SOURCE_TABLES
 from schemas.state import CELL_OFFSET, STATE_FINDINGS
@@ -173,8 +173,8 @@ class ReadTask:
         self.max_rows = max_rows
 
     def read(self, part, out: Dict[str, list]) -> None:
-        if isinstance(part, ItemGroup):
-            for p in part.items:
+        if isinstance(part, PartitionPack):
+            for p in part.parts:
                 self.read(p, out)
         elif isinstance(part, (CommitLogCells, CommitLogRange)):
             _cells(part, out)
@@ -259,26 +259,19 @@ def _resumed(p, inside: Dict[tuple, int]):
     return ResumedCells(p.broker, p.path, p.base_offset, cells, inside[(p.path, first)])
 
 
-@dataclass(frozen=True)
-class ItemGroup:
-    """Consecutive small work items read by one task (:func:`pack_items`)."""
-
-    items: tuple
-
-
-#: the file bytes a work item reads (the DataFrame plan's reads pack their partitions the same way:
-#: datasources.PartitionPack)
+#: the file bytes a work item reads (a group of them included)
 item_bytes = partition_bytes
 
 
 def pack_items(items: list, cores: int, pack_bytes: Optional[int] = None) -> list:
-    """``items`` with consecutive ones grouped (:class:`ItemGroup`) up to ``pack_bytes`` or a ``cores``-th of
-    all bytes, whichever is less: a task costs a fixed 0.1-0.25 s, and a small store of many small files
-    (one cell, unit pack or store task each) paid it per file.  An item above the quota stays a task of its
+    """``items`` with consecutive ones grouped (``datasources.PartitionPack``, as the DataFrame plan's reads
+    pack their partitions) up to ``pack_bytes`` or a ``cores``-th of all bytes, whichever is less: a task
+    costs a fixed 0.1-0.25 s, and a small store of many small files (one cell, unit pack or store task each)
+    paid it per file.  An item above the quota stays a task of its
     own (the grouped cells of a large store keep their balance); order, hence rows and findings, unchanged."""
     limit = PACK_BYTES if pack_bytes is None else pack_bytes
     quota = min(limit, sum(item_bytes(p) for p in items) // max(1, cores))
-    return [g[0] if len(g) == 1 else ItemGroup(tuple(g)) for g in consecutive_groups(items, quota)]
+    return [g[0] if len(g) == 1 else PartitionPack(tuple(g)) for g in consecutive_groups(items, quota)]
 
 
 @dataclass(frozen=True)
@@ -367,9 +360,8 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
         items = _skipping(items, units.skip)
     task = ReadTask(sources, max_rows)
     items = pack_items(items, cores)
-    read_bytes = sum(item_bytes(q) for p in items for q in (p.items if isinstance(p, ItemGroup) else (p,)))
-    driver = in_driver and read_bytes <= CONTINUATION_DRIVER_BYTES
-    got = (driver_job(items, min(cores, os.cpu_count() or 1), task) if driver
+    driver = in_driver and sum(item_bytes(p) for p in items) <= CONTINUATION_DRIVER_BYTES
+    got = (driver_job(items, min(cores, driver_cpus()), task) if driver
            else collect_job(sc, items, len(items), task))
     t1 = time.monotonic()
     if got is None:

@@ -140,16 +140,15 @@ def test_small_work_items_are_packed_into_few_tasks(spark, stores, monkeypatch):
     48 KiB CommitLog files were one task each), an item above the quota keeps its own, the order is kept;
     the read gives the same tables, in the same order, as one task per item."""
     from jobs import full_read
-    from jobs.datasources import CommitLogRange, StoreFiles
+    from jobs.datasources import CommitLogRange, PartitionPack, StoreFiles
 
     items, _ = full_read.plan_items(_options(stores), 2)
     packed = full_read.pack_items(items, 2)
-    flat = [p for g in packed for p in (g.items if isinstance(g, full_read.ItemGroup) else (g,))]
+    flat = [p for g in packed for p in (g.parts if isinstance(g, PartitionPack) else (g,))]
     assert flat == items and len(packed) <= 3 < len(items) // 10, (len(packed), len(items))
     big = [CommitLogRange("b", "f", 0, 0, 100), StoreFiles("b", "/r"), CommitLogRange("b", "g", 0, 0, 10),
            CommitLogRange("b", "g", 0, 10, 20), CommitLogRange("b", "h", 0, 0, 100)]
-    assert full_read.pack_items(big, 2, pack_bytes=30) == [big[0], full_read.ItemGroup(tuple(big[1:4])),
-                                                           big[4]]
+    assert full_read.pack_items(big, 2, pack_bytes=30) == [big[0], PartitionPack(tuple(big[1:4])), big[4]]
     assert full_read.pack_items(big, 2, pack_bytes=0) == big[:1] + big[1:]
 
     some = _options(stores[3:9])                 # a fixture and generated stores: six brokers, ~60 items
