@@ -140,7 +140,7 @@ if [ "$SUB" = report ]; then
     exec "$VENV_PY" "$ROOT/jobs/main.py" report ${APP_ARGS[@]+"${APP_ARGS[@]}"}
 fi
 
-if [ "$SUB" = repair ]; then    # driver-only job (jobs/repair.py): no JVM
+if [ "$SUB" = repair ]; then    # driver-only job (jobs/repair/run.py): no JVM
     [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: repair runs without Spark; Spark options ignored" >&2
     exec "$VENV_PY" "$ROOT/jobs/main.py" repair ${APP_ARGS[@]+"${APP_ARGS[@]}"}
 fi

@@ -1,5 +1,5 @@
 """The validated options of one ``audit`` / ``demo`` run (what ``jobs.main.parse_args`` returns and
-``jobs.audit`` / ``jobs.demo`` consume).  Their own module so that neither job imports ``jobs.main``."""
+``jobs.audit.run`` / ``jobs.demo`` consume).  Their own module so that neither job imports ``jobs.main``."""
 from __future__ import annotations
 
 import datetime as dt
@@ -24,7 +24,7 @@ class AuditOptions:
     profile: str                     # broker profile name or "auto"
     config: AuditConfig              # defaults + conf file, validated
     report: bool = True              # write OUT/report/<run_id>.html at the end (--no-report: False)
-    incremental: bool = False        # continue from the previous completed run (jobs/incremental.py)
+    incremental: bool = False        # continue from the previous completed run (jobs/read/incremental/plan.py)
 
     @property
     def run_date(self) -> dt.date:

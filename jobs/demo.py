@@ -7,7 +7,7 @@
    (``store/``, ``ledger.jsonl``, ``summary.json``; outside the Delta tables, which go to ``<out>/<table>``).
    The simulated clock starts one hour before ``--as-of`` (default: now), so the audit looks at the store as
    an operator would an hour after the broker stopped; the outcomes are the same for every as-of (fixed seed).
-2. ``jobs.audit.run_audit`` audits it (broker name ``demo-store``) with the demo's options.
+2. ``jobs.audit.run.run_audit`` audits it (broker name ``demo-store``) with the demo's options.
 3. The transactions just written are read back from their Delta table (the committed files of this run id) and
    joined with the ledger in Spark; matched/total per true outcome (and per visible outcome: what the store
    still shows after the injected faults) is printed after the audit summary.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from jobs.summary import AuditSummary, LedgerComparison, format_ledger_comparison
+from jobs.audit.summary import AuditSummary, LedgerComparison, format_ledger_comparison
 
 DEMO_PROFILE = "5.1+"
 DEMO_SCENARIO = "crashy"
@@ -130,7 +130,7 @@ def audit_options_for(options, store_dir: str):
 
 def run_demo(spark, options, *, transactions: int = DEMO_TRANSACTIONS) -> DemoResult:
     """Generate, audit, compare (see the module docstring); prints the audit summary and the comparison."""
-    from jobs.audit import epoch_ms, run_audit
+    from jobs.audit.run import epoch_ms, run_audit
 
     t0 = time.monotonic()
     out = os.path.abspath(options.out)

@@ -7,16 +7,16 @@ Subcommands::
     demo  [--out DIR] [--as-of ISO-8601] [--mode indexed|full] [--conf-file FILE] [--include-bodies]
           [--run-id ID]
     check [--checks FILE] [--json FILE] [--junit-xml FILE] --out DIR [--run-id ID] [--store DIR ... and every
-          audit option]      (jobs/check_cli.py: exit 0 pass, 1 warn, 2 fail, 3 error -- also for misuse)
+          audit option]      (jobs/check/cli.py: exit 0 pass, 1 warn, 2 fail, 3 error -- also for misuse)
     report --out DIR [--run-id ID]      (HTML report of a finished run, from its Delta tables; no Spark)
 
 audit and demo write ``OUT/report/<run_id>.html`` at the end of the run unless ``--no-report`` is given.
     repair --store DIR --out AUDIT_OUT [--run-id ID] --into NEWDIR [--actions LIST] [--dry-run]
-          (jobs.repair; driver only, no SparkSession)
+          (jobs.repair.run; driver only, no SparkSession)
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
 :class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
-stops there.  Then ``jobs.audit.run_audit(spark, options)`` / ``jobs.demo.run_demo(spark, options)`` run.
+stops there.  Then ``jobs.audit.run.run_audit(spark, options)`` / ``jobs.demo.run_demo(spark, options)`` run.
 
 Exit codes: 0 ok; 2 usage error (one line on stderr: ``txaudit: error: ...``); 1 audit failure.
 """
@@ -34,13 +34,13 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == _HERE
     # run as a file (spark-submit jobs/main.py): import the package, not its modules as top-level names
     sys.path[0] = os.path.dirname(_HERE)
 
-from txlog_io.errors import UsageError  # noqa: E402
-
-from jobs.check_cli import EXIT_ERROR as EXIT_CHECK_ERROR, add_arguments as add_check_arguments  # noqa: E402
-from jobs import guard  # noqa: E402
+from jobs.audit import guard  # noqa: E402
+from jobs.check.cli import EXIT_ERROR as EXIT_CHECK_ERROR  # noqa: E402
+from jobs.check.cli import add_arguments as add_check_arguments
 from jobs.cli_options import AuditOptions, DemoOptions, ReportOptions  # noqa: E402,F401  (re-exported)
 from jobs.config import MODES, AuditConfig, load_audit_config  # noqa: E402
-from jobs.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
+from jobs.sources.options import default_broker_name  # noqa: E402,F401  (the data sources' naming rule)
+from txlog_io.errors import UsageError  # noqa: E402
 
 PROG = "txaudit"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -131,7 +131,7 @@ def _add_repair_parser(sub) -> None:
 
 
 def _repair_options(ns):
-    from jobs.repair import RepairOptions, check_into
+    from jobs.repair.run import RepairOptions, check_into
     from refbroker.repair import ACTIONS
 
     store = _check_store(ns.store)
@@ -257,7 +257,7 @@ def parse_args(argv: Sequence[str]):
         opts = DemoOptions(out=out, as_of=as_of, mode=cfg.mode, conf_file=conf_file,
                            include_bodies=cfg.include_bodies, run_id=run_id, config=cfg, report=ns.report)
     if ns.command == "check":
-        from jobs.check_cli import check_options
+        from jobs.check.cli import check_options
 
         opts = check_options(ns, cfg, out, opts if ns.store else None)
     return ns.validate_only, opts
@@ -270,8 +270,8 @@ def _usage_error(msg: str, code: int = EXIT_USAGE) -> int:
 
 
 def _run_repair(opts) -> int:
-    """The repair job runs on the driver only (jobs.repair): no SparkSession."""
-    from jobs.repair import run_repair
+    """The repair job runs on the driver only (jobs.repair.run): no SparkSession."""
+    from jobs.repair.run import run_repair
 
     try:
         return run_repair(opts)
@@ -296,7 +296,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:              # --help printed the usage
         return int(e.code or 0)
     if is_check:
-        from jobs.check_cli import run_check_command
+        from jobs.check.cli import run_check_command
 
         return run_check_command(opts, validate_only)
     if isinstance(opts, ReportOptions):
@@ -310,7 +310,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     # the job modules are imported before Spark starts, so a broken import fails fast
     if command == "audit":
-        from jobs.audit import run_audit as run
+        from jobs.audit.run import run_audit as run
     else:
         from jobs.demo import run_demo as run
     from jobs.session import build_session
@@ -350,9 +350,9 @@ def _run(run, build_session, command: str, opts) -> int:
 def run_report(opts: ReportOptions) -> int:
     """``report``: no Spark; a missing table or run id is a one-line error (exit 1)."""
     try:
-        from jobs.delta_tables import DeltaReadError
-        from jobs.report import write_report
-        from jobs.report_data import ReportDataError
+        from jobs.delta.tables import DeltaReadError
+        from jobs.report.data import ReportDataError
+        from jobs.report.write import write_report
 
         page = write_report(opts.out, opts.run_id)
     except (ReportDataError, DeltaReadError) as e:

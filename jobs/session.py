@@ -18,6 +18,14 @@ from typing import Mapping, Optional
 LOG4J2_CONF = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 
 
+def driver_cpus() -> int:
+    """The CPUs this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:          # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def is_local_master(master: Optional[str]) -> bool:
     """None / "" (spark-submit's default, local[*]) and ``local...`` masters run on this machine."""
     return not master or master.strip().lower().startswith("local")

@@ -39,17 +39,16 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from refbroker import ledger as L
+from refbroker.javaorder import hashmap_capacity, order_keys
+from refbroker.profiles import MODEL_HALF_OP, MODEL_STATETABLE, OP_BODY_COMMA_BATCH, Profile
+from refbroker.store import SCHEDULE_TOPIC, MessageStore, PutResult
 from txlog_io import commitlog as CL
 from txlog_io import compression as CMP
 from txlog_io import properties as P
 from txlog_io.consumequeue import STATE_COMMIT, STATE_PREPARED, STATE_ROLLBACK
 from txlog_io.errors import UsageError
 from txlog_io.msgid import create_uniq_key, offset_msg_id, parse_host
-
-from refbroker import ledger as L
-from refbroker.javaorder import hashmap_capacity, order_keys
-from refbroker.profiles import MODEL_HALF_OP, MODEL_STATETABLE, OP_BODY_COMMA_BATCH, Profile
-from refbroker.store import SCHEDULE_TOPIC, MessageStore, PutResult
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"

@@ -16,10 +16,9 @@ import argparse
 import json
 import sys
 
-from txlog_io.errors import TxlogError
-
 from refbroker.profiles import PROFILE_NAMES, PROFILES
 from refbroker.workload import SCENARIOS, describe_scenarios
+from txlog_io.errors import TxlogError
 
 
 def _parser() -> argparse.ArgumentParser:

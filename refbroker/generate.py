@@ -19,15 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from txlog_io.consumequeue import STATETABLE_UNIT_SIZE
-from txlog_io.errors import UsageError
-from txlog_io.progress import Progress
-
 from refbroker import ledger as L
 from refbroker.broker import Broker
 from refbroker.faults import FaultContext, apply_faults
 from refbroker.profiles import Profile, get_profile
 from refbroker.workload import Workload, WorkloadConfig, get_scenario, resolve_profiles
+from txlog_io.consumequeue import STATETABLE_UNIT_SIZE
+from txlog_io.errors import UsageError
+from txlog_io.progress import Progress
 
 MIB = 1 << 20
 DEFAULT_START_MS = 1_795_300_000_000      # 2026-11-21, like the fixtures' clocks

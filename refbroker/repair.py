@@ -24,7 +24,7 @@ encoders, so every byte is what the broker of the store's profile writes):
 Everything else in the copy is byte-identical: files are copied with ``os.copy_file_range`` (never linked,
 so writing the copy cannot touch the input) and the writes above are applied to the copy.  ``plan_repair``
 only reads the input store (read-only opens) and returns the writes; ``apply_repair`` copies and writes.
-Spark-free: the ``repair`` job (jobs/repair.py) and the tests call it directly.
+Spark-free: the ``repair`` job (jobs/repair/run.py) and the tests call it directly.
 """
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refbroker.broker import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, REMOVE_TAG
+from refbroker.javaorder import hashmap_capacity, order_keys
+from refbroker.profiles import OP_BODY_COMMA_BATCH, get_profile
+from schemas.store import COMMITLOG
 from txlog_io import commitlog as CL
 from txlog_io import consumequeue as CQ
 from txlog_io import properties as P
@@ -46,14 +50,9 @@ from txlog_io.config import decode_checkpoint, encode_checkpoint
 from txlog_io.errors import UsageError
 from txlog_io.mappedfile import infer_file_size, list_mapped_files, offset_to_file_name
 
-from refbroker.broker import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, REMOVE_TAG
-from refbroker.javaorder import hashmap_capacity, order_keys
-from refbroker.profiles import OP_BODY_COMMA_BATCH, get_profile
-from schemas.store import COMMITLOG
-
 ACTIONS = ("MARK_DONE", "REBUILD_CQ", "REBUILD_STATETABLE")
 TX_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
-#: reconstruction profile (jobs.reconstruct.PROFILES, what audit_runs.profiles holds) -> writer profile
+#: reconstruction profile (jobs.reconstruct.spark.PROFILES, what audit_runs.profiles holds) -> writer profile
 WRITER_PROFILE = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-5.0": "4.6-4.9", "5.1+": "5.1+",
                   "unknown": "4.6-4.9"}
 _COPY_CHUNK = 1 << 30

@@ -37,15 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from refbroker.index import IndexService
+from refbroker.profiles import Profile
 from txlog_io import commitlog as CL
 from txlog_io import consumequeue as CQ
 from txlog_io import dledger as D
 from txlog_io.errors import UsageError
 from txlog_io.mappedfile import REDOLOG_TOPIC, offset_to_file_name
-from txlog_io.properties import java_string_hash, tags_code as tags_hash_code
-
-from refbroker.index import IndexService
-from refbroker.profiles import Profile
+from txlog_io.properties import java_string_hash
+from txlog_io.properties import tags_code as tags_hash_code
 
 COMMITLOG_BUFFER = 8 << 20
 QUEUE_BUFFER = 64 << 10

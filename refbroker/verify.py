@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from txlog_io.dledger import decode_log_range
+from refbroker import ledger as L
 from txlog_io.config import decode_checkpoint, read_consumer_offsets
 from txlog_io.consumequeue import decode_consumequeue, decode_redolog, decode_statetable
+from txlog_io.dledger import decode_log_range
 from txlog_io.mappedfile import REDOLOG_TOPIC, discover_store
-
-from refbroker import ledger as L
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"

@@ -20,12 +20,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
+from refbroker.broker import COMMIT, ROLLBACK, UNKNOWN, Broker, Producer
+from refbroker.profiles import MODEL_HALF_OP, MODEL_REAL_TOPIC, MODEL_STATETABLE, OP_BODY_COMMA_BATCH, Profile
 from txlog_io import compression as CMP
 from txlog_io.commitlog import body_crc
 from txlog_io.errors import UsageError
-
-from refbroker.broker import COMMIT, ROLLBACK, UNKNOWN, Broker, Producer
-from refbroker.profiles import MODEL_HALF_OP, MODEL_REAL_TOPIC, MODEL_STATETABLE, OP_BODY_COMMA_BATCH, Profile
 
 TX_TOPIC = "TopicOrders"
 EVENTS_TOPIC = "TopicEvents"

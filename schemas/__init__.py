@@ -9,5 +9,11 @@ from __future__ import annotations
 
 from schemas.core import Column, Table, spark_type_of  # noqa: F401
 from schemas.store import (  # noqa: F401
-    ANOMALIES, COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE, STORE_TABLES,
+    ANOMALIES,
+    COMMITLOG,
+    CONSUMEQUEUE,
+    CONSUMER_OFFSETS,
+    REDOLOG,
+    STATETABLE,
+    STORE_TABLES,
 )

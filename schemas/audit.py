@@ -1,14 +1,15 @@
-"""Tables the reconstruction (jobs/reconstruct.py) writes: one row per transaction, two work lists, findings.
+"""Tables the reconstruction (jobs/reconstruct/spark.py) writes: one row per transaction, two work lists, findings.
 
 Offsets are CommitLog byte offsets ("commitlog_offset") unless the name says queue offset.  Times are epoch
-ms. Flag codes and their meaning live in ``jobs.flags.FLAGS``.
+ms. Flag codes and their meaning live in ``jobs.reconstruct.flags.FLAGS``.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 
 _str, _i32, _i64, _bool = pa.string(), pa.int32(), pa.int64(), pa.bool_()
 _i64s, _strs = pa.list_(pa.int64()), pa.list_(pa.string())
@@ -17,7 +18,7 @@ PROFILES = Table.of(
     "profiles",
     [
         C("broker", _str, False, "broker / store name"),
-        C("profile", _str, False, "3.x, 4.0-4.2, 4.3-5.0, 5.1+ or unknown (see jobs.reconstruct.PROFILES)"),
+        C("profile", _str, False, "3.x, 4.0-4.2, 4.3-5.0, 5.1+ or unknown (see jobs.reconstruct.spark.PROFILES)"),
         C("detected_profile", _str, False, "what the store files say, before any override"),
         C("evidence", _strs, False, "why: the on-disk facts the detection used"),
     ],
@@ -130,13 +131,13 @@ TRANSACTIONS = Table.of(
             "[newest copy's half-queue offset] when it has no op and is at/above the half consume offset: "
             "what the check service will still visit; else []",
         ),
-        C("flags", _strs, False, "documented codes, see jobs.flags.FLAGS"),
+        C("flags", _strs, False, "documented codes, see jobs.reconstruct.flags.FLAGS"),
         C(
             "deadline_ms",
             _i64,
             True,
             "PREPARED only: when the broker discards it (4.3+) / retention may delete it (3.x, 4.0-4.2); see "
-            "jobs.reconstruct",
+            "jobs.reconstruct.spark",
         ),
         C("profile", _str, False, "profile used for this broker"),
         C("as_of_ms", _i64, False, "audit time"),
@@ -194,7 +195,7 @@ RECOVERY = Table.of(
         C("producer_group", _str, True, "PGROUP"),
         C("real_topic", _str, True, "real topic"),
         C("state", _str, False, "reconstructed state"),
-        C("action", _str, False, "most important action (see jobs.reconstruct.RECOVERY_ACTIONS)"),
+        C("action", _str, False, "most important action (see jobs.reconstruct.spark.RECOVERY_ACTIONS)"),
         C("actions", _strs, False, "every applicable action, most important first"),
         C("reason", _str, False, "why, in words (from the flags)"),
         C("flags", _strs, False, "the transaction's flags"),
@@ -224,7 +225,7 @@ AUDIT_ANOMALIES = Table.of(
     "audit_anomalies",
     [
         C("broker", _str, False, "broker / store name"),
-        C("code", _str, False, "flag code (jobs.flags.FLAGS) or decoder anomaly kind (txlog_io AnomalyKind)"),
+        C("code", _str, False, "flag code (jobs.reconstruct.flags.FLAGS) or decoder anomaly kind (txlog_io AnomalyKind)"),
         C("source", _str, False, "reconstruct, or the decoder that reported it"),
         C("physical_offset", _i64, True, "CommitLog offset concerned, when known"),
         C("topic", _str, True, "topic concerned"),

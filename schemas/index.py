@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 
 INDEX_ENTRIES = Table.of("index_entries", [
     C("file", pa.string(), False, "index file path"),

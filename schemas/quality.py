@@ -1,9 +1,9 @@
-"""Tables the CI data-quality mode (``check``, jobs/check.py) writes: one row per check result, one row per
+"""Tables the CI data-quality mode (``check``, jobs/check/evaluate.py) writes: one row per check result, one row per
 metric value.
 
 ``metrics`` follows Deequ's ``successMetricsAsDataFrame`` shape (``entity, instance, name, value``) keyed by
 run: entity ``broker`` with the broker's name as instance, and entity ``all`` with instance ``*``.  Every
-metric of the registry (jobs/quality_metrics.py) gets a row for every checked run, so the table is the
+metric of the registry (jobs/check/metrics.py) gets a row for every checked run, so the table is the
 history ``warn_change`` / ``fail_change`` read.
 
 ``check_results`` column names are a contract with the HTML report (jobs/report*): keep them as they are.
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 
 _str, _f64, _date = pa.string(), pa.float64(), pa.date32()
 _strs = pa.list_(pa.string())
@@ -25,7 +26,7 @@ ENTITY_BROKER, ENTITY_ALL, ALL_INSTANCE = "broker", "all", "*"
 CHECK_RESULTS = Table.of("check_results", [
     C("run_id", _str, False, "audit run the checks were evaluated on"),
     C("check", _str, False, "check name, from the checks file"),
-    C("metric", _str, False, "metric of the registry (jobs/quality_metrics.py) the check reads"),
+    C("metric", _str, False, "metric of the registry (jobs/check/metrics.py) the check reads"),
     C("broker", _str, False, "broker the result is about, or * for all brokers of the run together"),
     C("level", _str, False, "most severe level the check can raise: fail (it has a fail or fail_change "
                             "condition) or warn"),
@@ -46,7 +47,7 @@ METRICS = Table.of("metrics", [
     C("run_date", _date, False, "UTC date of the run (its as-of time)"),
     C("entity", _str, False, "broker (one broker) or all (every broker of the run)"),
     C("instance", _str, False, "broker name, or * for entity all"),
-    C("name", _str, False, "metric name (jobs/quality_metrics.py registry)"),
+    C("name", _str, False, "metric name (jobs/check/metrics.py registry)"),
     C("value", _f64, False, "metric value"),
 ], "Every registry metric of every checked run, per broker and for all brokers (Deequ-style history)",
     partition_by=("run_date",))

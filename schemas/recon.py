@@ -1,4 +1,4 @@
-"""The reconstruction reducer's two intermediate tables (jobs/txreduce.py): every input frame tagged and
+"""The reconstruction reducer's two intermediate tables (jobs/reconstruct/reducer.py): every input frame tagged and
 unioned into one table (RECON_INPUT, what is shuffled by broker), and every output table unioned into one
 (RECON_OUTPUT, what a reduce task returns).  Not written anywhere; defined here so column names and types stay
 in ``schemas``.
@@ -8,7 +8,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 from schemas.store import ANOMALIES, COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE
 
 _str, _i64 = pa.string(), pa.int64()
@@ -40,6 +41,10 @@ def _input_columns():
     cols.append(C("n_cq", _i64, True, "bounds: number of consume-queue directories"))
     return cols
 
+
+#: the op records' columns the reduction reads (its ``op_body`` input; the commitlog rows' when absent)
+OP_BODY_COLUMNS = ("physical_offset", "queue_id", "queue_offset", "store_timestamp", "total_size",
+                   "body_crc_ok", "body")
 
 RECON_INPUT = Table.of("recon_input", _input_columns(),
                        "Reconstruction inputs, tagged by src, one table (shuffled by broker)")

@@ -1,14 +1,15 @@
-"""Tables of the recovery job (``./spark-submit.sh repair``, jobs/repair.py) and the audit's per-file store
+"""Tables of the recovery job (``./spark-submit.sh repair``, jobs/repair/run.py) and the audit's per-file store
 fingerprint it checks before repairing.
 
-``store_files`` is written by every audit run (jobs/audit.py, next to ``audit_runs``): one row per file under
+``store_files`` is written by every audit run (jobs/audit/run.py, next to ``audit_runs``): one row per file under
 each store root (txlog_io.fingerprint).  ``repair_log`` gets one row per write the repair made to the copy.
 """
 from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 
 _str, _i64 = pa.string(), pa.int64()
 

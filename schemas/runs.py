@@ -1,4 +1,4 @@
-"""Tables the audit job (jobs/audit.py) writes besides the reconstruction's: one row per run, message bodies.
+"""Tables the audit job (jobs/audit/run.py) writes besides the reconstruction's: one row per run, message bodies.
 
 ``audit_runs`` is written LAST by every run: a run id with a row here finished all its tables; a run id whose
 rows appear in other tables but not here was interrupted (re-running it replaces its rows everywhere).
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 
 _str, _i32, _i64, _f64 = pa.string(), pa.int32(), pa.int64(), pa.float64()
 _bool, _bin = pa.bool_(), pa.binary()
@@ -35,7 +36,7 @@ AUDIT_RUNS = Table.of("audit_runs", [
                            "CommitLog record scanned)"),
     C("brokers", _strs, False, "broker names, in --store order"),
     C("stores", _strs, False, "store root directories, in --store order"),
-    C("profiles", _map(_str), False, "broker -> transaction-format profile used (jobs.reconstruct.PROFILES)"),
+    C("profiles", _map(_str), False, "broker -> transaction-format profile used (jobs.reconstruct.spark.PROFILES)"),
     C("detected_profiles", _map(_str), False,
       "broker -> profile the store files showed, before any override"),
     C("include_bodies", _bool, False, "message bodies were copied into message_bodies"),

@@ -1,6 +1,6 @@
 """Tables as the Spark data sources deliver them: every store table with a leading ``broker`` column.
 
-``jobs.datasources`` reads one or several broker stores at once, so each row says which store it came from.
+``jobs.sources.formats`` reads one or several broker stores at once, so each row says which store it came from.
 The columns after ``broker`` are exactly those of the store table in :mod:`schemas.store` (same names, Arrow
 types, nullability and comments); nothing here redefines them.
 """
@@ -30,7 +30,7 @@ ANOMALIES_SOURCE = with_broker(ANOMALIES)
 
 #: ``rocketmq_txscan``: ONE pass over CommitLog ranges yields both the transaction-relevant records and the
 #: decoder's findings, as rows of this union table (``row_kind`` says which half is set; every other column
-#: nullable).  ``jobs.store_frames`` splits it back into COMMITLOG_SOURCE and ANOMALIES_SOURCE rows.
+#: nullable).  ``jobs.read.frames`` splits it back into COMMITLOG_SOURCE and ANOMALIES_SOURCE rows.
 TX_SCAN_RECORD, TX_SCAN_ANOMALY = "record", "anomaly"
 ANOMALY_PREFIX = "anomaly_"
 TX_SCAN_SOURCE = Table.of("txscan", [

@@ -1,4 +1,4 @@
-"""Tables of an incremental audit's carried state (jobs/incremental.py): what the next ``audit --incremental``
+"""Tables of an incremental audit's carried state (jobs/read/incremental/plan.py): what the next ``audit --incremental``
 needs to continue from this run instead of re-reading the whole CommitLog.
 
 ``audit_state``                one header row per broker: where the run's CommitLog read may be continued
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 from schemas.recon import RECON_INPUT
 from schemas.sources import ANOMALIES_SOURCE, BROKER, COMMITLOG_SOURCE
 from schemas.store import COMMITLOG

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.core import Column as C, Table
+from schemas.core import Column as C
+from schemas.core import Table
 
 _str, _i8, _i16, _i32, _i64, _bool, _bin = pa.string(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.bool_(), \
     pa.binary()

@@ -20,8 +20,8 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 
-from jobs.txparams import HALF_TOPIC, OP_TOPIC, AuditParams  # noqa: E402
-from jobs.txreduce import input_table, reduce_input  # noqa: E402
+from jobs.reconstruct.params import HALF_TOPIC, OP_TOPIC, AuditParams  # noqa: E402
+from jobs.reconstruct.reducer import input_table, reduce_input  # noqa: E402
 from schemas.sources import COMMITLOG_SOURCE  # noqa: E402
 
 BASE = 1_700_000_000_000

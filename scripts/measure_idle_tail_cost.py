@@ -1,5 +1,5 @@
 """Spark jobs / stages and wall time of an indexed load + reconstruct of the three real-broker fixtures, with
-and without the idle-tail scan of jobs/queue_tails.py (disabled by monkeypatching split_idle_tails).  Reads
+and without the idle-tail scan of jobs/read/indexed/tails.py (disabled by monkeypatching split_idle_tails).  Reads
 the fixtures only, writes nothing.
 
     SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/python \\
@@ -17,10 +17,10 @@ VERSIONS = ("rocketmq-3.1.4", "rocketmq-4.9.8", "rocketmq-5.3.3")
 def main() -> None:
     from pyspark.sql import SparkSession
 
-    import jobs.indexed_gaps as IG
-    import jobs.queue_tails as QT
-    import jobs.store_frames as SF
-    from jobs.reconstruct import reconstruct
+    import jobs.read.frames as SF
+    import jobs.read.indexed.gaps as IG
+    import jobs.read.indexed.tails as QT
+    from jobs.reconstruct.spark import reconstruct
 
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())

@@ -1,4 +1,4 @@
-"""Times the audit of the bench's warm-up store (jobs.bench_audit.calibration_store) in a warm session:
+"""Times the audit of the bench's warm-up store (jobs.bench.audit.calibration_store) in a warm session:
 phase seconds and the number of Spark jobs / stages each audit runs (statusTracker).
 
     .venv/bin/python scripts/measure_small_audit.py [--runs 3] [--dir /tmp/small-audit]
@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,7 +36,7 @@ def main(argv=None) -> int:
     p.add_argument("--dir", default="/tmp/small-audit")
     p.add_argument("--master", default="local[2]")
     a = p.parse_args(argv)
-    from jobs import bench_audit as B
+    from jobs.bench import audit as B
     from jobs.session import build_session
 
     work = Path(a.dir)

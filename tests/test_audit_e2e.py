@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -159,7 +158,7 @@ def _store_args(stores):
 def first_run(spark, small_stores, tmp_path_factory):
     """One complete in-process audit (full mode, no bodies), with the reconstruction's frames compared to the
     tables inside run_audit's on_result hook (while they are still persisted)."""
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
 
     out = tmp_path_factory.mktemp("out")
     opts = _audit_options(small_stores["broker-a"].store_dir, out, "--mode", "full",
@@ -192,7 +191,7 @@ def first_run(spark, small_stores, tmp_path_factory):
 # ------------------------------------------------------------------------------------------------------------
 
 def test_store_fingerprint_is_a_listing_hash(tmp_path):
-    from jobs.audit import store_fingerprint
+    from jobs.audit.run import store_fingerprint
 
     root = tmp_path / "store"
     (root / "commitlog").mkdir(parents=True)
@@ -210,9 +209,9 @@ def test_store_fingerprint_is_a_listing_hash(tmp_path):
 
 
 def test_params_follow_the_config_profiles(tmp_path):
-    from jobs.audit import audit_params
+    from jobs.audit.run import audit_params
     from jobs.config import load_audit_config
-    from jobs.reconstruct import PROFILES
+    from jobs.reconstruct.spark import PROFILES
 
     cfg = load_audit_config()
     params, override, doc = audit_params(cfg, "auto", 123)
@@ -230,7 +229,7 @@ def test_params_follow_the_config_profiles(tmp_path):
 
 
 def test_auto_shuffle_partitions():
-    from jobs.audit import auto_shuffle_partitions
+    from jobs.audit.run import auto_shuffle_partitions
 
     class Conf:
         def __init__(self, explicit, value):
@@ -295,7 +294,7 @@ def test_states_equal_ledger_outcomes_small_stores(first_run, small_stores, brok
 
 
 def test_audit_runs_row(first_run, small_stores):
-    from jobs.audit import store_fingerprint
+    from jobs.audit.run import store_fingerprint
 
     s = first_run["summary"]
     runs = _run_rows(s.tables["audit_runs"].path).to_pylist()
@@ -331,7 +330,7 @@ def test_no_bodies_by_default(first_run):
 
 
 def test_summary_text(first_run):
-    from jobs.summary import format_summary
+    from jobs.audit.summary import format_summary
 
     text = format_summary(first_run["summary"])
     assert f"TxAudit run {RUN_ID}" in text
@@ -360,7 +359,8 @@ def _rerun_options(first_run, *extra):
 
 
 def test_killed_run_leaves_readable_tables_and_rerun_completes(spark, first_run, monkeypatch):
-    from jobs import audit, delta_sink
+    from jobs.audit import run as audit
+    from jobs.delta import sink as delta_sink
 
     out = Path(first_run["out"])
     before = _counts(out, TABLES + ("audit_runs",))

@@ -1,4 +1,4 @@
-"""txlog-bench audit (jobs/bench_audit.py): sizing, worker-RSS sampler, output format, one tiny real run."""
+"""txlog-bench audit (jobs/bench/audit.py): sizing, worker-RSS sampler, output format, one tiny real run."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jobs import bench_audit as B
+from jobs.bench import audit as B
 
 
 def test_split_and_sizing():
@@ -129,12 +129,12 @@ def test_drop_page_cache_says_whether_it_could(monkeypatch):
 
 
 def test_bench_cli_dispatch(capsys):
-    from jobs import bench_cli
+    from jobs.bench import cli as bench_cli
 
     assert bench_cli.main(["nonsense"]) == 2
     assert "unknown command 'nonsense'" in capsys.readouterr().err
     try:
-        import jobs.fuzz_campaign  # noqa: F401
+        import jobs.bench.fuzz  # noqa: F401
     except ModuleNotFoundError:
         assert bench_cli.main(["fuzz"]) == 2
         assert "'fuzz' is not available" in capsys.readouterr().err

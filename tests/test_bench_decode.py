@@ -8,7 +8,6 @@ import sys
 
 import pyarrow.compute as pc
 import pytest
-
 from conftest import ROOT
 
 

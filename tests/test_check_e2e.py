@@ -104,7 +104,7 @@ def out(tmp_path_factory):
 @pytest.fixture(scope="module")
 def previous_run(spark, stores, out):
     """The same workload without faults, audited in-process as 'damaged' one day earlier."""
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
     from jobs.main import parse_args
 
     _, opts = parse_args(["audit", "--store", str(stores["clean"]), "--broker", DAMAGED, "--out", str(out),

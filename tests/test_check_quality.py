@@ -11,9 +11,16 @@ import xml.etree.ElementTree as ET
 import pyarrow as pa
 import pytest
 
-from jobs.quality_checks import ChecksFileError, load_checks, parse_checks, parse_condition
-from jobs.quality_metrics import (FINDING_KINDS, RunData, UnknownMetricError, check_metric_name,
-                                  compute_metrics, metric_names, samples)
+from jobs.check.checks import ChecksFileError, load_checks, parse_checks, parse_condition
+from jobs.check.metrics import (
+    FINDING_KINDS,
+    RunData,
+    UnknownMetricError,
+    check_metric_name,
+    compute_metrics,
+    metric_names,
+    samples,
+)
 
 
 def _tx(rows):
@@ -165,7 +172,7 @@ def test_default_checks_file_is_valid():
 
 
 def test_evaluate_levels_change_and_errors():
-    from jobs.quality_checks import evaluate, exit_code, statistics
+    from jobs.check.checks import evaluate, exit_code, statistics
 
     checks = _parse([
         {"name": "dup", "metric": "flag.DUPLICATE_COMMIT", "fail": "> 0"},
@@ -211,7 +218,7 @@ def test_evaluate_levels_change_and_errors():
 
 def _write_run(out, run_id, as_of, data: RunData, brokers):
     """Minimal audit outputs of one run (only the columns check reads), with delta_sink's driver path."""
-    from jobs.check import write_arrow
+    from jobs.check.evaluate import write_arrow
     from schemas.core import Column, Table
 
     run_date = as_of.date()
@@ -237,8 +244,8 @@ def _write_run(out, run_id, as_of, data: RunData, brokers):
 def test_run_check_on_delta_tables_history_and_outputs(tmp_path):
     from deltalake import DeltaTable
 
-    from jobs.check import CheckError, run_check
-    from jobs.check_output import format_results, json_document, junit_xml, summary_line
+    from jobs.check.evaluate import CheckError, run_check
+    from jobs.check.output import format_results, json_document, junit_xml, summary_line
 
     d = _data()
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -286,9 +293,9 @@ def test_command_exit_3_on_audit_failure_and_unreadable_table(monkeypatch, tmp_p
     """A Spark/audit failure and a run whose table is gone: one error line, exit 3 (not a traceback only)."""
     import shutil
 
-    import jobs.audit
+    import jobs.audit.run
     import jobs.session
-    from jobs.check_cli import CheckOptions, run_check_command
+    from jobs.check.cli import CheckOptions, run_check_command
     from jobs.config import load_audit_config
 
     checks = _parse([{"name": "dup", "metric": "flag.DUPLICATE_COMMIT", "fail": "> 0"}])
@@ -303,7 +310,7 @@ def test_command_exit_3_on_audit_failure_and_unreadable_table(monkeypatch, tmp_p
         raise RuntimeError("Job aborted: executor lost\n\tat org.apache.spark...")
 
     monkeypatch.setattr(jobs.session, "build_session", lambda **kw: FakeSpark())
-    monkeypatch.setattr(jobs.audit, "run_audit", boom)
+    monkeypatch.setattr(jobs.audit.run, "run_audit", boom)
     cfg = load_audit_config()
     opts = CheckOptions(checks=checks, out=str(tmp_path), run_id="r1", json_path=None, junit_path=None,
                         config=cfg, audit=object())
@@ -322,7 +329,7 @@ def test_command_exit_3_on_audit_failure_and_unreadable_table(monkeypatch, tmp_p
 
 
 def test_command_error_results_give_one_line(tmp_path, capsys):
-    from jobs.check_cli import CheckOptions, run_check_command
+    from jobs.check.cli import CheckOptions, run_check_command
     from jobs.config import load_audit_config
 
     d = _data()

@@ -9,22 +9,28 @@ import random
 import shutil
 import struct
 import zlib
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURE_VERSIONS, FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from truth_frames import truth_record_fields
 
 from txlog_io import commitlog as CL
 from txlog_io import properties as P
-from txlog_io.commitlog import Message, decode_at, decode_range, encode_blank, encode_record, record_size, scan_range
+from txlog_io.commitlog import (
+    Message,
+    decode_at,
+    decode_range,
+    encode_blank,
+    encode_record,
+    record_size,
+    scan_range,
+)
+from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS as CL_TX_TOPICS
 from txlog_io.compression import compress, decompress, sys_flag_bits
 from txlog_io.errors import AnomalyKind, EncodeError, StoreNotFoundError
 from txlog_io.msgid import create_uniq_key, decode_offset_msg_id, offset_msg_id, parse_host, parse_uniq_key
-
-from conftest import FIXTURES, FIXTURE_VERSIONS
-from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS as CL_TX_TOPICS
-from truth_frames import truth_record_fields
 
 
 def decode_all(path, **kw):

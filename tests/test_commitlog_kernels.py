@@ -17,8 +17,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txlog_io import crc_kernels as C, text_kernels as T
+from txlog_io import crc_kernels as C
 from txlog_io import properties as P
+from txlog_io import text_kernels as T
 from txlog_io.commitlog import Message, decode_file, encode_record
 from txlog_io.msgid import host_text, offset_msg_id, parse_host
 

@@ -47,8 +47,8 @@ def test_broker_defaults_are_one_set_of_numbers():
     PREPARED_PAST_TIMEOUT and uses the 4.3+ default."""
     import dataclasses
 
-    from jobs.audit import CONFIG_TO_RECON
-    from jobs.reconstruct import AuditParams
+    from jobs.audit.run import CONFIG_TO_RECON
+    from jobs.reconstruct.spark import AuditParams
     from refbroker.profiles import PROFILE_NAMES, get_profile
 
     conf = C.load_broker_profiles()

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from conftest import FIXTURES, ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schemas import store as store_schemas
 from txlog_io import consumequeue as cq
 from txlog_io.errors import AnomalyKind, EncodeError, StoreNotFoundError, UsageError
-
-from conftest import FIXTURES, ROOT
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 INT32 = st.integers(-(1 << 31), (1 << 31) - 1)

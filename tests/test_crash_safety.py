@@ -1,7 +1,7 @@
 """Crash safety of the audit's outputs: ``kill -9`` of the whole job, reruns of a run id, concurrent runs.
 
 The whole-job test runs ``./spark-submit.sh audit`` on the 5.3.3 fixture in its own process group and kills
-that group with SIGKILL at points injected through ``TXAUDIT_KILL_AT`` (jobs.guard.kill_point): after a
+that group with SIGKILL at points injected through ``TXAUDIT_KILL_AT`` (jobs.audit.guard.kill_point): after a
 table in the middle of the write phase, and right after a rerun retracted its old ``audit_runs`` row.  After
 each kill every table under ``--out`` must load at its latest version, and ``audit_runs`` must not list the
 run unless the run completed.  The completing rerun between the two kills runs in-process on the session's
@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import delta_sink, guard
+from jobs.audit import guard
+from jobs.delta import sink as delta_sink
 from schemas.core import Column, Table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +102,7 @@ def test_kill_at_several_points_then_rerun_and_a_concurrent_run(spark, tmp_path,
     # This run is in-process on the session's Spark (steps 1 and 3 are the spark-submit path, and a JVM start
     # costs more than the audit); it takes the lock as jobs.main does and is held at its first kill point
     # (after the retraction, before any table is written) until the second audit has been refused.
-    from jobs import audit as audit_job
+    from jobs.audit import run as audit_job
     from jobs.main import parse_args
 
     monkeypatch.delenv("TXAUDIT_KILL_AT", raising=False)
@@ -163,7 +164,7 @@ _COMMIT_CHILD = r"""
 import datetime, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import pyarrow as pa, pyarrow.parquet as pq
-from jobs import delta_sink
+from jobs.delta import sink as delta_sink
 from schemas.core import Column, Table
 root, n = sys.argv[2], int(sys.argv[3])
 table = Table.of("t", [Column("k", pa.int64(), False, "key")], "crash test")

@@ -48,8 +48,8 @@ def test_file_cut_at_a_record_boundary_is_reported(tmp_path):
 
 @pytest.mark.spark
 def test_no_silent_state_change_after_a_cut(spark, tmp_path):
-    from jobs.reconstruct import reconstruct
-    from jobs.store_frames import load_store_frames
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import reconstruct
 
     recs = _truth_records()
     halves = [r for r in recs if r["topic"] == "RMQ_SYS_TRANS_HALF_TOPIC"]

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.datasources import FORMATS, register
-from jobs.options import OptionError, parse_options
-from jobs.store_frames import DISCARD_TOPIC, HALF_TOPIC, TX_SYSTEM_TOPICS, load_store_frames
+from jobs.read.frames import DISCARD_TOPIC, HALF_TOPIC, TX_SYSTEM_TOPICS, load_store_frames
+from jobs.sources.formats import FORMATS, register
+from jobs.sources.options import OptionError, parse_options
 from schemas.sources import SOURCE_TABLES, with_broker
 from schemas.store import STORE_TABLES
 
@@ -108,7 +108,7 @@ def test_commitlog_equals_txlog_io_decode_and_truth_count(commitlog_tables, vers
 
 
 def test_tiny_split_reads_every_record_exactly_once(rs, commitlog_tables):
-    from jobs.datasources import plan_partitions
+    from jobs.sources.formats import plan_partitions
 
     options = {"path": store_of("rocketmq-4.9.8"), "split_bytes": "64k"}
     assert len(plan_partitions("rocketmq_commitlog", parse_options("rocketmq_commitlog", options))) == 2 * 16
@@ -121,7 +121,7 @@ def test_tiny_split_reads_every_record_exactly_once(rs, commitlog_tables):
 def test_partitions_are_small_picklable_ranges_covering_each_file():
     import pickle
 
-    from jobs.datasources import UNIT_PACK_BYTES, CommitLogRange, StoreFiles, UnitFiles, plan_partitions
+    from jobs.sources.formats import UNIT_PACK_BYTES, CommitLogRange, StoreFiles, UnitFiles, plan_partitions
 
     opts = parse_options("rocketmq_anomalies", {"path": store_of("rocketmq-4.9.8"), "split_bytes": "256k"})
     parts = plan_partitions("rocketmq_anomalies", opts)
@@ -141,7 +141,13 @@ def test_partitions_are_small_picklable_ranges_covering_each_file():
 
 
 def test_a_reader_packs_consecutive_small_partitions_into_one_task():
-    from jobs.datasources import READ_PACK_BYTES, PartitionPack, StoreReader, partition_bytes, plan_partitions
+    from jobs.sources.formats import (
+        READ_PACK_BYTES,
+        PartitionPack,
+        StoreReader,
+        partition_bytes,
+        plan_partitions,
+    )
 
     opts = parse_options("rocketmq_commitlog", {"path": store_of("rocketmq-4.9.8"), "split_bytes": "256k"})
     reader = StoreReader("rocketmq_commitlog", opts)
@@ -368,7 +374,7 @@ def test_anomalies_of_a_damaged_store_reach_the_anomalies_frame(rs, damaged_stor
 
 def test_fetch_at_merges_duplicates_filters_plain_records_and_reports_missing_files(commitlog_tables):
     """The mapInArrow body of indexed mode, driven directly (no Spark)."""
-    from jobs.store_frames import _FetchAt
+    from jobs.read.frames import _FetchAt
 
     table = commitlog_tables["rocketmq-4.9.8"]
     f0 = table.filter(pc.equal(table.column("physical_offset"), table.column("file_position")))
@@ -467,7 +473,7 @@ def test_full_mode_frames(rs, commitlog_tables):
 def test_txscan_cells_grouped_per_task_give_the_same_rows(rs, damaged_store):
     """``task_bytes`` groups consecutive split cells of one file into one task; each cell is still decoded on
     its own, so rows and findings are those of one task per cell -- on a damaged store too."""
-    from jobs.datasources import CommitLogCells, CommitLogRange, plan_partitions
+    from jobs.sources.formats import CommitLogCells, CommitLogRange, plan_partitions
 
     def scan(root, **extra):
         return rs.read.format("rocketmq_txscan").options(path=root, split_bytes="64k", **extra).load().toArrow()

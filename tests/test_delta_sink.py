@@ -1,4 +1,4 @@
-"""jobs.delta_sink: executor-written Parquet files, one delta-rs commit per table per run, idempotent by
+"""jobs.delta.sink: executor-written Parquet files, one delta-rs commit per table per run, idempotent by
 run_id."""
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from jobs import delta_sink
-from jobs.delta_sink import RUN_DATE, RUN_ID, SinkError, WriteResult, write_table
-from schemas.core import Column as C, Table
+from jobs.delta import sink as delta_sink
+from jobs.delta.sink import RUN_DATE, RUN_ID, SinkError, WriteResult, write_table
+from schemas.core import Column as C
+from schemas.core import Table
 
 pytestmark = pytest.mark.spark
 

@@ -9,15 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
+from truth_frames import truth_record_fields
 
 from txlog_io import dledger as D
 from txlog_io import dledger_store as S
 from txlog_io import mappedfile as mf
 from txlog_io.commitlog import Message, encode_record
 from txlog_io.errors import AnomalyKind, UsageError
-
-from conftest import FIXTURES
-from truth_frames import truth_record_fields
 
 DLEDGER = FIXTURES / "rocketmq-4.9.8-dledger"
 STORES = ("clean", "crashed")

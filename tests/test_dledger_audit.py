@@ -1,4 +1,4 @@
-"""The real 4.9.8 DLedger stores through jobs.store_frames + jobs.reconstruct (both modes): every transaction's
+"""The real 4.9.8 DLedger stores through jobs.read.frames + jobs.reconstruct.spark (both modes): every transaction's
 state, the work lists and the findings, against expectations derived straight from truth/ (RocketMQ's and
 DLedger's own decoding), independently of the Spark code."""
 from __future__ import annotations
@@ -9,7 +9,6 @@ import json
 from collections import defaultdict
 
 import pytest
-
 from conftest import FIXTURES
 
 DLEDGER = FIXTURES / "rocketmq-4.9.8-dledger"
@@ -63,8 +62,8 @@ def expectations(store: str) -> dict:
 
 @pytest.fixture(scope="module")
 def audits(spark):
-    from jobs.reconstruct import AuditParams, commitlog_bounds_from_layout, reconstruct
-    from jobs.store_frames import load_store_frames
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import AuditParams, commitlog_bounds_from_layout, reconstruct
 
     out = {}
     params = {}
@@ -159,7 +158,7 @@ def test_modes_agree(audits):
 def test_replicas_given_together_are_one_broker(spark, tmp_path):
     from test_dledger import make_replicas
 
-    from jobs.store_frames import load_store_frames
+    from jobs.read.frames import load_store_frames
 
     roots, _ = make_replicas(tmp_path)
     sf = load_store_frames(spark, [str(r) for r in roots], brokers=["n0", "n0", "n0"], mode="indexed")

@@ -13,7 +13,6 @@ import zipfile
 
 import deltalake
 import pytest
-
 from conftest import FIXTURES, ROOT
 
 SUBMIT = os.path.join(ROOT, "spark-submit.sh")
@@ -67,7 +66,7 @@ def test_spark_submit_audit_of_a_dledger_store_reports_its_transactions(tmp_path
     assert " INFO " not in both
     with zipfile.ZipFile(os.path.join(ROOT, "build", "txaudit-pyfiles.zip")) as zf:
         names = set(zf.namelist())
-    for mod in ("jobs/main.py", "jobs/delta_sink.py", "jobs/config.py", "schemas/core.py",
+    for mod in ("jobs/main.py", "jobs/delta/sink.py", "jobs/config.py", "schemas/core.py",
                 "txlog_io/errors.py"):
         assert mod in names
     assert not any("__pycache__" in n for n in names)

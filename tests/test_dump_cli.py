@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FIXTURES, ROOT
 
 from txlog_io import cli
-
-from conftest import FIXTURES, ROOT
 
 COMMITLOG_CONTRACT = ["file", "file_position", "physical_offset", "total_size", "magic_version", "body_crc",
                       "body_crc_ok", "queue_id", "flag", "queue_offset", "sys_flag", "transaction_type",

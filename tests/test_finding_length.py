@@ -86,12 +86,12 @@ def test_findings_that_are_not_ranges_have_no_length(tmp_path):
 def test_length_reaches_audit_anomalies_of_a_table_written_without_it(spark, tmp_path):
     from deltalake import DeltaTable
 
-    from jobs.audit import run_audit
-    from jobs.check import run_check
-    from jobs.delta_sink import write_table
+    from jobs.audit.run import run_audit
+    from jobs.check.checks import load_checks
+    from jobs.check.evaluate import run_check
+    from jobs.delta.sink import write_table
     from jobs.main import parse_args
-    from jobs.quality_checks import load_checks
-    from jobs.report import write_report
+    from jobs.report.write import write_report
     from schemas.audit import AUDIT_ANOMALIES
     from schemas.core import Table
 

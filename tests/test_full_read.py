@@ -1,5 +1,5 @@
-"""jobs/full_read.py (full mode's one-job read, Arrow to the driver) against the DataFrame plan it stands in
-for on the driver path (jobs/store_frames.py + jobs/audit_inputs.py + jobs/reconstruct.py): the same reducer
+"""jobs/read/full.py (full mode's one-job read, Arrow to the driver) against the DataFrame plan it stands in
+for on the driver path (jobs/read/frames.py + jobs/read/inputs.py + jobs/reconstruct/spark.py): the same reducer
 inputs and the same five outputs, row for row, over the real-broker fixtures and reference-broker stores of
 every scenario and profile (the damaged ones under every profile), all brokers in one read; and the fallback
 when the rows are too many for the driver."""
@@ -52,8 +52,8 @@ def _options(stores, split=SPLIT):
 def _frame_inputs(spark, stores, split=SPLIT, mode="full"):
     """The reducer inputs as the DataFrame plan builds them for a non-incremental audit (full mode, or
     indexed: tests/test_indexed_read.py)."""
-    from jobs.audit_inputs import op_bodies_for, relevant_records
-    from jobs.store_frames import load_store_frames
+    from jobs.read.frames import load_store_frames
+    from jobs.read.inputs import op_bodies_for, relevant_records
 
     frames = load_store_frames(spark, [r for _, r in stores], mode=mode, brokers=[b for b, _ in stores],
                                split_bytes=split)
@@ -72,8 +72,9 @@ def _rows(table: pa.Table, drop=()) -> list:
 
 
 def test_local_read_equals_the_dataframe_plan(spark, stores):
-    from jobs.full_read import read_local, reduce_local
-    from jobs.reconstruct import reconstruct
+    from jobs.read.full import read_local
+    from jobs.reconstruct.local import reduce_local
+    from jobs.reconstruct.spark import reconstruct
 
     timings: dict = {}
     read = read_local(spark, _options(stores), 10 ** 9, timings)
@@ -102,7 +103,7 @@ def test_local_read_equals_the_dataframe_plan(spark, stores):
 
 
 def test_too_many_rows_fall_back(spark, stores):
-    from jobs.full_read import read_local
+    from jobs.read.full import read_local
 
     one = stores[-1:]                   # one small store: one CommitLogRange cell, not a group of cells
     read = read_local(spark, _options(one), 10 ** 9)
@@ -115,9 +116,9 @@ def test_audit_falls_back_to_the_dataframe_plan_with_the_same_tables(spark, stor
     store frames built on demand (store_frames.LazyStoreFrames) and the reduction on the executors."""
     from deltalake import DeltaTable
 
-    from jobs import reconstruct
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
     from jobs.main import parse_args
+    from jobs.reconstruct import spark as reconstruct
 
     broker, root = next((b, r) for b, r in stores if b.startswith("5.1p_crashy"))
     tables = {}
@@ -139,8 +140,8 @@ def test_small_work_items_are_packed_into_few_tasks(spark, stores, monkeypatch):
     """pack_items: consecutive small items share a task (a task costs a fixed 0.1-0.25 s; these stores'
     48 KiB CommitLog files were one task each), an item above the quota keeps its own, the order is kept;
     the read gives the same tables, in the same order, as one task per item."""
-    from jobs import full_read
-    from jobs.datasources import CommitLogRange, PartitionPack, StoreFiles
+    from jobs.read import full as full_read
+    from jobs.sources.formats import CommitLogRange, PartitionPack, StoreFiles
 
     items, _ = full_read.plan_items(_options(stores), 2)
     packed = full_read.pack_items(items, 2)

@@ -13,9 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from jobs import fuzz_campaign as fuzz
+from jobs.bench import fuzz
 from txlog_io.config import read_consumer_offsets
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
@@ -72,7 +73,7 @@ def test_corrupt_config_falls_back_to_bak_and_says_so(tmp_path):
 
 
 def test_fuzz_command_prints_its_tables(capsys):
-    from jobs.bench_cli import main as bench_main
+    from jobs.bench.cli import main as bench_main
 
     assert bench_main(["fuzz", "--cases", "150", "--seed", "3", "--no-refbroker"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -1,4 +1,4 @@
-"""``audit --incremental`` (jobs/incremental.py): auditing snapshots 1..k of one growing reference-broker
+"""``audit --incremental`` (jobs/read/incremental/plan.py): auditing snapshots 1..k of one growing reference-broker
 store incrementally gives at snapshot k exactly what a full audit of snapshot k gives (transactions with their
 flags, both work lists, findings, profiles), for several profiles and for crashes, retention and a 3.x
 statetable rebuild between snapshots; and every reason to fall back to a full audit is reported."""
@@ -30,13 +30,13 @@ def _opts(out, stores, run_id, conf, *extra, as_of=AS_OF):
 
 
 def _audit(spark, out, stores, run_id, conf, *extra, as_of=AS_OF):
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
 
     return run_audit(spark, _opts(out, stores, run_id, conf, *extra, as_of=as_of), print_summary=False)
 
 
 def _rows(out, table, run_id):
-    from jobs.delta_tables import read_table as read_rows
+    from jobs.delta.tables import read_table as read_rows
 
     t = read_rows(os.path.join(str(out), table), run_id=run_id)
     rows = [{k: v for k, v in r.items() if k not in ("run_id", "run_date")} for r in t.to_pylist()]
@@ -57,7 +57,7 @@ def _conf(tmp: Path, text: str = CONF) -> Path:
 
 
 def _incremental_info(out, run_id):
-    from jobs.delta_tables import read_table as read_rows
+    from jobs.delta.tables import read_table as read_rows
 
     row = read_rows(os.path.join(str(out), "audit_runs"), run_id=run_id).to_pylist()[0]
     return json.loads(row["config_json"])["incremental"]
@@ -79,9 +79,9 @@ def test_incremental_equals_full(spark, tmp_path, profile, scenario, n_tx):
 def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypatch):
     """The carried state (Arrow on the driver) also reaches a reduction on the executors and the Spark-side
     state write, not only the driver path the small stores take."""
-    import jobs.reconstruct
+    import jobs.reconstruct.spark
 
-    monkeypatch.setattr(jobs.reconstruct, "LOCAL_MAX_ROWS", 0)
+    monkeypatch.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
     _equivalence(spark, tmp_path, "5.1+", "crashy", 30, one_job=False)
 
 
@@ -89,9 +89,9 @@ def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypa
     """At most MAX_SEGMENTS record segments: the run that would list a third writes every record again as
     one; each run at its own, later as-of (time-based flags change between runs: nothing of them is
     carried).  Still equal to a full audit at the last as-of."""
-    import jobs.incremental_state
+    import jobs.audit.state
 
-    monkeypatch.setattr(jobs.incremental_state, "MAX_SEGMENTS", 2)
+    monkeypatch.setattr(jobs.audit.state, "MAX_SEGMENTS", 2)
     segments = _equivalence(spark, tmp_path, "5.1+", "crashy", 30,
                             as_of=["2026-11-20T00:00:00Z", "2026-11-21T06:00:00Z", "2026-11-23T00:00:00Z",
                                    "2026-11-26T12:00:00Z", "2026-12-01T00:00:00Z"])
@@ -99,7 +99,7 @@ def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypa
 
 
 def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=None):
-    """``one_job``: every run read through jobs.full_read's one job (its ``read.job`` phase), else through
+    """``one_job``: every run read through jobs.read.full's one job (its ``read.job`` phase), else through
     the DataFrame plan.  ``as_of``: one per run (default AS_OF for all).  -> the record segments of each
     run's state."""
     from refbroker.generate import generate
@@ -135,7 +135,7 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=N
         assert got == want, f"{table}: incremental {len(got)} rows vs full {len(want)}"
     assert _rows(out, "transactions", last), "no transactions audited"
     # only the newest run's state is kept (the records: the segments it lists)
-    from jobs.delta_tables import read_table as read_rows
+    from jobs.delta.tables import read_table as read_rows
 
     state_runs = set(read_rows(str(out / "audit_state")).column("run_id").to_pylist())
     assert state_runs == {last}
@@ -146,7 +146,7 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=N
 
 def _record_segments(out, run_id) -> list:
     """The record segments run ``run_id``'s state lists; the records table holds exactly those runs' rows."""
-    from jobs.delta_tables import read_table as read_rows
+    from jobs.delta.tables import read_table as read_rows
 
     header = read_rows(os.path.join(str(out), "audit_state"), run_id=run_id).to_pylist()
     segs = json.loads(header[0]["record_segments_json"])
@@ -178,9 +178,9 @@ def test_carried_findings_follow_their_cell(tmp_path):
 def carried_findings(tmp_path, path, rows, **plan) -> list:
     """CommitLog findings ``rows`` [(position, cell offset)] of ``path`` written as run r1's state; -> the
     ``position/cell`` of those a run r2 continuing it with ``plan`` (Plan fields) carries, sorted."""
-    from jobs import delta_sink
-    from jobs.incremental import Plan
-    from jobs.incremental_read import _carried
+    from jobs.delta import sink as delta_sink
+    from jobs.read.incremental.plan import Plan
+    from jobs.read.incremental.read import _carried
     from schemas.state import STATE_FINDINGS
 
     blank = {f.name: None for f in STATE_FINDINGS.arrow_schema()}
@@ -256,7 +256,7 @@ def test_fallback_config_changed(spark, tmp_path, small_store):
 
 
 def test_fallback_mode_and_brokers(spark, tmp_path, small_store):
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
 
     live, conf, out = _prepared(spark, tmp_path, small_store)
     opts = _opts(out, [("b1", live)], "r2", conf, "--incremental", "--mode", "indexed")
@@ -276,7 +276,7 @@ def test_fallback_store_moved(spark, tmp_path, small_store):
 
 
 def test_fallback_store_truncated_and_rewritten(spark, tmp_path, small_store):
-    from jobs.delta_tables import read_table as read_rows
+    from jobs.delta.tables import read_table as read_rows
 
     live, conf, out = _prepared(spark, tmp_path, small_store)
     header = read_rows(str(out / "audit_state"), run_id="r1").to_pylist()[0]
@@ -298,7 +298,7 @@ def test_fallback_store_truncated_and_rewritten(spark, tmp_path, small_store):
 
 
 def test_fallback_state_format(spark, tmp_path, small_store, monkeypatch):
-    import jobs.incremental as incremental
+    import jobs.read.incremental.plan as incremental
 
     live, conf, out = _prepared(spark, tmp_path, small_store)
     monkeypatch.setattr(incremental, "STATE_FORMAT_VERSION", incremental.STATE_FORMAT_VERSION + 1)
@@ -329,7 +329,7 @@ def test_check_passes_incremental_through(tmp_path, small_store):
 def _old_unit_file(first: Path, last: Path) -> str:
     """A consume-queue file of a non-transaction topic, not the newest of its queue, with the same bytes in
     the ``first`` and ``last`` store states (relative path)."""
-    from jobs.txparams import TX_SYSTEM_TOPICS
+    from jobs.reconstruct.params import TX_SYSTEM_TOPICS
 
     for path in sorted((last / "consumequeue").rglob("*")):
         rel = path.relative_to(last)

@@ -1,4 +1,4 @@
-"""Where ``audit --incremental`` resumes its CommitLog read (jobs/incremental.py): at the previous run's
+"""Where ``audit --incremental`` resumes its CommitLog read (jobs/read/incremental/plan.py): at the previous run's
 newest transaction-relevant record itself, inside its ``split_bytes`` cell, not at the cell's start -- and
 at the cell's start when the previous scan reported damage between the two (a damaged record straddling the
 resume offset) or the record is no longer there.  Every continuation is compared with a full audit of the
@@ -47,7 +47,7 @@ def _records(store: Path) -> list:
 
 
 def _header(out: Path, run_id: str) -> dict:
-    from jobs.delta_tables import read_table
+    from jobs.delta.tables import read_table
 
     return read_table(str(out / "audit_state"), run_id=run_id).to_pylist()[0]
 
@@ -55,8 +55,8 @@ def _header(out: Path, run_id: str) -> dict:
 def _resume_at(out: Path, run_id: str, live: Path, offset: int) -> None:
     """Rewrite run ``run_id``'s state header to resume at ``offset`` (a record start), as a run that saw its
     newest relevant record there would have written it."""
-    from jobs import delta_sink
-    from jobs.incremental import _prefix_sha
+    from jobs.delta import sink as delta_sink
+    from jobs.read.incremental.plan import _prefix_sha
     from schemas.state import AUDIT_STATE
 
     h = _header(out, run_id)
@@ -104,7 +104,7 @@ def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, 
     # the same state resumed by hand at a file boundary (the first record of the newest record's file: a cell
     # start) and in the middle of an earlier file: the same result each time; the second in a Spark job (the
     # cells pickled to its tasks)
-    import jobs.full_read
+    import jobs.read.full
 
     records = _records(snapshot)
     file_start = newest - newest % FILE_BYTES
@@ -115,7 +115,7 @@ def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, 
         shutil.copytree(keep, again)
         _resume_at(again, "s0", live, offset)
         if k == 1:
-            monkeypatch.setattr(jobs.full_read, "CONTINUATION_DRIVER_BYTES", 0)
+            monkeypatch.setattr(jobs.read.full, "CONTINUATION_DRIVER_BYTES", 0)
         info = _continue_and_compare(spark, tmp_path, again, live, conf, "s1", "full")
         assert info["read_from"] == {"b1": offset} and info["read_in_driver"] == (k == 0)
 
@@ -178,7 +178,7 @@ def test_carried_findings_of_the_resumed_cell(tmp_path):
 def test_bench_snapshot_shares_identical_files(tmp_path):
     """``txlog-bench audit --incremental``: a snapshot file byte-identical to the final store's becomes a hard
     link to it; a file that differs (same size), or exists in one store only, stays as it is.  Spark-free."""
-    from jobs.bench_incremental import share_identical
+    from jobs.bench.incremental import share_identical
 
     snap, final = tmp_path / "snap", tmp_path / "final"
     for root, grown in ((snap, b"old"), (final, b"new")):
@@ -199,14 +199,14 @@ def test_failed_run_waits_for_its_state_write(spark, tmp_path, grown, monkeypatc
     import threading
     import time
 
-    import jobs.delta_sink
-    import jobs.incremental_state
+    import jobs.audit.state
+    import jobs.delta.sink
 
     snapshot, final = grown
     live, conf, out = _snapshot_audited(spark, tmp_path, snapshot)
     _sync(final, live)
     done = threading.Event()
-    real_write_now = jobs.incremental_state.write_now
+    real_write_now = jobs.audit.state.write_now
 
     def slow_write_now(*args, **kwargs):
         time.sleep(1.0)                 # still writing when the output write below fails
@@ -218,8 +218,8 @@ def test_failed_run_waits_for_its_state_write(spark, tmp_path, grown, monkeypatc
     def failing_write_table(*args, **kwargs):
         raise OSError("disk full (injected)")
 
-    monkeypatch.setattr(jobs.incremental_state, "write_now", slow_write_now)
-    monkeypatch.setattr(jobs.delta_sink, "write_table", failing_write_table)
+    monkeypatch.setattr(jobs.audit.state, "write_now", slow_write_now)
+    monkeypatch.setattr(jobs.delta.sink, "write_table", failing_write_table)
     with pytest.raises(OSError, match="injected"):
         _audit(spark, out, [("b1", live)], "s1", conf, "--incremental")
     assert done.is_set(), "the state thread was still writing after run_audit returned"

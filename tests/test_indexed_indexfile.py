@@ -11,15 +11,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from test_datasources import transaction_relevant
 
 import refbroker
 import refbroker.index as refindex
-from jobs.indexed_gaps import GAP_INDEX_HOLE, GAP_INDEX_LAG, index_file_gaps, uses_index_files
-from jobs.store_frames import _store_info, load_store_frames
+from jobs.read.frames import load_store_frames
+from jobs.read.indexed.gaps import GAP_INDEX_HOLE, GAP_INDEX_LAG, index_file_gaps, uses_index_files
+from jobs.read.stores import store_info
 from txlog_io.commitlog import decode_range
 from txlog_io.indexfile import IndexFileWriter, index_keys, list_index_files, read_index_file
 from txlog_io.mappedfile import discover_store
-from test_datasources import transaction_relevant
 
 pytestmark = pytest.mark.spark
 
@@ -107,7 +108,7 @@ def test_indexed_equals_full_and_reports_each_index_gap(spark, base_store, tmp_p
               "truncated": _variant(base_store, tmp_path, "truncated", truncate_one),
               "lost": _variant(base_store, tmp_path, "lost", lose_newest),
               "lag": _variant(base_store, tmp_path, "lag", crash_lag)}
-    infos = {b: _store_info(b, r, None) for b, r in stores.items()}
+    infos = {b: store_info(b, r, None) for b, r in stores.items()}
     assert all(uses_index_files(i) for i in infos.values())
     reasons = {b: {g[3] for g in index_file_gaps(i)} for b, i in infos.items()}
     assert reasons["healthy"] & {GAP_INDEX_HOLE, GAP_INDEX_LAG} == set()

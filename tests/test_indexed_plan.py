@@ -1,15 +1,21 @@
-"""Indexed mode's queue gaps, derived on the driver (jobs.indexed_plan): Spark-free, on hand-made inputs."""
+"""Indexed mode's queue gaps, derived on the driver (jobs.read.indexed.plan): Spark-free, on hand-made inputs."""
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
-from jobs.indexed_plan import (GAP_HEAD, GAP_OP_QUEUE, GAP_TAIL, GAP_TAIL_UNITS, extremes_of_units,
-                               queue_gaps)
-from jobs.queue_tails import GAP_QUEUE_IDLE_TAIL
-from jobs.store_frames import StoreInfo
-from jobs.txparams import HALF_TOPIC, OP_TOPIC
 from test_indexed_indexfile import base_store, monkeypatch_module  # noqa: F401
+
+from jobs.read.frames import StoreInfo
+from jobs.read.indexed.plan import (
+    GAP_HEAD,
+    GAP_OP_QUEUE,
+    GAP_TAIL,
+    GAP_TAIL_UNITS,
+    extremes_of_units,
+    queue_gaps,
+)
+from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
+from jobs.reconstruct.params import HALF_TOPIC, OP_TOPIC
 
 CLOG = 1 << 20
 
@@ -40,7 +46,7 @@ def test_extremes_take_the_first_and_last_unit_by_queue_offset():
 def test_healthy_queues_leave_only_the_undispatched_tail():
     ext = extremes_of_units(_units([("b", HALF_TOPIC, 0, 0, 0, 100), ("b", OP_TOPIC, 0, 0, 100, 50)]))
     # other topics carried the dispatch point on: each transaction queue's idle tail is scanned (an ordinary
-    # gap: a finding only if records of that queue turn up there, jobs/queue_tails.py), nothing else
+    # gap: a finding only if records of that queue turn up there, jobs/read/indexed/tails.py), nothing else
     gaps = queue_gaps([_store()], ext, {"b": CLOG}, {})
     assert {g[:5] for g in gaps} == {("b", 100, CLOG, GAP_QUEUE_IDLE_TAIL, f"{HALF_TOPIC}/0"),
                                      ("b", 150, CLOG, GAP_QUEUE_IDLE_TAIL, f"{OP_TOPIC}/0")}
@@ -86,7 +92,7 @@ def test_lookup_many_finds_what_lookup_finds(tmp_path):
 @pytest.mark.spark
 def test_spark_extremes_equal_the_driver_ones(spark):
     """The path for large transaction queues (one Spark aggregation) gives the driver path's rows."""
-    from jobs.indexed_plan import extremes_of_frame
+    from jobs.read.indexed.plan import extremes_of_frame
 
     units = _units([("b", HALF_TOPIC, 0, 7, 700, 10), ("b", HALF_TOPIC, 0, 5, 500, 10),
                     ("b", HALF_TOPIC, 1, 2, 650, 30), ("c", OP_TOPIC, 0, 0, 900, 20)])
@@ -96,22 +102,24 @@ def test_spark_extremes_equal_the_driver_ones(spark):
 
 
 def test_lookup_tasks_find_what_every_index_file_holds(base_store):  # noqa: F811
-    """The one job's lookup tasks (jobs.indexed_lookup: consecutive index files per task, the records found
+    """The one job's lookup tasks (jobs.read.indexed.lookup: consecutive index files per task, the records found
     fetched in the task), cut for 1, 2 and 8 cores, fetch exactly the non-NOT records a key-by-key lookup in
     every index file ending after the key's oldest half copy names: lookups that cross index files and tasks."""
     import json
 
-    from jobs.datasources import COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT
-    from jobs.indexed_lookup import fetch_units, lookup_fetch, lookup_items
-    from jobs.indexed_plan import driver_table
-    from jobs.options import parse_options
-    from jobs.store_frames import _infos, keyed_only
-    from jobs.txparams import TX_SYSTEM_TOPICS
     from test_indexed_indexfile import _records
+
+    from jobs.read.frames import keyed_only
+    from jobs.read.indexed.lookup import fetch_units, lookup_fetch, lookup_items
+    from jobs.read.indexed.plan import driver_table
+    from jobs.read.stores import infos
+    from jobs.reconstruct.params import TX_SYSTEM_TOPICS
+    from jobs.sources.formats import COMMITLOG_FORMAT, CONSUMEQUEUE_FORMAT
+    from jobs.sources.options import parse_options
     from txlog_io.indexfile import IndexFileReader, build_key
 
     base = {"paths": json.dumps([str(base_store)]), "brokers": "b"}
-    info = _infos(parse_options(COMMITLOG_FORMAT, base))
+    info = infos(parse_options(COMMITLOG_FORMAT, base))
     units = driver_table(CONSUMEQUEUE_FORMAT, parse_options(CONSUMEQUEUE_FORMAT, dict(
         base, topics=",".join(TX_SYSTEM_TOPICS))))
     got = fetch_units(info, units, keyed_only)

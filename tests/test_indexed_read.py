@@ -1,5 +1,5 @@
-"""jobs/indexed_read.py (indexed mode's one-job read, Arrow to the driver) against the DataFrame plan it
-stands in for (jobs/store_frames.py indexed mode + jobs/audit_inputs.py + jobs/reconstruct.py): the same
+"""jobs/read/indexed/read.py (indexed mode's one-job read, Arrow to the driver) against the DataFrame plan it
+stands in for (jobs/read/frames.py indexed mode + jobs/read/inputs.py + jobs/reconstruct/spark.py): the same
 reducer inputs and the same five outputs, row for row, over the real-broker fixtures, reference-broker stores
 of every scenario and profile, and a store whose index was damaged each way INDEX_INCOMPLETE reports (deleted,
 truncated, lost newest files, crash lag past indexMsgTimestamp, deleted op queue); and its fallbacks."""
@@ -12,10 +12,10 @@ import shutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-
-from refbroker.generate import DEFAULT_START_MS
 from test_full_read import FIXTURE_STORES, _frame_inputs, _options, _rows
 from test_indexed_indexfile import _variant, base_store, monkeypatch_module  # noqa: F401
+
+from refbroker.generate import DEFAULT_START_MS
 
 pytestmark = pytest.mark.spark
 
@@ -75,19 +75,22 @@ def damaged(base_store, tmp_path_factory):  # noqa: F811
 
 def _local(stores):
     """The stores read without probing real topics: IndexFiles and no 3.x files, or no transaction index."""
-    from jobs.options import parse_options
-    from jobs.store_frames import _infos, has_transaction_index, keyed_only
+    from jobs.read.frames import keyed_only
+    from jobs.read.stores import has_transaction_index
+    from jobs.read.stores import infos as store_infos
+    from jobs.sources.options import parse_options
 
-    infos = _infos(parse_options("rocketmq_commitlog", {"paths": json.dumps([r for _, r in stores]),
+    infos = store_infos(parse_options("rocketmq_commitlog", {"paths": json.dumps([r for _, r in stores]),
                                                         "brokers": ",".join(b for b, _ in stores)}))
     return [pair for pair, i in zip(stores, infos) if keyed_only(i) or not has_transaction_index(i)]
 
 
 def test_indexed_read_equals_the_dataframe_plan(spark, stores, damaged, monkeypatch):
-    from jobs import indexed_plan, indexed_read
-    from jobs.full_read import reduce_local
-    from jobs.indexed_read import read_indexed_local
-    from jobs.reconstruct import reconstruct
+    from jobs.read.indexed import plan as indexed_plan
+    from jobs.read.indexed import read as indexed_read
+    from jobs.read.indexed.read import read_indexed_local
+    from jobs.reconstruct.local import reduce_local
+    from jobs.reconstruct.spark import reconstruct
 
     # the damaged stores' queue files are preallocated 6 MB each: over the driver's 32 MB all together, so
     # both plans would locate the queue gaps with Spark (and this read would decline); raised for both
@@ -136,7 +139,7 @@ def test_indexed_read_equals_the_dataframe_plan(spark, stores, damaged, monkeypa
 
 
 def test_indexed_read_falls_back(spark, damaged, monkeypatch):
-    from jobs import indexed_read
+    from jobs.read.indexed import read as indexed_read
 
     one = damaged[:1]
     read = indexed_read.read_indexed_local(spark, _options(one), 10 ** 9)
@@ -144,7 +147,7 @@ def test_indexed_read_falls_back(spark, damaged, monkeypatch):
     assert indexed_read.read_indexed_local(spark, _options(one), 1) is None     # too many rows
     # no limit on units below the rows' bound (the lookups run in the job): the old driver-positions limit
     # (DRIVER_FETCH_UNITS, still the DataFrame plan's) does not send this read to the DataFrame plan
-    from jobs import indexed_plan
+    from jobs.read.indexed import plan as indexed_plan
 
     monkeypatch.setattr(indexed_plan, "DRIVER_FETCH_UNITS", 0)
     again = indexed_read.read_indexed_local(spark, _options(one), 10 ** 9)
@@ -156,9 +159,9 @@ def test_indexed_read_falls_back(spark, damaged, monkeypatch):
 def test_indexed_audit_reads_in_one_job_with_the_fallbacks_tables(spark, damaged, tmp_path, monkeypatch):
     from deltalake import DeltaTable
 
-    from jobs import reconstruct
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
     from jobs.main import parse_args
+    from jobs.reconstruct import spark as reconstruct
 
     root = dict(damaged)["deleted"]
     tables = {}

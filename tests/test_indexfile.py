@@ -7,11 +7,18 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from txlog_io.errors import TxlogError
-from txlog_io.indexfile import (IndexFileReader, IndexFileWriter, file_size_for, index_keys, list_index_files,
-                                read_index_file)
+from txlog_io.indexfile import (
+    IndexFileReader,
+    IndexFileWriter,
+    file_size_for,
+    index_keys,
+    list_index_files,
+    read_index_file,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
 TX_TYPE = {0: "NOT", 4: "PREPARED", 8: "COMMIT", 12: "ROLLBACK"}

@@ -5,11 +5,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from txlog_io import mappedfile as mf
 from txlog_io.errors import AnomalyKind, StoreNotFoundError, UsageError
-
-from conftest import FIXTURES
 
 
 def files_under(directory: Path) -> set:

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from jobs import guard
 from jobs import main as txmain
+from jobs.audit import guard
 from txlog_io.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -140,7 +140,7 @@ def test_out_locked_by_another_run(capsys, tmp_path):
 
 def test_lock_is_released_when_the_holder_is_killed(tmp_path):
     out = tmp_path / "o"
-    code = ("import sys, time; sys.path.insert(0, %r); from jobs import guard\n"
+    code = ("import sys, time; sys.path.insert(0, %r); from jobs.audit import guard\n"
             "with guard.out_lock(%r, 'killed'):\n    print('held', flush=True); time.sleep(60)\n"
             ) % (ROOT, str(out))
     p = subprocess.Popen([os.sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

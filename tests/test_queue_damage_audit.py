@@ -1,7 +1,7 @@
 """Derived files never cost or change a transaction (the CommitLog is the truth), at the audit level:
 
 * the half consume queue's newest units zeroed (refbroker.repair_scenarios.cq_truncated: it reads like an idle
-  queue): indexed mode scans after the queue's last unit (jobs/queue_tails.py), finds every transaction full
+  queue): indexed mode scans after the queue's last unit (jobs/read/indexed/tails.py), finds every transaction full
   mode finds (30/30) and reports INDEX_INCOMPLETE for the queue; the intact store reports nothing of the kind;
 * the half consume queue's file copied under the next file's name: UNIT_FILE_OUT_OF_ORDER at that file
   (covering its units), and every transaction keeps the intact store's state and flags, in both modes: the
@@ -43,8 +43,8 @@ def stores(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def audits(spark, stores):
-    from jobs.reconstruct import reconstruct
-    from jobs.store_frames import load_store_frames
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import reconstruct
 
     roots, _, _ = stores
     out = {}

@@ -45,7 +45,7 @@ def stores(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["indexed", "full"])
 def test_audit_leaves_the_store_untouched(spark, stores, tmp_path, mode):
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
     from jobs.main import parse_args
 
     before = {v: snapshot(s) for v, s in stores.items()}
@@ -77,7 +77,7 @@ def test_dump_and_bench_read_paths_leave_the_store_untouched(stores, capsys):
 
 
 def test_fuzz_never_writes_its_corpus_sources(stores, tmp_path, capsys):
-    from jobs import fuzz_campaign as fuzz
+    from jobs.bench import fuzz
 
     before = {v: snapshot(s) for v, s in stores.items()}
     targets = fuzz.build_corpus(tmp_path / "w", [(v, s) for v, s in stores.items()])
@@ -92,39 +92,39 @@ WRITE_SITES_REVIEWED = {
     ("txlog_io/bench.py", "write_commitlog"),       # bench's own generated CommitLog
     ("txlog_io/bench.py", "bench_decode"),          # removes its own work directory
     ("txlog_io/config.py", "write_config_file"),    # encoder (refbroker writes its stores with it)
-    ("jobs/fuzz_campaign.py", "_copy"),             # corpus copies under the fuzz work directory
-    ("jobs/fuzz_mutants.py", "mutate"),            # mutants under the fuzz scratch directory
-    ("jobs/fuzz_campaign.py", "remember_all"),     # unmutated copies under the fuzz scratch directory
-    ("jobs/fuzz_campaign.py", "campaign"),         # removes its case directories
-    ("jobs/fuzz_campaign.py", "main"),
-    ("jobs/bench_audit.py", "bench_size"),          # bench's own generated stores / work directory
-    ("jobs/bench_audit.py", "calibrate"),
-    ("jobs/bench_audit.py", "generate_store"),
-    ("jobs/bench_audit.py", "run"),
-    ("jobs/bench_audit.py", "warm_up"),
-    ("jobs/delta_sink.py", "_start"),               # Parquet data files under --out/<table>
-    ("jobs/delta_sink.py", "_write_data_files"),
-    ("jobs/delta_sink.py", "_commit_files"),        # Delta log under --out/<table>
-    ("jobs/delta_sink.py", "_write_with_spark"),
-    ("jobs/delta_sink.py", "retract_run"),
+    ("jobs/bench/fuzz.py", "_copy"),             # corpus copies under the fuzz work directory
+    ("jobs/bench/mutants.py", "mutate"),            # mutants under the fuzz scratch directory
+    ("jobs/bench/fuzz.py", "remember_all"),     # unmutated copies under the fuzz scratch directory
+    ("jobs/bench/fuzz.py", "campaign"),         # removes its case directories
+    ("jobs/bench/fuzz.py", "main"),
+    ("jobs/bench/audit.py", "bench_size"),          # bench's own generated stores / work directory
+    ("jobs/bench/audit.py", "calibrate"),
+    ("jobs/bench/audit.py", "generate_store"),
+    ("jobs/bench/audit.py", "run"),
+    ("jobs/bench/audit.py", "warm_up"),
+    ("jobs/delta/sink.py", "_start"),               # Parquet data files under --out/<table>
+    ("jobs/delta/sink.py", "_write_data_files"),
+    ("jobs/delta/sink.py", "_commit_files"),        # Delta log under --out/<table>
+    ("jobs/delta/sink.py", "_write_with_spark"),
+    ("jobs/delta/sink.py", "retract_run"),
     ("jobs/demo.py", "run_demo"),                   # the demo's --out
-    ("jobs/guard.py", "out_lock"),                  # --out/.txaudit.lock
-    ("jobs/delta_sink.py", "_write_arrow_files"),   # Parquet files of small tables, written by the driver
+    ("jobs/audit/guard.py", "out_lock"),                  # --out/.txaudit.lock
+    ("jobs/delta/sink.py", "_write_arrow_files"),   # Parquet files of small tables, written by the driver
     ("txlog_io/dledger.py", "write"),               # DLedger encoder twin (refbroker writes its stores with it)
     ("txlog_io/dledger_bench.py", "main"),          # removes its own work directory
     ("txlog_io/jit.py", "_writable"),               # the numba cache directory (never under a store)
     ("txlog_io/jit.py", "ensure_cache_path"),
-    ("jobs/bench_audit.py", "drop_page_cache"),     # /proc/sys/vm/drop_caches for --cold
-    ("jobs/bench_incremental.py", "bench_incremental"),  # renames the bench's own stores in and out of live/
-    ("jobs/bench_incremental.py", "share_identical"),  # hard-links the bench snapshot's identical files
-    ("jobs/check_output.py", "_atomic_write"),      # --json / --junit-xml files the user named
-    ("jobs/recovery_requests.py", "_write_jsonl"),  # --out/recovery/<run_id>/
-    ("jobs/recovery_requests.py", "write_requests"),
-    ("jobs/repair.py", "write_repair_log"),         # --out/repair_log (the store copy: refbroker.repair, --into)
-    ("jobs/report.py", "_write"),                   # --out/report/<run_id>.html, index.html
-    ("jobs/report.py", "write_report"),
+    ("jobs/bench/audit.py", "drop_page_cache"),     # /proc/sys/vm/drop_caches for --cold
+    ("jobs/bench/incremental.py", "bench_incremental"),  # renames the bench's own stores in and out of live/
+    ("jobs/bench/incremental.py", "share_identical"),  # hard-links the bench snapshot's identical files
+    ("jobs/check/output.py", "_atomic_write"),      # --json / --junit-xml files the user named
+    ("jobs/repair/requests.py", "_write_jsonl"),  # --out/recovery/<run_id>/
+    ("jobs/repair/requests.py", "write_requests"),
+    ("jobs/repair/run.py", "write_repair_log"),         # --out/repair_log (the store copy: refbroker.repair, --into)
+    ("jobs/report/write.py", "_write"),                   # --out/report/<run_id>.html, index.html
+    ("jobs/report/write.py", "write_report"),
     ("txlog_io/readstats.py", "flush"),             # per-process byte counts under $TXAUDIT_READ_STATS_DIR
-    ("jobs/bench_audit.py", "read_stats_dir"),      # the bench's <dir>/.readstats
+    ("jobs/bench/audit.py", "read_stats_dir"),      # the bench's <dir>/.readstats
     ("txlog_io/java_baseline.py", "compile_baseline"),  # javac output under ~/.cache/txaudit-java
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import refbroker
-from jobs import bench_audit as B
+from jobs.bench import audit as B
 from txlog_io import readstats
 from txlog_io.commitlog import decode_range
 

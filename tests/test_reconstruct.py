@@ -1,4 +1,4 @@
-"""jobs/reconstruct.py: transaction state reconstruction, flags and work lists.
+"""jobs/reconstruct/spark.py: transaction state reconstruction, flags and work lists.
 
 ONE reconstruct(materialize=True) over many brokers carries the assertions (every rule groups by broker, so
 the brokers of one run are independent; one plan to analyse instead of several); its outputs are collected
@@ -11,7 +11,7 @@ once:
   README documents that the real broker diverged (5.3.3 op batching: duplicate commits, commit/rollback +
   discard), the flags are asserted instead, from counts derived independently from truth/commitlog.jsonl.gz;
 * the same rows under other broker names judged at a later as_of (LATER);
-* the real stores decoded by jobs.store_frames.load_store_frames (REAL): must reconstruct exactly like the
+* the real stores decoded by jobs.read.frames.load_store_frames (REAL): must reconstruct exactly like the
   truth;
 * tiny hand-built stores, one broker per scenario (op body forms, copy grouping, commit via the newest copy,
   duplicate commit, commit without op, orphan op, op below the consume offset, conflicting ends, discards and
@@ -30,10 +30,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 import truth_frames as tf
-from jobs.flags import ANOMALY_ONLY, FLAGS, RECOVERY_ACTIONS
-from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES as PROFILES_TABLE, RECOVERY, TRANSACTIONS
+
+from jobs.reconstruct.flags import ANOMALY_ONLY, FLAGS, RECOVERY_ACTIONS
+from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, RECOVERY, TRANSACTIONS
+from schemas.audit import PROFILES as PROFILES_TABLE
 
 pytestmark = pytest.mark.spark
 
@@ -77,7 +78,7 @@ def _result_dicts(result):
 
 def fixture_params():
     """Each fixture broker's own transaction settings (from its README), as_of = its newest store time."""
-    from jobs.reconstruct import AuditParams
+    from jobs.reconstruct.spark import AuditParams
 
     as_of = {v: tf.max_store_timestamp(FIXTURES / v) for v in (V314, V498, V533)}
     return {
@@ -107,17 +108,17 @@ def fixture_params():
 #: copies of two fixtures judged at a later as_of (same rows, broker renamed): 3.1.4 one hour after shutdown,
 #: 4.9.8 73 h after (past its 72 h fileReservedTime)
 LATER = {f"{V314}@+1h": (V314, 3600 * 1000), f"{V498}@+73h": (V498, 73 * 3600 * 1000)}
-#: the real stores decoded by jobs.store_frames (indexed mode, the jobs' default; full mode is the truth's
+#: the real stores decoded by jobs.read.frames (indexed mode, the jobs' default; full mode is the truth's
 #: equivalent: every record) under these broker names
 REAL = {f"{mode}-{v}": (mode, v) for mode in ("indexed",) for v in (V314, V498, V533)}
 
 
 def real_store_frames(spark):
-    """jobs.store_frames.load_store_frames over the three fixture stores, per mode of REAL (bodies decoded, so
+    """jobs.read.frames.load_store_frames over the three fixture stores, per mode of REAL (bodies decoded, so
     op bodies come with the records); -> (frames by table, commitlog bounds) or (None, error text)."""
     try:
-        from jobs.store_frames import load_store_frames
-        from jobs.reconstruct import commitlog_bounds_from_layout
+        from jobs.read.frames import load_store_frames
+        from jobs.reconstruct.spark import commitlog_bounds_from_layout
 
         out, bounds = {}, []
         for mode in sorted({m for m, _ in REAL.values()}):
@@ -133,7 +134,7 @@ def real_store_frames(spark):
                 df = getattr(sf, name)
                 out[name] = df if name not in out else out[name].unionByName(df)
             bounds.append(commitlog_bounds_from_layout(spark, sf.layout_info))
-        # decode once (as jobs.audit persists its inputs): reconstruct reads its inputs more than once
+        # decode once (as jobs.audit.run persists its inputs): reconstruct reads its inputs more than once
         out = {name: df.localCheckpoint() for name, df in out.items()}
         return out, functools.reduce(lambda a, b: a.unionByName(b), bounds)
     except Exception as exc:  # reported by the real-store tests; the other tests still run
@@ -164,7 +165,7 @@ def audit(frames):
     """ONE reconstruct over every broker of ``frames`` (one Spark plan, intermediates materialized, each
     output collected once): fixtures and their decoded stores judged with their README settings and as_of =
     shutdown (LATER: shifted), scenarios with 4.3.1+ defaults and as_of 10 s after the epoch."""
-    from jobs.reconstruct import reconstruct
+    from jobs.reconstruct.spark import reconstruct
 
     result = reconstruct({k: v for k, v in frames.items() if k != "real_error"}, audit_params(),
                          materialize=True)
@@ -172,7 +173,7 @@ def audit(frames):
 
 
 def audit_params():
-    from jobs.reconstruct import AuditParams
+    from jobs.reconstruct.spark import AuditParams
 
     base = fixture_params()
     scenario = AuditParams(6000, 15, 60000, 72, as_of_ms=10_000)
@@ -185,7 +186,7 @@ def audit_params():
 def test_executor_path_equals_driver_path(frames, audit):
     """The same reducer shuffled per broker (groupBy(broker).applyInArrow, re-ranked across brokers) gives
     exactly the driver path's rows, urgency ranks included."""
-    from jobs.reconstruct import reconstruct
+    from jobs.reconstruct.spark import reconstruct
 
     result = reconstruct({k: v for k, v in frames.items() if k != "real_error"}, audit_params(),
                          materialize=True, local=False)
@@ -431,7 +432,7 @@ def test_output_schemas(truth_audit):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Later as_of, and the real stores decoded by jobs.store_frames
+# Later as_of, and the real stores decoded by jobs.read.frames
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -453,12 +454,12 @@ def test_later_as_of(audit):
 
 def _real_or_fail(frames):
     if frames["real_error"]:
-        pytest.fail(f"jobs.store_frames.load_store_frames failed: {frames['real_error']}")
+        pytest.fail(f"jobs.read.frames.load_store_frames failed: {frames['real_error']}")
 
 
 @pytest.mark.parametrize("mode", sorted({m for m, _ in REAL.values()}))
 def test_real_stores_reconstruct_like_the_truth(audit, frames, mode):
-    """The stores decoded by jobs.store_frames give exactly the transactions, work lists and findings that the
+    """The stores decoded by jobs.read.frames give exactly the transactions, work lists and findings that the
     truth (RocketMQ's own decoding) gives."""
     from pyspark.sql import Row
     from pyspark.testing import assertDataFrameEqual
@@ -1030,7 +1031,7 @@ def test_every_flag_used_is_documented(scenarios, truth_audit):
 
 
 def test_parse_op_bodies_both_forms():
-    from jobs.txevidence import op_evidence
+    from jobs.reconstruct.evidence import op_evidence
 
     bodies = [(10, 0, "1234"), (20, 1, "1,4,9,"), (30, 2, ""), (40, 3, " 7 ,x,"), (50, 4, None),
               (60, 5, b"12,13")]
@@ -1054,7 +1055,7 @@ def test_parse_op_bodies_both_forms():
 
 
 def test_audit_params_defaults():
-    from jobs.reconstruct import AuditParams
+    from jobs.reconstruct.spark import AuditParams
 
     assert AuditParams.for_profile("5.1+") == AuditParams(6000, 15, 30000, 72, None)
     assert AuditParams.for_profile("4.3-5.0") == AuditParams(6000, 15, 60000, 72, None)
@@ -1072,7 +1073,7 @@ def test_audit_params_defaults():
 
 
 def test_profile_override(frames):
-    from jobs.reconstruct import detect_profile
+    from jobs.reconstruct.spark import detect_profile
 
     f = frames
     got = {

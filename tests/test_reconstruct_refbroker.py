@@ -2,15 +2,15 @@
 ``txlog-refbroker scenarios``), in both store-frame modes.
 
 One module fixture generates a small store per combo (pure Python, a few seconds for all); the stores are then
-audited as ``run_audit`` reads them: full mode by ONE one-job read of all brokers (jobs/full_read.py), indexed
-mode by ONE indexed one-job read (jobs/indexed_read.py; indexed brokers carry the suffix ``IDX``) except the
+audited as ``run_audit`` reads them: full mode by ONE one-job read of all brokers (jobs/read/full.py), indexed
+mode by ONE indexed one-job read (jobs/read/indexed/read.py; indexed brokers carry the suffix ``IDX``) except the
 stores that read declines (3.x), which go through the DataFrame plan like the audit's fallback; each reduced
 on the driver (every rule groups by broker, so the brokers of one read are independent).  Full-mode brokers
 get ``profile_override`` from the generation profile; indexed-mode brokers rely on auto-detection, and both
 must detect the version line.
 
 Expectations are computed from the LEDGER only (``Oracle``), never from the reconstruction, with the documented
-rules of ``jobs.reconstruct`` / ``jobs.flags``:
+rules of ``jobs.reconstruct.spark`` / ``jobs.reconstruct.flags``:
 
 * identity: ledger ``transaction_key`` (UNIQ_KEY, or the prepared record's CommitLog offset for 3.x / 4.0-4.2)
   + producer_group + real_topic; a ledger transaction is visible when one of its half / prepared / commit /
@@ -22,7 +22,7 @@ rules of ``jobs.reconstruct`` / ``jobs.flags``:
   deleted or rebuilt op queue, dispatch lag, flipped statetable units) and the half / op consume offsets the
   broker persisted (``consumerOffset.json``, read with txlog_io: the ledger does not carry them);
 * indexed mode reaches records through the indexes and scans the CommitLog ranges they may miss
-  (``jobs.indexed_plan.queue_gaps``: op queue deleted, queue rebuilt from a later file, final dispatch lag),
+  (``jobs.read.indexed.plan.queue_gaps``: op queue deleted, queue rebuilt from a later file, final dispatch lag),
   so
   it sees what full mode sees except a record whose consume-queue unit was bit-flipped to point elsewhere
   (``Oracle(indexed=True)``); on healthy stores both modes must agree row for row.
@@ -44,7 +44,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.flags import ANOMALY_ONLY, FLAGS, RECOVERY_ACTIONS
+from jobs.reconstruct.flags import ANOMALY_ONLY, FLAGS, RECOVERY_ACTIONS
 from refbroker.generate import DEFAULT_START_MS
 from refbroker.ledger import iter_ledger
 from refbroker.workload import SCENARIOS
@@ -232,7 +232,7 @@ class Oracle:
                     f.add("STATETABLE_INDEX_MISMATCH")
                 if ST_NAMES.get(unit["state"], f"UNKNOWN({unit['state']})") != cl:
                     f.update(("STATETABLE_COMMITLOG_DISAGREE", "STATETABLE_REDOLOG_DISAGREE"))
-        # still open: timeout, check max, age, deadline (jobs.reconstruct module doc)
+        # still open: timeout, check max, age, deadline (jobs.reconstruct.spark module doc)
         self.age = st.as_of - e["born_timestamp"]
         imm = e["check_immunity_time_s"]
         timeout = imm * 1000 if half_op and imm is not None and imm >= 0 else st.timeout
@@ -281,7 +281,7 @@ class Oracle:
                 o["op_queue_offset"] >= st.oco and o["half_queue_offset"] < st.hco for o in self.ops):
             f.add("OP_BELOW_HALF_CONSUME_OFFSET")
         self.flags = f
-        # work lists (jobs.reconstruct.check_back_worklist / recovery_worklist, jobs.flags.RECOVERY_ACTIONS)
+        # work lists (jobs.reconstruct.spark.check_back_worklist / recovery_worklist, jobs.reconstruct.flags.RECOVERY_ACTIONS)
         self.check_back = bool(past_timeout and self.newest is not None and e["producer_group"]
                                and not f & {"AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *ST_CODES})
         self.priority = None
@@ -335,15 +335,16 @@ def matrix(tmp_path_factory):
 def audit(spark, matrix):
     """{mode: {output: [row dicts]}} (broker names without the indexed suffix) + timing.
 
-    Each store is read and reduced as ``run_audit`` does it (jobs/audit.py ``_read_local``): full mode by
+    Each store is read and reduced as ``run_audit`` does it (jobs/audit/run.py ``_read_local``): full mode by
     full_read's one-job read, indexed mode by indexed_read's (3.x stores too: their real topics probed), each
     for all brokers in one Spark job, then reduced on the driver (``reduce_local``).  That the DataFrame plan
     (the audit's fallback) gives the same rows as the one-job reads on every scenario:
     tests/test_full_read.py and tests/test_indexed_read.py."""
-    from jobs.full_read import read_local, reduce_local
-    from jobs.indexed_read import read_indexed_local
-    from jobs.reconstruct import AuditParams
-    from jobs.store_frames import LazyStoreFrames
+    from jobs.read.frames import LazyStoreFrames
+    from jobs.read.full import read_local
+    from jobs.read.indexed.read import read_indexed_local
+    from jobs.reconstruct.local import reduce_local
+    from jobs.reconstruct.spark import AuditParams
 
     started = time.perf_counter()
     params, override = {}, {}

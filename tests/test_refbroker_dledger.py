@@ -9,15 +9,18 @@ from __future__ import annotations
 import re
 
 import pytest
-
 import test_reconstruct_refbroker as R
 from conftest import FIXTURES
 from test_reconstruct_refbroker import (  # noqa: F401  (fixtures and tests re-collected with this matrix)
-    audit, test_check_back_worklist_holds_exactly_the_expected_transactions,
+    audit,
+    test_check_back_worklist_holds_exactly_the_expected_transactions,
     test_every_transaction_is_reconstructed_once_with_the_ledger_state,
-    test_flags_of_every_transaction_equal_the_ledger, test_profiles_are_detected,
-    test_recovery_worklist_holds_exactly_the_expected_actions, views,
+    test_flags_of_every_transaction_equal_the_ledger,
+    test_profiles_are_detected,
+    test_recovery_worklist_holds_exactly_the_expected_actions,
+    views,
 )
+
 from txlog_io import dledger as D
 from txlog_io.dledger_store import verify_dledger
 from txlog_io.mappedfile import discover_store
@@ -122,8 +125,8 @@ def test_replicas_with_different_retention_are_one_group(matrix, tmp_path):
 
 
 def test_replicas_with_different_retention_audit_as_one_broker(spark, matrix, tmp_path):
-    from jobs.reconstruct import reconstruct
-    from jobs.store_frames import load_store_frames
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import reconstruct
 
     st = matrix[R.broker_name("4.6-4.9", "clean")]
     import shutil

@@ -1,4 +1,4 @@
-"""The recovery job (issue 20): refbroker.repair writes, jobs.repair / `repair` subcommand, re-audits.
+"""The recovery job (issue 20): refbroker.repair writes, jobs.repair.run / `repair` subcommand, re-audits.
 
 Spark-free tests compare what the repair writes with the real brokers' own bytes (fixture op records and
 consume-queue units).  The module fixture ``repaired`` audits the repair situations (reference-broker stores
@@ -98,8 +98,8 @@ def _main(*argv):
 
 @pytest.mark.parametrize("version", ["rocketmq-5.3.3", "rocketmq-4.9.8"])
 def test_op_records_encode_to_the_fixture_bytes(version):
-    from txlog_io import commitlog as CL
     from refbroker.repair import op_message
+    from txlog_io import commitlog as CL
 
     ops = _records(FIXTURES / version / "store", [OP_TOPIC])
     assert ops
@@ -231,7 +231,7 @@ def _stores(base: Path) -> dict:
 
 
 def _audit(spark, pairs, out):
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
     from jobs.main import parse_args
 
     args = ["audit", "--out", str(out), "--as-of", AS_OF]
@@ -314,7 +314,7 @@ def test_every_other_transaction_is_unchanged(repaired):
     old_tx = _by_key(_table(base / "out", "transactions"))
     new_tx = _by_key(_table(base / "reaudit", "transactions"))
     # the halves whose half-queue units were lost at the queue's tail (cq_truncated) are found before the
-    # repair too: indexed mode scans after an idle transaction queue's last unit (jobs/queue_tails.py)
+    # repair too: indexed mode scans after an idle transaction queue's last unit (jobs/read/indexed/tails.py)
     assert old_tx.keys() == new_tx.keys()
     old_rw = _by_key(_table(base / "out", "recovery_worklist"))
     new_rw = _by_key(_table(base / "reaudit", "recovery_worklist"))

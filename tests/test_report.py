@@ -3,12 +3,11 @@
 Outputs come from in-process ``run_audit`` on the session ``spark``: a demo store audited twice (two as-ofs:
 a trend, and an earlier run to rebuild) and the three real-broker fixtures audited together (one broker
 each).  Every assertion about numbers recomputes them from the Delta tables with pyarrow, independently of
-``jobs.report_data``.
+``jobs.report.data``.
 """
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import html.parser
 import importlib.util
 import os
@@ -44,7 +43,7 @@ def _opts(stores, out, as_of, *extra):
 def demo_out(spark, tmp_path_factory):
     """The demo store (5.1+ crashy) audited at two as-ofs into one --out; the first run's page as written by
     the audit itself is kept before the second run refreshes the directory."""
-    from jobs.audit import epoch_ms, run_audit
+    from jobs.audit.run import epoch_ms, run_audit
     from jobs.demo import generate_demo_store
     from jobs.main import parse_as_of
 
@@ -60,7 +59,7 @@ def demo_out(spark, tmp_path_factory):
 @pytest.fixture(scope="module")
 def fixtures_out(spark, tmp_path_factory):
     """The three real-broker stores in one audit (broker = fixture name)."""
-    from jobs.audit import run_audit
+    from jobs.audit.run import run_audit
 
     out = tmp_path_factory.mktemp("report-fixtures") / "out"
     extra = [a for v in VERSIONS for a in ("--broker", v)]
@@ -198,7 +197,7 @@ def test_numbers_equal_the_tables(audited):
 
 @pytest.mark.spark
 def test_store_map_places_commitlog_findings_in_their_files(fixtures_out):
-    from jobs.report_data import gather
+    from jobs.report.data import gather
 
     d = gather(str(fixtures_out["out"]))
     assert [m.broker for m in d.store_maps] == list(VERSIONS)
@@ -213,7 +212,7 @@ def test_store_map_places_commitlog_findings_in_their_files(fixtures_out):
 
 @pytest.mark.spark
 def test_rebuilding_an_earlier_run_is_identical(demo_out):
-    from jobs.report import write_report
+    from jobs.report.write import write_report
 
     first, second = demo_out["runs"]
     page = write_report(str(demo_out["out"]), first)
@@ -231,7 +230,7 @@ def test_check_results_rendered_when_the_table_exists(demo_out, tmp_path):
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from jobs.report import write_report
+    from jobs.report.write import write_report
 
     out = tmp_path / "out"
     shutil.copytree(demo_out["out"], out)
@@ -278,7 +277,7 @@ def test_report_and_no_report_arguments(tmp_path):
 
 
 def test_failing_report_does_not_fail_the_audit(tmp_path, capsys):
-    from jobs.audit import write_run_report
+    from jobs.audit.run import write_run_report
 
     assert write_run_report(str(tmp_path), "r1") is None
     err = capsys.readouterr().err
@@ -344,7 +343,7 @@ def test_importing_the_report_keeps_the_callers_matplotlib_backend():
     """The audit imports the report modules at the end of a run: a notebook's inline backend must survive."""
     import sys
 
-    code = "import matplotlib, jobs.report, jobs.report_plots; print(matplotlib.get_backend())"
+    code = "import matplotlib, jobs.report.write, jobs.report.plots; print(matplotlib.get_backend())"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT),
                        env=dict(os.environ, MPLBACKEND="pdf"), timeout=120)
     assert r.returncode == 0, r.stderr

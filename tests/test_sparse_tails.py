@@ -4,7 +4,6 @@ fewer bytes.  Checked against a non-sparse copy of the same bytes, with garbage 
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 

@@ -1,10 +1,10 @@
-"""jobs/txreduce.py: the Spark-free reducer, called directly on Arrow tables (no SparkSession)."""
+"""jobs/reconstruct/reducer.py: the Spark-free reducer, called directly on Arrow tables (no SparkSession)."""
 from __future__ import annotations
 
 import pyarrow as pa
 
-from jobs.txparams import HALF_TOPIC, OP_TOPIC, AuditParams
-from jobs.txreduce import input_table, reduce_input
+from jobs.reconstruct.params import HALF_TOPIC, OP_TOPIC, AuditParams
+from jobs.reconstruct.reducer import input_table, reduce_input
 from schemas.audit import AUDIT_TABLES
 from schemas.sources import COMMITLOG_SOURCE
 
@@ -96,7 +96,7 @@ def test_op_bodies_given_but_missing_one():
 def test_sources_split_by_slice_or_filter_alike():
     """input_table's sources come one after the other (split by slices); rows of a source in several runs
     (as a Spark shuffle delivers them) are filtered: same parts, same outputs."""
-    from jobs.txreduce import _BySrc
+    from jobs.reconstruct.reducer import _BySrc
 
     cl = _commitlog("b")
     ops = cl.filter(pa.compute.equal(cl.column("topic"), OP_TOPIC))

@@ -1,4 +1,4 @@
-"""jobs/txsplit.py: the reducer on several threads gives today's outputs, table by table, in today's order."""
+"""jobs/reconstruct/split.py: the reducer on several threads gives today's outputs, table by table, in today's order."""
 from __future__ import annotations
 
 import sys
@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs import txsplit
-from jobs.txparams import AuditParams
-from jobs.txreduce import input_table, reduce_input
+from jobs.reconstruct import split as txsplit
+from jobs.reconstruct.params import AuditParams
+from jobs.reconstruct.reducer import input_table, reduce_input
 from schemas.sources import ANOMALIES_SOURCE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -55,8 +55,8 @@ def test_threads_give_the_serial_outputs(monkeypatch, cpus):
 
 def test_split_is_contiguous_balanced_and_complete():
     table = input_table(commitlog=synthetic_commitlog(2000))
-    from jobs.txevidence import Evidence, link_ends, link_ops, op_rows_evidence, record_evidence
-    from jobs.txreduce import OP_BODY_COLUMNS, _relevant
+    from jobs.reconstruct.evidence import Evidence, link_ends, link_ops, op_rows_evidence, record_evidence
+    from jobs.reconstruct.reducer import OP_BODY_COLUMNS, _relevant
     rec = _relevant(table)
     ops = rec.filter(pa.compute.equal(rec.column("topic"), "RMQ_SYS_TRANS_OP_HALF_TOPIC"))
     ev = Evidence.concat([record_evidence(rec), op_rows_evidence(ops.select(list(OP_BODY_COLUMNS)))])

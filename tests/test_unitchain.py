@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import FIXTURES
 
 from refbroker.generate import generate
 from txlog_io.errors import AnomalyKind
 from txlog_io.mappedfile import discover_store, list_mapped_files, offset_to_file_name
 from txlog_io.unitchain import CommitLogBounds, check_store_unit_chains, check_unit_chain, commitlog_bounds
-
-from conftest import FIXTURES
 
 SIZES = dict(commitlog_file_size=256 * 1024, cq_file_units=30, statetable_file_size=240,
              redolog_file_size=400)

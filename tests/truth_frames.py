@@ -2,7 +2,7 @@
 
 The truth files were produced by RocketMQ's own decoders, so these frames are what the project's Spark data
 sources must produce (``broker`` + exactly the schemas.store columns).  Used by tests/test_reconstruct.py
-until (and besides) jobs/store_frames.py decodes the real stores.
+until (and besides) jobs/read/frames.py decodes the real stores.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """txlog-bench decode: measured figures for the CommitLog decoder (Spark-free; the ``txlog-bench`` command
-itself is ``jobs.bench_cli``, which also runs ``audit`` from jobs/bench_audit.py).
+itself is ``jobs.bench.cli``, which also runs ``audit`` from jobs/bench/audit.py).
 
     txlog-bench decode [--size-mb N] [--msg-bytes B] [--dir DIR] [--keep] [--passes N]
                        [--java [--java-passes P]]

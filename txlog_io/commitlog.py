@@ -44,16 +44,30 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from txlog_io import properties as P
+from txlog_io.commitlog_layout import *  # noqa: F401,F403  (constants and dtypes are part of this API)
+from txlog_io.commitlog_layout import (
+    _I8,
+    _I16,
+    _SIZE_MAGIC,
+    _STRUCTS,
+    BLANK_MAGIC,
+    BORNHOST_V6_FLAG,
+    END_FILE_MIN_BLANK_LENGTH,
+    LAYOUTS,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    MAX_TOPIC_LENGTH_V2,
+    STOREHOST_V6_FLAG,
+    TRANSACTION_MASK,
+    TRANSACTION_TYPE_NAMES,
+    body_crc,
+    layout_index,
+)
 from txlog_io.compression import compression_of
 from txlog_io.errors import EncodeError
 from txlog_io.msgid import parse_host
-
-from txlog_io.commitlog_layout import *  # noqa: F401,F403  (constants and dtypes are part of this API)
-from txlog_io.commitlog_layout import (
-    _I8, _I16, _STRUCTS, _SIZE_MAGIC, BORNHOST_V6_FLAG, END_FILE_MIN_BLANK_LENGTH, LAYOUTS, MAGIC_V1, MAGIC_V2,
-    MAX_PROPERTIES_LENGTH, MAX_TOPIC_LENGTH_V1, MAX_TOPIC_LENGTH_V2, STOREHOST_V6_FLAG, TRANSACTION_MASK,
-    TRANSACTION_TYPE_NAMES, BLANK_MAGIC, body_crc, layout_index,
-)
 
 PROP_CRC_RESERVED_LEN = len(P.CRC32) + 1 + 10 + 1   # CommitLog.CRC32_RESERVED_LEN = 20
 
@@ -171,7 +185,11 @@ def transaction_type_name(sys_flag: int) -> str:
 
 
 from txlog_io.commitlog_decode import (  # noqa: E402  (decoder needs the layout above)
-    decode_at, decode_file, decode_range, next_boundary, scan_range,
+    decode_at,
+    decode_file,
+    decode_range,
+    next_boundary,
+    scan_range,
 )
 
 __all__ = ["decode_range", "decode_file", "decode_at", "scan_range", "next_boundary", "Message", "encode_record", "encode_blank", "record_size", "body_crc", "compression_of",

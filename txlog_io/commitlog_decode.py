@@ -39,10 +39,12 @@ from typing import Iterable, Iterator, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from txlog_io import commitlog_kernels as K, text_kernels as T
+from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
-from txlog_io.commitlog_rows import (SOURCE, anomaly as _anomaly, batch_of, check_rows, decode_rows,
-                                     empty_batch as _empty_batch)
+from txlog_io import text_kernels as T
+from txlog_io.commitlog_rows import anomaly as _anomaly
+from txlog_io.commitlog_rows import batch_of, check_rows, decode_rows
+from txlog_io.commitlog_rows import empty_batch as _empty_batch
 from txlog_io.errors import Anomaly, AnomalyKind, UsageError
 from txlog_io.positional import ChunkPool, PositionalFile
 

@@ -17,12 +17,11 @@ recompiles the others.
 from __future__ import annotations
 
 import numpy as np
-
-from txlog_io.jit import njit  # sets NUMBA_CACHE_DIR before numba is imported
-
 from llvmlite import ir  # noqa: E402
 from numba import types as _nt  # noqa: E402
 from numba.core.extending import intrinsic as _intrinsic  # noqa: E402
+
+from txlog_io.jit import njit  # sets NUMBA_CACHE_DIR before numba is imported
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB

@@ -24,7 +24,10 @@ TX_NOT, TX_PREPARED, TX_COMMIT, TX_ROLLBACK = 0x0, 0x4, 0x8, 0xC
 TRANSACTION_TYPE_NAMES = {TX_NOT: "NOT", TX_PREPARED: "PREPARED", TX_COMMIT: "COMMIT", TX_ROLLBACK: "ROLLBACK"}
 BORNHOST_V6_FLAG = 0x10
 #: 4.3+ transaction system topics (TransactionalMessageUtil / TopicValidator): half, op and discard records
-TX_SYSTEM_TOPICS = ("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC")
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TX_SYSTEM_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
 STOREHOST_V6_FLAG = 0x20
 
 # --- fixed layouts, one dtype per (born host family, store host family) ----------------------------------

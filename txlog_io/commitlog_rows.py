@@ -20,9 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.store import COMMITLOG
-from txlog_io import commitlog_kernels as K, crc_kernels as C, id_kernels as I, text_kernels as T
+from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
+from txlog_io import crc_kernels as C
+from txlog_io import id_kernels as I
 from txlog_io import properties as P
+from txlog_io import text_kernels as T
 from txlog_io.errors import Anomaly, AnomalyKind
 from txlog_io.positional import ChunkPool
 

@@ -42,8 +42,15 @@ import pyarrow as pa
 
 from schemas import store as store_schemas
 from txlog_io import readstats
-from txlog_io.errors import (Anomaly, AnomalyKind, EncodeError, FormatError, StoreNotFoundError,
-                             UnreadableFileError, UsageError)
+from txlog_io.errors import (
+    Anomaly,
+    AnomalyKind,
+    EncodeError,
+    FormatError,
+    StoreNotFoundError,
+    UnreadableFileError,
+    UsageError,
+)
 
 TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
 BAK_SUFFIX = ".bak"          # MixAll.string2File keeps the previous content here

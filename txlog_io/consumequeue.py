@@ -52,7 +52,14 @@ import pyarrow as pa
 
 from schemas import store as store_schemas
 from txlog_io import readstats
-from txlog_io.errors import Anomaly, AnomalyKind, EncodeError, StoreNotFoundError, UnreadableFileError, UsageError
+from txlog_io.errors import (
+    Anomaly,
+    AnomalyKind,
+    EncodeError,
+    StoreNotFoundError,
+    UnreadableFileError,
+    UsageError,
+)
 from txlog_io.positional import next_data, next_hole
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,12 +13,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
+import llvmlite.binding as _llvm  # noqa: E402
 import numpy as np
+from numba import types as _nt  # noqa: E402
 
 from txlog_io.jit import njit  # sets NUMBA_CACHE_DIR before numba is imported
-
-import llvmlite.binding as _llvm  # noqa: E402
-from numba import types as _nt  # noqa: E402
 
 
 def _crc32_address() -> tuple:

@@ -1,4 +1,4 @@
-"""Decode speed of a DLedger log against a plain CommitLog holding the same records (issue 21's "within 10 %").
+"""Decode speed of a DLedger log against a plain CommitLog holding the same records.
 
     python -m txlog_io.dledger_bench [--size-mb 256] [--msg-bytes 1024] [--dir DIR] [--keep] [--repeat 3]
 

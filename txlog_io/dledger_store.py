@@ -16,8 +16,18 @@ import numpy as np
 
 from txlog_io import readstats
 from txlog_io.dledger import (
-    COMMITTED_INDEX_KEY, CHECKPOINT_FILE, CURRTERM_FILE, END_INDEX_KEY, ENTRY_HEADER_SIZE, INDEX_UNIT,
-    INDEX_UNIT_SIZE, MAGIC_1, SOURCE, _anomaly, is_dledger_data_file, scan_entries,
+    CHECKPOINT_FILE,
+    COMMITTED_INDEX_KEY,
+    CURRTERM_FILE,
+    END_INDEX_KEY,
+    ENTRY_HEADER_SIZE,
+    INDEX_UNIT,
+    INDEX_UNIT_SIZE,
+    MAGIC_1,
+    SOURCE,
+    _anomaly,
+    is_dledger_data_file,
+    scan_entries,
 )
 from txlog_io.errors import Anomaly, AnomalyKind
 

@@ -6,7 +6,7 @@ changes between an audit and a repair: a broker that appended (size, mtime, tail
 truncated (size, head), an operator's copy over it (mtime).  A rewrite in the middle of a file with its mtime
 restored is not caught; the repair re-validates every byte it reads as it decodes it.
 
-Spark-free (the audit computes it on the driver from a listing; ``jobs.repair`` re-computes and compares).
+Spark-free (the audit computes it on the driver from a listing; ``jobs.repair.run`` re-computes and compares).
 """
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from functools import lru_cache
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 
 from txlog_io.errors import UsageError
 

@@ -5,11 +5,10 @@ java.lang.String.hashCode (the TAGS hash) (5.3.3).  Conventions: see ``commitlog
 from __future__ import annotations
 
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402  (after txlog_io.jit, see there)
 
 from txlog_io.commitlog_kernels import copy_bytes, copy_words, le64, pack_strings
 from txlog_io.jit import njit
-
-from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402  (after txlog_io.jit, see there)
 
 
 @njit(inline="always")

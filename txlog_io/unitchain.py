@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING, Iterable, List, NamedTuple, Optional, Sequence
 import numpy as np
 
 from txlog_io.commitlog_layout import MIN_RECORD_SIZE
-from txlog_io.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_SIZE, REDOLOG_UNIT_DTYPE, STATETABLE_UNIT_DTYPE
+from txlog_io.consumequeue import (
+    CQ_UNIT_DTYPE,
+    CQ_UNIT_SIZE,
+    PRE_BLANK_SIZE,
+    REDOLOG_UNIT_DTYPE,
+    STATETABLE_UNIT_DTYPE,
+)
 from txlog_io.errors import Anomaly, AnomalyKind, TxlogError
 
 if TYPE_CHECKING:       # Arrow only for drop_misplaced_units; the unit checks need numpy alone

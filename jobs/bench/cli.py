@@ -1,0 +1,48 @@
+"""``txlog-bench``: the benchmark command line, above both layers it measures.
+
+    txlog-bench decode ...   CommitLog decoder alone (txlog_io/bench.py, Spark-free)
+    txlog-bench audit ...    the Spark audit at scale (jobs/bench/audit.py)
+    txlog-bench fuzz ...     decoder robustness (jobs/bench/fuzz.py)
+    txlog-bench repair ...   offline repair of a store copy vs a plain cp (refbroker/repair_bench.py)
+
+Lives in ``jobs`` because ``audit`` needs Spark; ``txlog_io.bench`` stays Spark-free and never imports
+``jobs`` (the lower layer does not reach up).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Optional, Sequence
+
+USAGE = "usage: txlog-bench {decode,audit,fuzz,repair} ..."
+_COMMANDS = {"decode": "txlog_io.bench", "audit": "jobs.bench.audit", "fuzz": "jobs.bench.fuzz",
+             "repair": "refbroker.repair_bench"}
+
+
+def _fail(msg: str) -> int:
+    print(USAGE, file=sys.stderr)
+    print(f"txlog-bench: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE + "\n\n" + (__doc__ or "").split("\n\n")[1])
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in _COMMANDS:
+        return _fail(f"unknown command {command!r} (choose from {', '.join(_COMMANDS)})")
+    try:
+        module = importlib.import_module(_COMMANDS[command])
+    except ModuleNotFoundError as e:
+        if e.name != _COMMANDS[command]:
+            raise
+        return _fail(f"'{command}' is not available in this installation ({_COMMANDS[command]} is missing)")
+    if command == "decode":
+        rest = ["decode", *rest]
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

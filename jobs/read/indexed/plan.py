@@ -1,0 +1,409 @@
+"""Indexed mode's queue gaps, derived on the driver from a few numbers per transaction queue.
+
+Where the transaction indexes (half / op / discard consume queues, 3.x statetable / redolog) may be
+incomplete, indexed mode scans the CommitLog instead of trusting them (``jobs.read.frames`` module docstring,
+item 4; the reasons are ``indexed_gaps.GAP_*``). What decides those ranges is small whatever the store's size:
+
+* per transaction queue: its first and last unit (queue offset, CommitLog offset, end of the last record);
+* the dispatch point per store: the end of the record the newest unit of ANY consume queue points to
+  (found by bisection to the zero tail of each queue's newest file, ``consumequeue.last_unit_end``), and the
+  end of the last 3.x statetable / redolog unit;
+* ``CID_RMQ_SYS_TRANS``'s consumed offsets (consumerOffset.json).
+
+The queue extremes come from the transaction queues' units. When their files are small (at most
+``DRIVER_READ_BYTES`` in all: thousands of transactions) the driver reads them with the data source's own
+reader (``jobs.sources.formats.StoreReader``: the very rows Spark would get) -- no Spark job at all; larger ones
+are aggregated by one Spark job and only a row per queue is collected. The gap rows themselves are derived by
+:func:`queue_gaps` in plain Python from those rows (one implementation for both paths). This replaced a lazy
+Spark plan collected at planning time whose joins and aggregations cost ~18 Spark jobs (adaptive execution
+runs each exchange as its own job) on every indexed audit, however small the store.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
+from jobs.sources.formats import (
+    CONSUMEQUEUE_FORMAT,
+    CONSUMER_OFFSETS_FORMAT,
+    REDOLOG_FORMAT,
+    STATETABLE_FORMAT,
+    StoreReader,
+    partition_bytes,
+)
+from jobs.sources.options import SourceOptions
+from schemas.sources import SOURCE_TABLES
+from txlog_io.commitlog_layout import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, TX_SYSTEM_TOPICS
+
+#: why indexed mode scans a CommitLog range because of the queues (INDEX_INCOMPLETE findings name the reason)
+GAP_TAIL = "DISPATCH_LAG"            # after the last record any index points to: not dispatched (yet)
+GAP_HEAD = "QUEUE_HEAD_MISSING"      # a transaction queue's first unit is not unit 0 and lies past the
+                                     # CommitLog's start: its older units were deleted (or rebuilt later)
+GAP_TAIL_UNITS = "QUEUE_TAIL_MISSING"  # consumerOffset.json has consumed past the queue's last unit
+GAP_OP_QUEUE = "OP_QUEUE_MISSING"    # half queue present, op queue absent: ops cannot be found by index
+
+#: transaction-queue / statetable / redolog file bytes up to which the driver reads them itself
+DRIVER_READ_BYTES = 32 << 20
+#: transaction-queue units up to which the driver also reads their records' headers and does the IndexFile
+#: lookups (about as many records as the executors then fetch; ~1 KiB read per record)
+DRIVER_FETCH_UNITS = 20000
+#: threads for the driver's record reads (cold random reads: throughput grows with the reads in flight)
+DRIVER_IO_THREADS = 16
+CHECK_GROUP = "CID_RMQ_SYS_TRANS"
+_EXTREMES = ("broker", "topic", "queue_id", "q_first", "q_last", "p_first", "p_after_last")
+
+
+def uses_index_files(store) -> bool:
+    """Whether indexed mode finds this store's 4.3+ COMMIT records through IndexFile lookups of
+    ``REAL_TOPIC#UNIQ_KEY`` (else through the real topics' consume queues)."""
+    return bool(store.tx_half_topic and store.index_files and store.commitlog_files)
+
+
+def probed(store) -> bool:
+    """Whether indexed mode reads this store's real topics' consume queues (the non-NOT records there are
+    transaction records): 3.x files (PREPARED / COMMIT records in their own topics), or no IndexFiles to look
+    4.3+ COMMIT records up in."""
+    return not uses_index_files(store) or bool(store.statetable_files or store.redolog_files)
+
+
+def driver_table(fmt: str, opts: SourceOptions) -> pa.Table:
+    """Every row of ``fmt`` for ``opts``, read in this process by the data source's reader (small inputs)."""
+    reader = StoreReader(fmt, opts)
+    schema = SOURCE_TABLES[fmt].arrow_schema()
+    return pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)], schema=schema)
+
+
+def extremes_of_units(units: pa.Table) -> List[dict]:
+    """One row per (broker, topic, queue_id) of consume-queue units: first / last queue offset, the CommitLog
+    offset of the first unit and the end (offset + size) of the last one's record."""
+    if units.num_rows == 0:
+        return []
+    t = units.select(["broker", "topic", "queue_id", "queue_offset", "commitlog_offset", "size"])
+    t = t.append_column("p_end", pc.add(t.column("commitlog_offset"), t.column("size").cast(pa.int64())))
+    t = t.sort_by([("broker", "ascending"), ("topic", "ascending"), ("queue_id", "ascending"),
+                   ("queue_offset", "ascending")])
+    agg = t.group_by(["broker", "topic", "queue_id"], use_threads=False).aggregate(
+        [("queue_offset", "first"), ("queue_offset", "last"), ("commitlog_offset", "first"),
+         ("p_end", "last")])
+    return [dict(zip(_EXTREMES, (r["broker"], r["topic"], r["queue_id"], r["queue_offset_first"],
+                                 r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"])))
+            for r in agg.to_pylist()]
+
+
+def extremes_of_frame(units) -> List[dict]:
+    """:func:`extremes_of_units` computed by Spark (one aggregation; a row per queue collected)."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    rows = units.groupBy("broker", "topic", "queue_id").agg(
+        F.min("queue_offset").alias("q_first"), F.max("queue_offset").alias("q_last"),
+        F.min_by("commitlog_offset", "queue_offset").alias("p_first"),
+        F.max_by(c("commitlog_offset") + c("size"), "queue_offset").alias("p_after_last")).collect()
+    return [{k: r[k] for k in _EXTREMES} for r in rows]
+
+
+def units_end(tables: Sequence[pa.Table]) -> Dict[str, int]:
+    """broker -> max(commitlog_offset + size) over statetable / redolog units (3.x dispatch writes these)."""
+    out: Dict[str, int] = {}
+    for t in tables:
+        for b, off, size in zip(t.column("broker").to_pylist(), t.column("commitlog_offset").to_pylist(),
+                                t.column("size").to_pylist()):
+            out[b] = max(out.get(b, off + size), off + size)
+    return out
+
+
+def dispatch_ends(stores) -> Dict[str, int]:
+    """broker -> the end of the record the newest unit of any of its consume queues indexes (a block read
+    backwards per queue; an unreadable file or one without a plausible unit says nothing)."""
+    from txlog_io.consumequeue import last_unit_end
+    from txlog_io.errors import TxlogError
+
+    out: Dict[str, int] = {}
+    for s in stores:
+        for path in s.queue_tails:
+            try:
+                end = last_unit_end(path)
+            except TxlogError:
+                end = None
+            if end is not None:
+                out[s.broker] = max(out.get(s.broker, end), end)
+    return out
+
+
+def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dict[tuple, int]) -> List[tuple]:
+    """``indexed_gaps.GAPS_SCHEMA`` rows of the indexed ``stores``: DISPATCH_LAG, QUEUE_HEAD_MISSING,
+    QUEUE_TAIL_MISSING, QUEUE_IDLE_TAIL, OP_QUEUE_MISSING (see ``store_frames.load_store_frames``).
+    ``consumed``:
+    (broker, topic, queue_id) -> CID_RMQ_SYS_TRANS's next offset."""
+    rows: List[tuple] = []
+    for s in stores:
+        clog_start = s.commitlog_files[0][1]
+        clog_end = s.commitlog_files[-1][1] + s.commitlog_files[-1][2]
+        queue_dir = os.path.join(s.root, "consumequeue")
+
+        def gap(start, end, reason, queue, detail):
+            if start < end:
+                rows.append((s.broker, int(start), int(end), reason, queue, detail, queue_dir))
+
+        dispatched = max(ends.get(s.broker, clog_start), clog_start)
+        gap(dispatched, clog_end, GAP_TAIL, None, "records after the last one any index points to")
+        mine = [q for q in extremes if q["broker"] == s.broker and q["topic"] in TX_SYSTEM_TOPICS]
+        for q in mine:
+            name = f"{q['topic']}/{q['queue_id']}"
+            if q["q_first"] > 0 and q["p_first"] > clog_start:
+                gap(clog_start, q["p_first"], GAP_HEAD, name,
+                    f"the queue's first unit is queue offset {q['q_first']} at CommitLog offset "
+                    f"{q['p_first']}: the units before it are gone while the CommitLog from {clog_start} is "
+                    "retained")
+            done = consumed.get((s.broker, q["topic"], q["queue_id"]))
+            if done is not None and done > q["q_last"] + 1:
+                gap(q["p_after_last"], clog_end, GAP_TAIL_UNITS, name,
+                    f"{CHECK_GROUP} consumed up to queue offset {done} but the queue's last unit is "
+                    f"{q['q_last']}")
+            # a queue whose newest units were zeroed reads like an idle one: [its last unit, dispatch
+            # point) is scanned, and jobs.read.indexed.tails reports the records of that queue found there
+            gap(q["p_after_last"], dispatched, GAP_QUEUE_IDLE_TAIL, name,
+                f"the queue's last unit is queue offset {q['q_last']}")
+        if s.tx_half_topic and not any(q["topic"] == OP_TOPIC for q in mine):
+            gap(clog_start, clog_end, GAP_OP_QUEUE, OP_TOPIC,
+                "a half queue but no op queue: the op records (commit / rollback ends) cannot be found by "
+                "index")
+    return rows
+
+
+@dataclass
+class IndexedPlan:
+    """What the driver worked out for indexed mode: the queue gaps and, when the transaction queues were read
+    here, their units (``units``: CONSUMEQUEUE_SOURCE rows of every store's half / op / discard queues)."""
+
+    gaps: List[tuple]
+    units: Optional[pa.Table] = None
+    #: the statetable and redolog rows (STATETABLE / REDOLOG_SOURCE) when the driver read them here: their
+    #: positions are the 3.x transactions' records (jobs/read/indexed/read.py fetches them on the driver)
+    tables: Optional[List[pa.Table]] = None
+
+
+def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -> IndexedPlan:
+    """:func:`queue_gaps` of the indexed ``stores``, its inputs read on the driver when small (see the module
+    docstring).  ``opts_for(fmt, **extra)``: the SourceOptions of a format for ``all_stores``; the three
+    frames are the lazy Spark inputs used when the files are large."""
+    brokers = {s.broker for s in stores}
+    units = None
+    if sum(s.tx_queue_bytes for s in all_stores) <= DRIVER_READ_BYTES:
+        units = driver_table(CONSUMEQUEUE_FORMAT,
+                             opts_for(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS)))
+        mine = units.filter(pc.is_in(units.column("broker"), pa.array(sorted(brokers), pa.string())))
+        extremes = extremes_of_units(mine)
+    else:
+        from pyspark.sql import functions as F
+
+        extremes = extremes_of_frame(tx_queues.where(F.col("broker").isin(*brokers))) if brokers else []
+    ends = dispatch_ends(stores)
+    driver_tables = None
+    if any(s.statetable_files or s.redolog_files for s in stores):
+        if sum(s.tx_table_bytes for s in stores) <= DRIVER_READ_BYTES:
+            tables = driver_tables = [driver_table(fmt, opts_for(fmt)) for fmt in (STATETABLE_FORMAT,
+                                                                                   REDOLOG_FORMAT)]
+        else:
+            tables = [f.select("broker", "commitlog_offset", "size").toArrow() for f in (statetable, redolog)]
+        for b, end in units_end(tables).items():
+            if b in brokers:
+                ends[b] = max(ends.get(b, end), end)
+    offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
+    consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
+                if r["group"] == CHECK_GROUP}
+    return IndexedPlan(queue_gaps(stores, extremes, ends, consumed) if stores else [], units, driver_tables)
+
+
+def index_units(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
+    """(broker, commitlog_offset) of every transaction index unit -- the half / op / discard queues', the 3.x
+    statetable's and redolog's -- as the driver read them, or None when they were too large for it."""
+    tables = plan.tables
+    if tables is None and any(s.statetable_files or s.redolog_files for s in all_stores):
+        if sum(s.tx_table_bytes for s in all_stores) > DRIVER_READ_BYTES:
+            return None
+        tables = [driver_table(fmt, opts_for(fmt)) for fmt in (STATETABLE_FORMAT, REDOLOG_FORMAT)]
+    if plan.units is None:
+        return None
+    key = ["broker", "commitlog_offset"]
+    return pa.concat_tables([t.select(key) for t in [plan.units, *(tables or ())]])
+
+
+def probed_topics(stores, heads) -> Dict[str, set]:
+    """broker -> the real topics whose consume queues indexed mode probes, from ``heads`` (broker, topic,
+    real_topic, transaction_type) of the records at the transaction index units: a :func:`probed` store's
+    non-NOT records' own topics (3.x) and, without IndexFiles, its halves' REAL_TOPIC -- the DataFrame plan's
+    ``coalesce(when(half, real_topic), when(type != NOT, topic))`` (``store_frames.indexed_commitlog``)."""
+    mine = {s.broker for s in stores if probed(s)}
+    keyed = {s.broker for s in stores if uses_index_files(s)}
+    out: Dict[str, set] = {}
+    for b, topic, real, kind in heads:
+        half = topic in (HALF_TOPIC, DISCARD_TOPIC)
+        if b not in mine or (half and b in keyed):
+            continue
+        name = real if half and real is not None else (topic if kind is not None and kind != "NOT" else None)
+        if name is not None and name not in TX_SYSTEM_TOPICS:
+            out.setdefault(b, set()).add(name)
+    return out
+
+
+def probe_offsets(stores, heads, opts_for) -> Optional[Dict[str, np.ndarray]]:
+    """broker -> the sorted, distinct CommitLog offsets of every unit of its :func:`probed_topics`, read here
+    by the data source's reader; None when those queue files exceed ``DRIVER_READ_BYTES`` (the DataFrame
+    plan's executors then join them)."""
+    wanted = probed_topics(stores, heads)
+    if not wanted:
+        return {}
+    reader = StoreReader(CONSUMEQUEUE_FORMAT, opts_for(CONSUMEQUEUE_FORMAT, topics=",".join(
+        sorted(set().union(*wanted.values())))))
+    reader.brokers = frozenset(wanted)
+    parts = reader.partitions()
+    if sum(partition_bytes(p) for p in parts) > DRIVER_READ_BYTES:
+        return None
+    found: Dict[str, list] = {}
+    for part in parts:
+        for batch in reader.read(part):
+            for b in set(batch.column("broker").to_pylist()):
+                topics = pa.array(sorted(wanted.get(b, ())), pa.string())
+                keep = pc.and_(pc.equal(batch.column("broker"), b), pc.is_in(batch.column("topic"), topics))
+                found.setdefault(b, []).append(batch.column("commitlog_offset").filter(keep).to_numpy())
+    return {b: np.unique(np.concatenate(parts_of)).astype(np.int64) for b, parts_of in found.items()}
+
+
+def driver_positions(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
+    """(broker, commitlog_offset, only_tx) of every record indexed mode fetches, worked out on the driver --
+    or None when that is not small (``store_frames.indexed_commitlog`` then plans with Spark).
+
+    Small means: the transaction index units (queues, 3.x tables) were read here and the queues hold at most
+    ``DRIVER_FETCH_UNITS`` units, and the :func:`probed` real topics' queue files at most
+    ``DRIVER_READ_BYTES`` with at most ``DRIVER_FETCH_UNITS`` units.  Then the driver reads the index records'
+    headers by position (``decode_at``, no bodies), looks the halves' ``REAL_TOPIC#UNIQ_KEY`` up in the
+    IndexFiles (the executors' ``IndexLookup``, run here), lists the probed topics' units, and hands the
+    executors one flat list of positions to fetch."""
+    if plan.units is None or plan.units.num_rows > DRIVER_FETCH_UNITS:
+        return None
+    index = index_units(plan, all_stores, opts_for)
+    if index is None:
+        return None
+    offsets: Dict[str, set] = {}
+    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset"))):
+        offsets.setdefault(b, set()).add(off)
+    brokers, found = [], []
+    keys: Dict[tuple, int] = {}
+    heads: list = []
+    for s in all_stores:
+        wanted = sorted(offsets.get(s.broker, ()))
+        brokers += [s.broker] * len(wanted)
+        found += wanted
+        keyed = uses_index_files(s)
+        for part in _in_threads(lambda chunk, s=s: records_at(s, chunk), _chunks(wanted)):
+            for rec in part:
+                heads.append((s.broker, rec["topic"], rec["real_topic"], rec["transaction_type"]))
+                if keyed and rec["topic"] in (HALF_TOPIC, DISCARD_TOPIC) and rec["uniq_key"] is not None \
+                        and rec["real_topic"] is not None:
+                    k = (s.broker, rec["real_topic"], rec["uniq_key"])
+                    keys[k] = min(keys.get(k, rec["physical_offset"]), rec["physical_offset"])
+    probes = probe_offsets(all_stores, heads, opts_for)
+    if probes is None or sum(p.size for p in probes.values()) > DRIVER_FETCH_UNITS:
+        return None
+    only_tx = [False] * len(found)
+    for b, probe in probes.items():     # only_tx: a NOT record there is probed, not fetched
+        brokers += [b] * probe.size
+        found += probe.tolist()
+        only_tx += [True] * probe.size
+    if keys:        # ONE call: each index file is searched for all its keys at once (lookup_many)
+        batch = pa.RecordBatch.from_pylist([{"broker": b, "real_topic": t, "uniq_key": u, "after": a}
+                                            for (b, t, u), a in keys.items()])
+        for hits in IndexLookup([s for s in all_stores if uses_index_files(s)])(iter([batch])):
+            brokers += hits.column("broker").to_pylist()
+            found += hits.column("commitlog_offset").to_pylist()
+            only_tx += [True] * hits.num_rows
+    return pa.table({"broker": pa.array(brokers, pa.string()),
+                     "commitlog_offset": pa.array(found, pa.int64()),
+                     "only_tx": pa.array(only_tx, pa.bool_())})
+
+
+def _chunks(items: list) -> List[list]:
+    n = max(1, min(DRIVER_IO_THREADS, len(items) // 64))
+    size = -(-len(items) // n) if items else 0
+    return [items[i:i + size] for i in range(0, len(items), size)] if items else []
+
+
+def _in_threads(fn, chunks: List[list]) -> list:
+    """``fn`` over ``chunks`` in up to DRIVER_IO_THREADS threads, results in order: the driver's positional
+    reads are latency-bound on a cold disk (a few ms each), and ``pread`` / the numba kernels release the GIL,
+    so many in flight cost what one does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(chunks) <= 1:
+        return [fn(c) for c in chunks]
+    with ThreadPoolExecutor(max_workers=min(DRIVER_IO_THREADS, len(chunks))) as pool:
+        return list(pool.map(fn, chunks))
+
+
+def records_at(store, offsets: Sequence[int]) -> List[dict]:
+    """topic / real_topic / uniq_key / physical_offset / transaction_type of the records at ``offsets``
+    (sorted) of one store, header and properties only (``txlog_io.commitlog.decode_at`` per CommitLog
+    file)."""
+    import bisect
+
+    from txlog_io.commitlog import decode_at
+
+    out: List[dict] = []
+    bases = [base for _, base, _ in store.commitlog_files]
+    by_file: Dict[int, list] = {}
+    for off in offsets:
+        i = bisect.bisect_right(bases, off) - 1
+        if i >= 0 and off < bases[i] + store.commitlog_files[i][2]:
+            by_file.setdefault(i, []).append(off - bases[i])
+    for i, positions in by_file.items():
+        path, base, _ = store.commitlog_files[i]
+        batch, _ = decode_at(path, positions, base_offset=base, with_body=False)
+        out += batch.select(["topic", "real_topic", "uniq_key", "physical_offset",
+                             "transaction_type"]).to_pylist()
+    return out
+
+
+
+class IndexLookup:
+    """mapInArrow body: (broker, real_topic, uniq_key, after) -> the CommitLog offsets the broker's IndexFiles
+    hold for ``real_topic#uniq_key`` past the oldest half copy (``after``): a hash slot and its chain per key
+    and index file (positional reads, or the whole file for many keys against a small file); files that end
+    before ``after`` are skipped."""
+
+    def __init__(self, stores: Sequence):
+        self.files = {s.broker: [(f[0], f[2], f[5], f[6]) for f in s.index_files if f[4] is None]
+                      for s in stores}
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from txlog_io.indexfile import build_key, index_key_hash, search_files
+        from txlog_io.readstats import flush
+
+        try:
+            for batch in batches:
+                broker, topic, uniq, after = (batch.column(c).to_pylist()
+                                              for c in ("broker", "real_topic", "uniq_key", "after"))
+                for b in dict.fromkeys(broker):
+                    mine = [i for i, x in enumerate(broker) if x == b]
+                    hashes = [index_key_hash(build_key(topic[i], uniq[i])) for i in mine]
+                    # file by file, every key the file may hold at once (IndexFileReader.lookup_arrays)
+                    hits = search_files(self.files.get(b, ()), np.asarray(hashes, np.int64),
+                                        np.asarray([after[i] for i in mine], np.int64))
+                    if hits.size:
+                        yield pa.RecordBatch.from_arrays([pa.array([b] * hits.size, pa.string()),
+                                                          pa.array(hits, pa.int64())],
+                                                         ["broker", "commitlog_offset"])
+        finally:
+            flush()
+
+
+__all__ = ["IndexLookup", "uses_index_files", "probed", "probed_topics", "probe_offsets", "index_units",
+           "plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
+           "extremes_of_frame", "driver_table", "dispatch_ends", "units_end", "DRIVER_READ_BYTES",
+           "DRIVER_FETCH_UNITS", "GAP_TAIL", "GAP_HEAD", "GAP_TAIL_UNITS", "GAP_OP_QUEUE"]

@@ -1,0 +1,51 @@
+"""What the audit feeds the reconstruction: the CommitLog rows it needs (full mode: the transaction-relevant
+ones) and the op records' bodies fetched by position.  Shared by ``jobs.audit.run`` and the incremental read.
+"""
+from __future__ import annotations
+
+import json
+
+from schemas.recon import OP_BODY_COLUMNS
+from txlog_io.commitlog_layout import OP_TOPIC, TX_SYSTEM_TOPICS
+
+
+def relevant_records(frames):
+    """The CommitLog rows the reconstruction needs (see the module docstring); in indexed mode all of them."""
+    from pyspark.sql import functions as F
+
+    if frames.mode != "full":
+        return frames.commitlog
+    c = F.col
+    return frames.commitlog.where(c("topic").isin(*TX_SYSTEM_TOPICS) | (c("transaction_type") != "NOT")
+                                  | (c("magic_version") == 2))
+
+
+def op_bodies_for(spark, records, frames, options):
+    """Op message bodies (the ``op_bodies`` input of ``reconstruct``) fetched by position for the op records
+    in ``records`` -- or None when ``records`` already carry bodies."""
+    if options.include_bodies:
+        return None
+    from pyspark.sql import functions as F
+
+    from jobs.read.frames import fetch_records
+    from jobs.sources.formats import COMMITLOG_FORMAT
+    from jobs.sources.options import parse_options
+
+    opts = parse_options(COMMITLOG_FORMAT, {
+        "paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
+        "split_bytes": str(int(options.config.split_bytes)), "include_bodies": "true"})
+    positions = records.where(F.col("topic") == OP_TOPIC).select(
+        "broker", F.col("physical_offset").alias("commitlog_offset"))
+    return op_bodies_from_commitlog(fetch_records(spark, positions, frames.layout_info, opts))
+
+
+def op_bodies_from_commitlog(commitlog):
+    """The reconstruction's op_bodies input from commitlog rows of the op topic that carry a body."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    return commitlog.filter((c("topic") == OP_TOPIC) & c("body").isNotNull()).select(
+        "broker", *[c(n).cast("string").alias(n) if n == "body" else n for n in OP_BODY_COLUMNS])
+
+
+__all__ = ["relevant_records", "op_bodies_for", "op_bodies_from_commitlog"]

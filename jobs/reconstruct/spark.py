@@ -1,0 +1,342 @@
+"""Reconstruct the true state of every transactional message from a broker store's decoded frames.
+
+``reconstruct`` is the Spark side of a Spark-free reducer (jobs/reconstruct/reducer.py, jobs/reconstruct/evidence.py,
+jobs/reconstruct/rules.py): every input frame is projected onto one tagged table (schemas.recon.RECON_INPUT) and then
+either collected to the driver and reduced there (small inputs: one Spark job, no shuffle) or shuffled ONCE by
+broker and reduced per broker with ``groupBy("broker").applyInArrow`` (large inputs); see docs/ARCHITECTURE.md
+for the choice and its measured cost.  Inputs are the frames the data sources produce, each ``broker`` + the
+columns of a schemas.store table:
+
+====================  ======================================================================================
+``commitlog``         broker + schemas.COMMITLOG (``body`` may be null except for op records, see op_bodies)
+``consumequeue``      broker + schemas.CONSUMEQUEUE (optional; enables CQ_MISMATCH)
+``statetable``        broker + schemas.STATETABLE (3.x; optional)
+``redolog``           broker + schemas.REDOLOG (3.x; optional)
+``consumer_offsets``  broker + schemas.CONSUMER_OFFSETS (optional; half/op consume offsets, CID_RMQ_SYS_TRANS)
+``anomalies``         broker + schemas.ANOMALIES (optional; decoder findings -> CORRUPT_RECORD)
+``op_bodies``         optional: broker, physical_offset, queue_offset, store_timestamp, body (string or
+                      binary) [, queue_id] of the RMQ_SYS_TRANS_OP_HALF_TOPIC records.  When absent it
+                      is derived from the commitlog rows of that topic whose ``body`` is not null (so ask the
+                      source for op bodies).
+``commitlog_bounds``  optional: broker, min_commitlog_offset (start of the oldest retained CommitLog file);
+                      derived from ``layout_info`` (jobs.read.frames.StoreFrames) when the frames have it,
+                      else from the records (only right when the commitlog frame holds every record)
+====================  ======================================================================================
+
+Outputs (schemas.audit): ``transactions`` (one row per transaction), ``check_back`` and ``recovery`` work
+lists, ``anomalies`` (decoder findings + evidence no transaction could own) and ``profiles``.
+
+Reconstruction rules (store-format reference sections 7, 8, 10, 11):
+
+* 4.3+ ("HALF_QUEUE" mechanism): half records = topic RMQ_SYS_TRANS_HALF_TOPIC (never TRAN_MSG alone); copies
+  are grouped by (broker, UNIQ_KEY, PGROUP, REAL_TOPIC) (by their own offset when UNIQ_KEY is missing).  Op
+  bodies hold HALF-QUEUE offsets (``1234`` up to 5.0, ``1,2,3,`` from 5.1; both are parsed, empty pieces
+  dropped) and are joined to the copies' QUEUEOFFSET.  COMMIT records (real topic, type COMMIT) point with
+  PREPARED_TRANSACTION_OFFSET to a copy's CommitLog offset (the copy named in the EndTransaction, usually the
+  newest); when that copy is gone they are matched by (UNIQ_KEY, PGROUP, topic).  Discards
+  (TRANS_CHECK_MAX_TIME_TOPIC) are matched by (UNIQ_KEY, PGROUP, REAL_TOPIC).
+* 3.x / 4.0-4.2 ("PREPARED_RECORD"): PREPARED records in the real topic; COMMIT/ROLLBACK records join on
+  PREPARED_TRANSACTION_OFFSET; 3.x adds the statetable unit (by CommitLog offset) and the redolog, and every
+  disagreement among CommitLog, statetable and redolog is flagged.
+* state: any COMMIT record -> COMMITTED (authoritative, even when also discarded or rolled back: flagged);
+  else a ROLLBACK record or an op (4.3+ writes no rollback record) -> ROLLED_BACK; else a 3.x statetable
+  COMMIT/ROLLBACK unit; else a discard -> DISCARDED; else PREPARED.
+
+Deadline (``deadline_ms``, PREPARED only), with T = transactionTimeOut or the message's check immunity
+(CHECK_IMMUNITY_TIME_IN_SECONDS x 1000), I = transactionCheckInterval, M = transactionCheckMax, c = the newest
+copy's TRANSACTION_CHECK_TIMES (0 when absent), S = the newest copy's store time, B = born time, R =
+fileReservedTime in ms:
+
+* 4.3+: ``least(greatest(S + I, B + T) + max(M - c, 0) * I,  B + R)`` -- the first pass that can check the
+  newest copy comes one interval after it was written (and not before the timeout); every pass re-puts a copy
+  with c+1 until c >= M, and the pass after that discards it; independently a pass discards anything born more
+  than R ago (needSkip).  Pass start jitter (up to one I) and the 60 s per-pass time limit are ignored.
+* 3.x and 4.0-4.2 (no max / no checker): ``first prepared record's store time + R`` -- the earliest time
+  retention may delete the CommitLog file holding it (files go by modification time, so this is a lower
+  bound).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Mapping, Optional, Union
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from jobs.reconstruct.flags import FLAGS, RECOVERY_ACTIONS
+from jobs.reconstruct.local import bounds_rows as _bounds_rows
+from jobs.reconstruct.params import (  # noqa: F401 - re-exported: the constants' historical home
+    CHECK_GROUP,
+    COMMITTED,
+    DISCARD_TOPIC,
+    DISCARDED,
+    FILE_LEVEL_ANOMALIES,
+    HALF_QUEUE,
+    HALF_TOPIC,
+    OP_TOPIC,
+    P_3X,
+    P_40,
+    P_43,
+    P_51,
+    P_UNKNOWN,
+    PREPARED,
+    PREPARED_RECORD,
+    PROFILES,
+    ROLLED_BACK,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TX_SYSTEM_TOPICS,
+    AuditParams,
+    ParamsArg,
+    check_override,
+)
+from jobs.reconstruct.reducer import reduce_input
+from schemas.core import Table
+from schemas.recon import RECON_INPUT, RECON_OUTPUT, RECON_OUTPUT_TABLES
+
+#: inputs up to this many rows (all brokers together) are reduced on the driver; above, per broker on the
+#: executors.  ~200 bytes per row in Arrow: 40 MB at the limit.
+LOCAL_MAX_ROWS = 200_000
+#: frame name -> RECON_INPUT.src
+_SOURCES = {"commitlog": "commitlog", "op_bodies": "op_body", "consumequeue": "consumequeue",
+            "statetable": "statetable", "redolog": "redolog", "consumer_offsets": "consumer_offsets",
+            "anomalies": "anomaly", "commitlog_bounds": "bounds"}
+
+
+class AuditResult:
+    """The reconstruction's outputs as DataFrames: ``transactions``, ``check_back``, ``recovery``,
+    ``anomalies``, ``profiles``.  ``arrow``: the same outputs as Arrow tables when the reduction ran on the
+    driver (None otherwise); the audit job writes and counts those without a Spark job, and their DataFrames
+    are only created when asked for."""
+
+    def __init__(self, frames: Optional[Dict[str, DataFrame]] = None,
+                 arrow: Optional[Dict[str, pa.Table]] = None, spark=None):
+        self._frames = dict(frames or {})
+        self.arrow = arrow
+        self._spark = spark
+
+    def _get(self, name: str) -> DataFrame:
+        if name not in self._frames:
+            self._frames[name] = self._spark.createDataFrame(
+                self.arrow[name], schema=RECON_OUTPUT_TABLES[name].spark_schema())
+        return self._frames[name]
+
+    transactions = property(lambda self: self._get("transactions"))
+    check_back = property(lambda self: self._get("check_back"))
+    recovery = property(lambda self: self._get("recovery"))
+    anomalies = property(lambda self: self._get("anomalies"))
+    profiles = property(lambda self: self._get("profiles"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# helpers kept for callers of the frame API
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _frame(frames: Any, name: str) -> Optional[DataFrame]:
+    if frames is None:
+        return None
+    if isinstance(frames, Mapping):
+        return frames.get(name)
+    return getattr(frames, name, None)
+
+
+def empty_frame(spark, table: Table) -> DataFrame:
+    """An empty ``broker`` + ``table`` frame (for inputs a store does not have)."""
+    schema = T.StructType([T.StructField("broker", T.StringType(), False), *table.spark_schema().fields])
+    return spark.createDataFrame([], schema)
+
+
+def conform(df: DataFrame, table: Table) -> DataFrame:
+    """Select exactly ``table``'s columns, in order, cast to its types."""
+    schema = table.spark_schema()
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def commitlog_bounds_from_layout(spark, layout_info) -> Optional[DataFrame]:
+    """(broker, min_commitlog_offset, n_cq) from store listings (``StoreFrames.layout_info``: objects with
+    ``broker``, ``commitlog_files`` = ((path, base_offset, size), ...) and ``consume_queues`` = the number of
+    queue directories); None when no store has a CommitLog file."""
+    rows = _bounds_rows(layout_info)
+    if not rows:
+        return None
+    return spark.createDataFrame(rows, "broker string, min_commitlog_offset bigint, n_cq bigint")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# inputs -> one tagged frame
+# ------------------------------------------------------------------------------------------------------------
+
+
+def input_frame(frames: Any) -> DataFrame:
+    """Every input of ``frames`` projected onto RECON_INPUT (columns a source lacks are typed nulls) and
+    unioned.  Bodies are kept for op records only."""
+    commitlog = _frame(frames, "commitlog")
+    if commitlog is None:
+        raise ValueError("reconstruct needs at least the 'commitlog' frame")
+    spark = commitlog.sparkSession
+    schema = RECON_INPUT.spark_schema()
+    parts = []
+    for name, src in _SOURCES.items():
+        df = _frame(frames, name)
+        if name == "commitlog_bounds" and df is None:
+            rows = _bounds_rows(_frame(frames, "layout_info"))
+            df = (spark.createDataFrame(rows, "broker string, min_commitlog_offset bigint, n_cq bigint")
+                  if rows else None)
+        if df is None:
+            continue
+        have = set(df.columns)
+        sel = []
+        for f in schema.fields:
+            if f.name == "src":
+                e = F.lit(src)
+            elif f.name == "body" and src == "commitlog":
+                e = F.when(F.col("topic") == OP_TOPIC, F.col("body")) if "body" in have else F.lit(None)
+            elif f.name == "queue_id" and src == "op_body" and "queue_id" not in have:
+                e = F.lit(0)
+            elif f.name in have:
+                e = F.col(f.name)
+            else:
+                e = F.lit(None)
+            sel.append(e.cast(f.dataType).alias(f.name))
+        parts.append(df.select(*sel))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.union(p)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the reduction, on the driver or per broker on the executors
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _output_union(outs: Dict[str, pa.Table]) -> pa.Table:
+    """The five output tables as RECON_OUTPUT rows (what one applyInArrow call returns)."""
+    schema = RECON_OUTPUT.arrow_schema()
+    parts = []
+    for name, tbl in outs.items():
+        n = tbl.num_rows
+        cols = [pa.array([name] * n, pa.string()) if f.name == "out"
+                else tbl.column(f.name).cast(f.type) if f.name in tbl.column_names else pa.nulls(n, f.type)
+                for f in schema]
+        parts.append(pa.Table.from_arrays(cols, schema=schema))
+    return pa.concat_tables(parts)
+
+
+def _reduce_per_broker(wide: DataFrame, params, profile_override, op_bodies_given: bool,
+                       critical_within_ms: int) -> DataFrame:
+    def reduce_group(table: pa.Table) -> pa.Table:
+        outs = reduce_input(table, params, profile_override, critical_within_ms, op_bodies_given)
+        return _output_union(outs)
+
+    return wide.groupBy("broker").applyInArrow(reduce_group, RECON_OUTPUT.spark_schema())
+
+
+def _split(out: DataFrame) -> Dict[str, DataFrame]:
+    frames = {name: conform(out.where(F.col("out") == name), table)
+              for name, table in RECON_OUTPUT_TABLES.items()}
+    # ranks came per broker: rank again over every broker, in the same order
+    c = F.col
+    cb = frames["check_back"]
+    prio = F.when(c("priority") == "CRITICAL", 0).when(c("priority") == "HIGH", 1).otherwise(2)
+    w = Window.orderBy(prio, c("deadline_ms").asc_nulls_last(), c("age_ms").desc(), c("broker"),
+                       c("transaction_key"))
+    cb = cb.withColumn("urgency_rank", F.row_number().over(w))
+    frames["check_back"] = conform(cb, RECON_OUTPUT_TABLES["check_back"]).orderBy("urgency_rank")
+    return frames
+
+
+def reconstruct(
+    frames: Any,
+    params: ParamsArg = None,
+    profile_override: Union[None, str, Mapping[str, str]] = None,
+    materialize: bool = False,
+    local: Optional[bool] = None,
+    critical_within_ms: int = 60000,
+    timings: Optional[Dict[str, float]] = None,
+) -> AuditResult:
+    """Frames (a mapping or an object with attributes; see the module doc) -> AuditResult.
+
+    ``params``: None (each broker's profile defaults, as_of = its newest store time), one AuditParams for all,
+    or {broker or profile: AuditParams}.  ``profile_override``: a profile for all brokers or
+    {broker: profile}.  ``local``: True = collect the inputs and reduce on the driver (one Spark job); False =
+    reduce per broker on the executors (one shuffle); None = local when the inputs have at most
+    LOCAL_MAX_ROWS rows (one count job decides).  ``materialize`` (executor path): compute the outputs now as
+    a local checkpoint, so that each output read does not run the reduction again.  ``timings``: receives
+    the seconds of ``reconstruct.collect`` / ``.reduce`` / ``.frames`` (driver path) or ``.executors``.
+    """
+    t = timings if timings is not None else {}
+    t0 = time.monotonic()
+    check_override(profile_override)
+    wide = input_frame(frames)
+    spark = wide.sparkSession
+    op_bodies_given = _frame(frames, "op_bodies") is not None
+    if local is None:
+        local = wide.count() <= LOCAL_MAX_ROWS
+    carried = _frame(frames, "carried")     # Arrow RECON_INPUT rows (an incremental run's carried state)
+    if local:
+        table = wide.toArrow()
+        if carried is not None and carried.num_rows:
+            table = pa.concat_tables([table, carried.cast(table.schema)])
+        t1 = time.monotonic()
+        outs = reduce_input(table, params, profile_override, critical_within_ms, op_bodies_given)
+        t.update({"reconstruct.collect": t1 - t0, "reconstruct.reduce": time.monotonic() - t1})
+        return AuditResult(arrow=outs, spark=spark)
+    if carried is not None and carried.num_rows:
+        wide = wide.union(spark.createDataFrame(carried, schema=RECON_INPUT.spark_schema()))
+    out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
+    if materialize:
+        out = out.localCheckpoint(eager=True)
+    t["reconstruct.executors"] = time.monotonic() - t0
+    return AuditResult(frames=_split(out))
+
+
+def detect_profile(
+    commitlog: DataFrame,
+    statetable: Optional[DataFrame] = None,
+    redolog: Optional[DataFrame] = None,
+    op_bodies: Optional[DataFrame] = None,
+    profile_override: Union[None, str, Mapping[str, str]] = None,
+) -> DataFrame:
+    """-> (broker, profile, detected_profile, evidence) for every broker of the inputs.
+
+    Rules, first match wins: statetable/redolog units -> 3.x; half/op/discard topic records -> 5.1+ if an op
+    body has a comma, a half has __transactionId__ or any record has magic V2, else 4.3-5.0 (4.3.0 and 5.0
+    cannot be told apart from 4.3.1-4.9 by the records: 5.0 differs only in the checkpoint size); PREPARED
+    records in real topics -> 4.0-4.2 if they carry UNIQ_KEY (4.x clients always set it), else 3.x (prepared
+    QUEUEOFFSET = statetable counter); magic V2 alone -> 5.1+; else unknown.  ``profile_override``: one
+    profile for every broker, or {broker: profile} (others keep the detected one).
+    """
+    frames = {"commitlog": commitlog, "statetable": statetable, "redolog": redolog, "op_bodies": op_bodies}
+    return reconstruct(frames, profile_override=profile_override).profiles
+
+
+__all__ = [
+    "AuditParams",
+    "AuditResult",
+    "reconstruct",
+    "input_frame",
+    "detect_profile",
+    "commitlog_bounds_from_layout",
+    "empty_frame",
+    "conform",
+    "LOCAL_MAX_ROWS",
+    "PROFILES",
+    "HALF_TOPIC",
+    "OP_TOPIC",
+    "DISCARD_TOPIC",
+    "TX_SYSTEM_TOPICS",
+    "CHECK_GROUP",
+    "HALF_QUEUE",
+    "PREPARED_RECORD",
+    "COMMITTED",
+    "ROLLED_BACK",
+    "PREPARED",
+    "DISCARDED",
+    "FLAGS",
+    "RECOVERY_ACTIONS",
+]
