@@ -46,9 +46,9 @@ from txlog_io.config import decode_checkpoint, encode_checkpoint
 from txlog_io.errors import UsageError
 from txlog_io.mappedfile import infer_file_size, list_mapped_files, offset_to_file_name
 
-from refbroker.broker import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, REMOVE_TAG
 from refbroker.javaorder import hashmap_capacity, order_keys
 from refbroker.profiles import OP_BODY_COMMA_BATCH, get_profile
+from refbroker.systopics import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, REMOVE_TAG
 from schemas.store import COMMITLOG
 
 ACTIONS = ("MARK_DONE", "REBUILD_CQ", "REBUILD_STATETABLE")

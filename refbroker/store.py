@@ -1,8 +1,8 @@
 """The reference broker's message store: CommitLog, consume queues, 3.x statetable/redolog, config,
 checkpoint.
 
-This is the file-writing half of the reference broker (the transaction semantics live in refbroker.broker).
-It plays the part of RocketMQ's ``DefaultMessageStore`` + ``CommitLog`` +
+This is the file-writing half of the reference broker (the transaction semantics live in refbroker.broker and
+its mixin modules).  It plays the part of RocketMQ's ``DefaultMessageStore`` + ``CommitLog`` +
 ``ConsumeQueue`` + (3.x) ``TransactionStateService``; the files are written by the writers of
 refbroker.mappedfiles, through txlog_io's encoders:
 
