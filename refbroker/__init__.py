@@ -2,10 +2,12 @@
 
 Pure Python, no Spark.  Every byte of every store format is written through txlog_io's encoders (one encoder
 per format in the project); this package adds the broker's behaviour: version profiles (refbroker.profiles),
-Java HashMap property order (refbroker.javaorder), the store with its mapped files, consume-queue dispatch,
-statetable/redolog, config files and checkpoint (refbroker.store), transaction semantics on a simulated clock
-(refbroker.broker), scenarios and the streamed workload (refbroker.workload), post-run faults
-(refbroker.faults) and the ground-truth ledger (refbroker.ledger).
+Java HashMap property order (refbroker.javaorder), the store with its consume-queue dispatch, config files
+and checkpoint (refbroker.store) and its mapped-file writers for the CommitLog, consume queues and the 3.x
+statetable/redolog (refbroker.mappedfiles), transaction semantics on a simulated clock (refbroker.broker,
+with one module per part of the broker: refbroker.events, .producer, .systopics, .configmanagers, .produce,
+.transaction, .checkservice, .statetable, .recovery), scenarios and the streamed workload
+(refbroker.workload), post-run faults (refbroker.faults) and the ground-truth ledger (refbroker.ledger).
 
 Entry points:
 
@@ -13,8 +15,9 @@ Entry points:
 * ``txlog-refbroker generate ...`` / ``python -m refbroker generate ...`` (refbroker.cli)
 * ``refbroker.Broker`` + ``refbroker.Producer`` for hand-written sequences (the tests' hypothesis machine).
 """
-from refbroker.broker import COMMIT, ROLLBACK, UNKNOWN, Broker, CheckRequest, Producer
+from refbroker.broker import Broker
 from refbroker.generate import GenerateResult, Run, generate
+from refbroker.producer import COMMIT, ROLLBACK, UNKNOWN, CheckRequest, Producer
 from refbroker.profiles import PROFILE_NAMES, PROFILES, Profile, get_profile
 from refbroker.workload import SCENARIOS, get_scenario
 

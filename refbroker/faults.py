@@ -1,11 +1,12 @@
 """Faults injected into a finished store, each reported with its file and exact byte position.
 
 Crash-time faults (torn tail, crash between commit and op, lost 5.1+ op batch, consume-queue dispatch lag,
-stale consumerOffset.json, the 3.x statetable rebuild) happen inside the simulation (refbroker.broker /
-.workload).  The faults here damage files after the broker has stopped, the way disks, operators and retention
-do.  In DLedger mode (profile ``dledger_self_id``) the CommitLog faults hit ``dledger-<id>/data/`` files: a
-record's file and file position are those of the message inside its entry, so the same byte positions apply;
-retention deletes data files only (DLedger's CleanSpaceService leaves the index files):
+stale consumerOffset.json, the 3.x statetable rebuild) happen inside the simulation (refbroker.produce,
+.transaction, .recovery, .statetable, driven by refbroker.workload).  The faults here damage files after the
+broker has stopped, the way disks, operators and retention do.  In DLedger mode (profile ``dledger_self_id``)
+the CommitLog faults hit ``dledger-<id>/data/`` files: a record's file and file position are those of the
+message inside its entry, so the same byte positions apply; retention deletes data files only (DLedger's
+CleanSpaceService leaves the index files):
 
 ================================  ===========================================================================
 name                              what it does (expected decoder finding)

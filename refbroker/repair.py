@@ -38,9 +38,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refbroker.broker import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, REMOVE_TAG
 from refbroker.javaorder import hashmap_capacity, order_keys
 from refbroker.profiles import OP_BODY_COMMA_BATCH, get_profile
+from refbroker.systopics import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, REMOVE_TAG
 from schemas.store import COMMITLOG
 from txlog_io import commitlog as CL
 from txlog_io import consumequeue as CQ

@@ -21,8 +21,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from refbroker.broker import COMMIT, HALF_TOPIC, OP_TOPIC, ROLLBACK, BrokerDown, Producer
+from refbroker.events import BrokerDown
 from refbroker.generate import Run
+from refbroker.producer import COMMIT, ROLLBACK, Producer
+from refbroker.systopics import HALF_TOPIC, OP_TOPIC
 
 TOPIC = "TopicRepair"
 _SIZES = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 6000}

@@ -20,7 +20,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
-from refbroker.broker import COMMIT, ROLLBACK, UNKNOWN, Broker, Producer
+from refbroker.broker import Broker
+from refbroker.producer import COMMIT, ROLLBACK, UNKNOWN, Producer
 from refbroker.profiles import MODEL_HALF_OP, MODEL_REAL_TOPIC, MODEL_STATETABLE, OP_BODY_COMMA_BATCH, Profile
 from txlog_io import compression as CMP
 from txlog_io.commitlog import body_crc

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from refbroker import repair_scenarios as RS
-from refbroker.broker import HALF_TOPIC
+from refbroker.systopics import HALF_TOPIC
 from txlog_io.mappedfile import offset_to_file_name
 
 pytestmark = pytest.mark.spark
