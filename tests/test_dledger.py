@@ -50,7 +50,7 @@ def test_records_equal_rocketmq_and_dledger_own_decode(store):
         found += a
     truth = _jsonl(DLEDGER / "truth" / store / "commitlog.jsonl.gz")
     assert len(rows) == len(truth)
-    for got, t in zip(rows, truth):
+    for got, t in zip(rows, truth, strict=True):
         expected = dict(truth_record_fields(t), file=str(_data_files(store)[0].parent / t["file"]),
                         properties=t["properties"])
         actual = {k: got[k] for k in expected}
@@ -72,7 +72,7 @@ def test_entry_headers_equal_truth(store):
         assert found == []
         got += [dict(e, file=f.name) for e in entries]
     assert len(got) == len(truth)
-    for g, t in zip(got, truth):
+    for g, t in zip(got, truth, strict=True):
         assert (g["file"], g["file_position"], g["magic"], g["size"], g["index"], g["term"], g["pos"], g["channel"],
                 g["chain_crc"], g["body_crc"], g["body_size"]) == \
             (t["file"], t["filePos"], t["magic"], t["size"], t["index"], t["term"], t["pos"], t["channel"],

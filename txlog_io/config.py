@@ -531,7 +531,7 @@ def decode_checkpoint(path, *, version: Optional[str] = None) -> dict:
                                  "checkpoint is not one 4096-byte page", str(CHECKPOINT_FILE_SIZE), str(size),
                                  "checkpoint"))
     page = raw.ljust(CHECKPOINT_FILE_SIZE, b"\0")
-    values = dict(zip(CHECKPOINT_DTYPE.names, _CHECKPOINT_STRUCT.unpack_from(page, 0)))
+    values = dict(zip(CHECKPOINT_DTYPE.names, _CHECKPOINT_STRUCT.unpack_from(page, 0), strict=True))
     if version is not None:
         variant = checkpoint_variant_for_version(version)
     elif values["confirm_phy_offset"]:
@@ -569,7 +569,7 @@ def encode_checkpoint(physic_msg_timestamp: int, logics_msg_timestamp: int, inde
     """A 4096-byte checkpoint page; the 5.x fields are written only when given (zero otherwise, like 3.x/4.x)."""
     fields = [physic_msg_timestamp, logics_msg_timestamp, index_msg_timestamp,
               master_flushed_offset or 0, confirm_phy_offset or 0]
-    for name, value in zip(CHECKPOINT_DTYPE.names, fields):
+    for name, value in zip(CHECKPOINT_DTYPE.names, fields, strict=True):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise EncodeError(name, "an int", value)
         if not _INT64_MIN <= int(value) <= _INT64_MAX:

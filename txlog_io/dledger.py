@@ -250,7 +250,8 @@ class EntryFrame:
     def entries(self) -> list:
         """Tuples of ENTRY_FIELDS."""
         h = self.headers
-        return list(zip((self.positions + self.file_pos).tolist(), *(h[n].tolist() for n in ENTRY_FIELDS[1:])))
+        return list(zip((self.positions + self.file_pos).tolist(), *(h[n].tolist() for n in ENTRY_FIELDS[1:]),
+                        strict=True))
 
 
 def _anomaly(kind, path, fp, base, detail, expected=None, actual=None, source=SOURCE, length=None) -> Anomaly:
@@ -497,7 +498,7 @@ def entries_of(path, *, base_offset: Optional[int] = None) -> tuple:
     """(every entry header of a data file as a dict of ENTRY_FIELDS, framing anomalies)."""
     out, found = [], []
     for frame in scan_entries(path, base_offset=base_offset):
-        out.extend(dict(zip(ENTRY_FIELDS, e)) for e in frame.entries)
+        out.extend(dict(zip(ENTRY_FIELDS, e, strict=True)) for e in frame.entries)
         found.extend(frame.anomalies)
     return out, found
 

@@ -361,7 +361,7 @@ class IndexFileReader:
         newest first); see :meth:`lookup_arrays`."""
         out: List[list] = [[] for _ in hashes]
         keys, offsets = self.lookup_arrays(hashes, min_offsets, max_hits)
-        for i, o in zip(keys.tolist(), offsets.tolist()):
+        for i, o in zip(keys.tolist(), offsets.tolist(), strict=True):
             out[i].append(o)
         return out
 

@@ -82,7 +82,7 @@ def format_summary(s: AuditSummary) -> str:
     lines = []
     lines.append(f"TxAudit run {s.run_id}: as of {_iso(s.as_of)}, mode {s.mode}, "
                  f"{len(s.brokers)} store(s), {_mib(s.commitlog_bytes)} of CommitLog")
-    for broker, store in zip(s.brokers, s.stores):
+    for broker, store in zip(s.brokers, s.stores, strict=True):
         prof = s.profiles.get(broker, "?")
         det = s.detected_profiles.get(broker)
         note = f" (detected {det})" if det and det != prof else ""

@@ -96,14 +96,16 @@ def key_ids(*cols: Nullable) -> np.ndarray:
 def member(a: Sequence[Nullable], b: Sequence[Nullable]) -> np.ndarray:
     """For each row of key columns ``a``: whether the same key tuple is a row of ``b``."""
     na = len(a[0][0])
-    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]])) for x, y in zip(a, b)])
+    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]]))
+                    for x, y in zip(a, b, strict=True)])
     return np.isin(ids[:na], ids[na:])
 
 
 def lookup_ids(a: Sequence[Nullable], b: Sequence[Nullable]) -> Tuple[np.ndarray, np.ndarray]:
     """Common dense key ids of the rows of ``a`` and of ``b``."""
     na = len(a[0][0])
-    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]])) for x, y in zip(a, b)])
+    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]]))
+                    for x, y in zip(a, b, strict=True)])
     return ids[:na], ids[na:]
 
 

@@ -92,7 +92,8 @@ def extremes_of_units(units: pa.Table) -> List[dict]:
         [("queue_offset", "first"), ("queue_offset", "last"), ("commitlog_offset", "first"),
          ("p_end", "last")])
     return [dict(zip(_EXTREMES, (r["broker"], r["topic"], r["queue_id"], r["queue_offset_first"],
-                                 r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"])))
+                                 r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"]),
+                     strict=True))
             for r in agg.to_pylist()]
 
 
@@ -113,7 +114,7 @@ def units_end(tables: Sequence[pa.Table]) -> Dict[str, int]:
     out: Dict[str, int] = {}
     for t in tables:
         for b, off, size in zip(t.column("broker").to_pylist(), t.column("commitlog_offset").to_pylist(),
-                                t.column("size").to_pylist()):
+                                t.column("size").to_pylist(), strict=True):
             out[b] = max(out.get(b, off + size), off + size)
     return out
 
@@ -292,7 +293,7 @@ def driver_positions(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Tab
     if index is None:
         return None
     offsets: Dict[str, set] = {}
-    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset"))):
+    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset")), strict=True):
         offsets.setdefault(b, set()).add(off)
     brokers, found = [], []
     keys: Dict[tuple, int] = {}
