@@ -128,7 +128,7 @@ def test_resynchronisation_finds_every_intact_record(msgs, data):
     intact = [s for s, e in spans if e <= start or s >= end]
     assert set(intact) <= set(got), (start, end, spans)
     by_pos = {r["file_position"]: r for r in rows}
-    for m, (s, e) in zip(msgs, spans, strict=True):
+    for m, (s, _e) in zip(msgs, spans, strict=True):
         if s in intact:
             assert by_pos[s]["topic"] == m.topic and by_pos[s]["body"] == m.body
     shutil.rmtree(os.path.dirname(path))

@@ -1,6 +1,7 @@
 """Tests of the rocketmq_* Spark data sources and load_store_frames (real-broker fixtures, damaged copies)."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import shutil
@@ -239,7 +240,7 @@ def test_options_parse_once_into_frozen_dataclass():
                                                 "split_bytes": "1m", "topics": "A,B"})
     assert opts.brokers == ("rocketmq-4.9.8", "rocketmq-5.3.3")
     assert opts.split_bytes == 1 << 20 and opts.topics == frozenset({"A", "B"}) and not opts.include_bodies
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         opts.split_bytes = 1  # frozen
     with pytest.raises(OptionError, match="option 'sources'"):
         parse_options("rocketmq_anomalies", {"path": store_of("rocketmq-4.9.8"), "sources": "commitlog,x"})

@@ -40,7 +40,10 @@ def strings(arr) -> pa.Array:
     return arr.cast(pa.string()) if arr.type != pa.string() else arr
 
 
-def to_arrow(v: np.ndarray, ok: np.ndarray, typ=pa.int64()) -> pa.Array:
+_INT64 = pa.int64()
+
+
+def to_arrow(v: np.ndarray, ok: np.ndarray, typ=_INT64) -> pa.Array:
     return pa.array(v, typ, mask=~ok)
 
 

@@ -20,6 +20,7 @@ runs each exchange as its own job) on every indexed audit, however small the sto
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence
@@ -143,15 +144,15 @@ def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dic
     ``consumed``:
     (broker, topic, queue_id) -> CID_RMQ_SYS_TRANS's next offset."""
     rows: List[tuple] = []
+
+    def store_gap(broker, queue_dir, start, end, reason, queue, detail):
+        if start < end:
+            rows.append((broker, int(start), int(end), reason, queue, detail, queue_dir))
+
     for s in stores:
         clog_start = s.commitlog_files[0][1]
         clog_end = s.commitlog_files[-1][1] + s.commitlog_files[-1][2]
-        queue_dir = os.path.join(s.root, "consumequeue")
-
-        def gap(start, end, reason, queue, detail):
-            if start < end:
-                rows.append((s.broker, int(start), int(end), reason, queue, detail, queue_dir))
-
+        gap = functools.partial(store_gap, s.broker, os.path.join(s.root, "consumequeue"))
         dispatched = max(ends.get(s.broker, clog_start), clog_start)
         gap(dispatched, clog_end, GAP_TAIL, None, "records after the last one any index points to")
         mine = [q for q in extremes if q["broker"] == s.broker and q["topic"] in TX_SYSTEM_TOPICS]
