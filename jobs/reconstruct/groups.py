@@ -27,6 +27,7 @@ def valid(arr) -> np.ndarray:
 def ints(arr, n: Optional[int] = None) -> Nullable:
     """(int64 values, valid) of an Arrow integer / boolean column (None: all null, length ``n``)."""
     if arr is None:
+        assert n is not None, "ints(None) needs the length n"
         return np.zeros(n, np.int64), np.zeros(n, bool)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -135,12 +136,12 @@ class Groups:
     def any(self, mask: np.ndarray) -> np.ndarray:
         return self._reduce(np.logical_or, mask)
 
-    def min(self, col: Nullable, mask: np.ndarray = None) -> Nullable:
+    def min(self, col: Nullable, mask: Optional[np.ndarray] = None) -> Nullable:
         v, ok = col
         ok = ok if mask is None else ok & mask
         return self._reduce(np.minimum, np.where(ok, v, I64_MAX)), self.any(ok)
 
-    def max(self, col: Nullable, mask: np.ndarray = None) -> Nullable:
+    def max(self, col: Nullable, mask: Optional[np.ndarray] = None) -> Nullable:
         v, ok = col
         ok = ok if mask is None else ok & mask
         r, a = self._reduce(np.maximum, np.where(ok, v, I64_MIN)), self.any(ok)

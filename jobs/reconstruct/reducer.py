@@ -176,8 +176,8 @@ def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: "_BySrc") ->
     if op_rows.num_rows:
         d["n_comma"] = _count(op_rows, pc.match_substring(body_texts(op_rows.column("body").combine_chunks()),
                                                           ","))
-    for s, key in (("statetable", "n_st"), ("redolog", "n_redo"), ("consumequeue", "n_cq")):
-        d[key] += sub[s].num_rows
+    for s, fact in (("statetable", "n_st"), ("redolog", "n_redo"), ("consumequeue", "n_cq")):
+        d[fact] += sub[s].num_rows
     bounds = sub["bounds"]
     for m, n_cq in zip(*(bounds.column(c).to_pylist() for c in ("min_commitlog_offset", "n_cq")),
                        strict=True):
@@ -238,8 +238,8 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
     both = (unit_row >= 0) & (rec_row >= 0)
     same = both.copy()
     for v, ok in tup:
-        u, r = np.where(both, unit_row, 0), np.where(both, rec_row, 0)
-        same &= (ok[u] == ok[r]) & (~ok[u] | (v[u] == v[r]))
+        ui, ri = np.where(both, unit_row, 0), np.where(both, rec_row, 0)
+        same &= (ok[ui] == ok[ri]) & (~ok[ui] | (v[ui] == v[ri]))
     report = ~(same & (n_units <= 1))
     if not facts.get("n_cq", 0) > 0:
         report &= unit_row >= 0             # NO_UNIT needs consume queues to exist at all
@@ -258,6 +258,7 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
         rec = None if r < 0 else (tl[r], val(qid, r), val(qo, r), val(size, r))
         o = val(off, u if u >= 0 else r)
         if rec is None:
+            assert unit is not None         # every key has a unit or a record
             problem = "NO_RECORD"
             detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])}: no record of that topic at "
                       f"CommitLog offset {_fmt(o)}")
@@ -274,6 +275,7 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
             continue
         deleted = problem == "NO_RECORD" and o is not None and mco is not None and o < mco
         where = unit if unit is not None else rec
+        assert where is not None
         out.append({"broker": broker, "code": "EVIDENCE_IN_DELETED_RANGE" if deleted else "CQ_MISMATCH",
                     "physical_offset": o, "topic": where[0], "queue_id": where[1], "queue_offset": where[2],
                     "detail": detail})
@@ -428,7 +430,10 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
                           redolog_evidence(sub["redolog"])])
     link_ends(ev)
     ev = link_ops(ev)
-    facts, decoder_findings, cqm, missing_bodies = got if later is None else later.result()
+    if later is not None:
+        got = later.result()
+    assert got is not None
+    facts, decoder_findings, cqm, missing_bodies = got
     findings: List[dict] = []
     problems = []
     if has_cq:
