@@ -178,7 +178,7 @@ def _file_write_sites(rel, tree, sites):
 def _write_sites():
     sites = {}
     for pkg in ("txlog_io", "jobs", "schemas"):
-        for path in sorted((ROOT / pkg).glob("*.py")):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
             tree = ast.parse(path.read_text(), rel)
             _file_write_sites(rel, tree, sites)
