@@ -119,7 +119,7 @@ def _family_stats(folder: str) -> list:
     return [(os.path.join(folder, n), os.stat(os.path.join(folder, n))) for n in names]
 
 
-_IMPL = getattr(_caching, "CacheImpl", None) or _caching._CacheImpl  # type: ignore[attr-defined]  # numba < 0.61
+_IMPL = getattr(_caching, "CacheImpl", None) or _caching._CacheImpl   # renamed in numba 0.61+
 if _ZipCacheLocator not in _IMPL._locator_classes:
     # first: numba's own zip locator (0.61+) caches under ~/.cache, which an executor may not be able to write
     _IMPL._locator_classes.insert(0, _ZipCacheLocator)
