@@ -33,7 +33,7 @@ class AuditOptions:
     @property
     def store_pairs(self) -> Tuple[Tuple[str, str], ...]:
         """``((broker, store root), ...)``."""
-        return tuple(zip(self.brokers, self.stores))
+        return tuple(zip(self.brokers, self.stores, strict=True))
 
 
 @dataclass(frozen=True)

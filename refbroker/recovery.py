@@ -38,7 +38,7 @@ class Recovery:
                     "expected_anomalies": [],
                 }
             )
-        for text, copy in self.op_pending:
+        for _text, copy in self.op_pending:
             txn = copy.txn
             txn.pending_op_offsets.discard(copy.queue_offset)
             txn.lost_ops.append({"half_queue_offset": copy.queue_offset, "reason": "OP_BATCH_LOST_IN_CRASH"})

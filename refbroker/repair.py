@@ -141,7 +141,7 @@ def _data_end(mf) -> tuple:
     batch, _ = CL.decode_at(str(mf.path), tail, base_offset=mf.base_offset)
     good = {int(p): int(t) for p, t, ok in zip(batch["file_position"].to_pylist(),
                                                 batch["total_size"].to_pylist(),
-                                                batch["body_crc_ok"].to_pylist()) if ok}
+                                                batch["body_crc_ok"].to_pylist(), strict=True) if ok}
     for pos in reversed(tail):
         if pos in good:
             return pos + good[pos], blank and pos == tail[-1], pos

@@ -252,7 +252,7 @@ def verify(out_dir, *, store_dir=None, ledger_path=None) -> VerifyReport:
             for batch, anomalies in decoder(str(path)):
                 if decoder is decode_statetable:
                     unit_states.update(zip(batch.column("commitlog_offset").to_pylist(),
-                                           batch.column("state").to_pylist()))
+                                           batch.column("state").to_pylist(), strict=True))
                 for a in anomalies:
                     report.anomalies.append(
                         {

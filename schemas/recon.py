@@ -50,7 +50,7 @@ RECON_INPUT = Table.of("recon_input", _input_columns(),
                        "Reconstruction inputs, tagged by src, one table (shuffled by broker)")
 
 
-def _output_columns():
+def _output_columns() -> list:
     seen: dict = {}
     cols = [C("out", _str, False, "output table: transactions, check_back, recovery, anomalies, profiles")]
     for table in (TRANSACTIONS, CHECK_BACK, RECOVERY, AUDIT_ANOMALIES, PROFILES):

@@ -59,7 +59,7 @@ def _ledger(ledger_path):
 
 def _match_ledger(tx: pa.Table, ledger: dict):
     """-> ({outcome: (matched, total)}, extra keys, mismatches)."""
-    state = dict(zip(tx.column("transaction_key").to_pylist(), tx.column("state").to_pylist()))
+    state = dict(zip(tx.column("transaction_key").to_pylist(), tx.column("state").to_pylist(), strict=True))
     matched, total, bad = Counter(), Counter(), []
     for key, (outcome, visible) in ledger.items():
         total[outcome] += 1
@@ -429,7 +429,7 @@ def test_killed_run_leaves_readable_tables_and_rerun_completes(spark, first_run,
     from txlog_io.commitlog import decode_at
 
     r = rows[0]
-    store = Path(dict(zip(first_run["opts"].brokers, first_run["opts"].stores))[r["broker"]])
+    store = Path(dict(zip(first_run["opts"].brokers, first_run["opts"].stores, strict=True))[r["broker"]])
     files = sorted((store / "commitlog").iterdir())
     base = max(int(f.name) for f in files if int(f.name) <= r["commitlog_offset"])
     batch, _ = decode_at(str(store / "commitlog" / f"{base:020d}"), [r["commitlog_offset"] - base],

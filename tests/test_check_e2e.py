@@ -147,7 +147,7 @@ def test_check_with_store_fails_and_reports(check_run, out):
     dup = by[("no transaction committed twice", "*")]
     assert dup.condition == "fail: > 0" and dup.level == "fail" and 0 < len(dup.samples) <= 10
     tx = _rows(out / "transactions", RUN)
-    dup_keys = {f"{b}:{k}" for b, k, f in zip(tx.broker, tx.transaction_key, tx["flags"])
+    dup_keys = {f"{b}:{k}" for b, k, f in zip(tx.broker, tx.transaction_key, tx["flags"], strict=True)
                 if "DUPLICATE_COMMIT" in f}
     assert set(dup.samples) <= dup_keys and dup.value == len(dup_keys)
     for r in res.itertuples():

@@ -1,6 +1,7 @@
 """./spark-submit.sh and jobs.main: argument validation before any JVM starts, exit codes, one-line errors."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import subprocess
@@ -116,7 +117,7 @@ def test_parse_audit_options(tmp_path):
     assert (o.mode, o.include_bodies, o.conf_file, o.profile) == ("full", True, None, "auto")
     assert o.out == str(tmp_path / "o")
     assert o.config.table("transactions") == "transactions"
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         o.mode = "indexed"                                     # frozen
 
 

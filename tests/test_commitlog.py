@@ -58,7 +58,7 @@ def test_every_record_equals_rocketmq_own_decode(version):
     truth = truth_records(version)
     assert anomalies == []
     assert len(rows) == len(truth)
-    for got, t in zip(rows, truth):
+    for got, t in zip(rows, truth, strict=True):
         expected = truth_record_fields(t)
         actual = {k: got[k] for k in expected}
         assert actual == expected, t["filePos"]
@@ -289,7 +289,7 @@ def test_vectorised_properties_match_the_scalar_reader(tmp_path):
     f = _write(tmp_path, "00000000000000000000", bytes(data), len(data) + 64)
     rows, anomalies = decode_all(f)
     assert anomalies == []
-    for row, raw in zip(rows, cases):
+    for row, raw in zip(rows, cases, strict=True):
         assert dict(row["properties"]) == P.decode_properties(raw), raw
         tags = P.decode_properties(raw).get("TAGS")
         assert row["tags_code"] == P.tags_code(tags)
@@ -330,7 +330,7 @@ def test_word_at_a_time_properties_split_matches_the_scalar_reader(tmp_path):
         keys = [k for k, _ in out]
         return [(k, v) for j, (k, v) in enumerate(out) if k not in keys[j + 1:]]
 
-    for i, (row, raw) in enumerate(zip(rows, cases)):
+    for i, (row, raw) in enumerate(zip(rows, cases, strict=True)):
         props = P.decode_properties(raw)
         assert dict(row["properties"]) == props, raw
         assert list(row["properties"]) == entries(raw), raw
@@ -379,7 +379,7 @@ def test_encode_decode_round_trip(tmp_path, batch):
     rows, anomalies = decode_all(f, with_body=True)
     assert anomalies == []
     assert [r["physical_offset"] for r in rows] == offsets
-    for m, r in zip(batch, rows):
+    for m, r in zip(batch, rows, strict=True):
         assert (r["topic"], r["body"], r["queue_id"], r["flag"], r["queue_offset"]) == \
             (m.topic, m.body, m.queue_id, m.flag, m.queue_offset)
         assert (r["born_timestamp"], r["store_timestamp"], r["reconsume_times"],
@@ -411,7 +411,7 @@ def test_truncation_at_every_byte_never_raises_and_keeps_intact_records(tmp_path
     for cut in range(len(full) + 1):
         f.write_bytes(full[:cut])
         rows, anomalies = decode_all(f)
-        intact = [o for o, e in zip(offsets, ends) if e <= cut]
+        intact = [o for o, e in zip(offsets, ends, strict=True) if e <= cut]
         assert [r["physical_offset"] for r in rows] == intact, cut
         torn_from = max([e for e in ends if e <= cut], default=0)
         if any(full[torn_from:cut]):
@@ -426,7 +426,7 @@ def test_truncation_at_every_byte_never_raises_and_keeps_intact_records(tmp_path
 def test_random_bit_flips_never_raise_and_keep_untouched_records(tmp_path):
     rnd = random.Random(20261122)
     full, offsets, ends = _small_file(tmp_path, n=8)
-    sizes = [e - o for o, e in zip(offsets, ends)]
+    sizes = [e - o for o, e in zip(offsets, ends, strict=True)]
     f = tmp_path / "00000000000000000000"
     for _ in range(400):
         data = bytearray(full)

@@ -103,7 +103,7 @@ def test_kernels_decode_what_the_encoder_wrote(msgs):
     rows, anomalies = _rows(path)
     assert [r["file_position"] for r in rows] == [s for s, _ in spans]
     assert [a.kind for a in anomalies] == []
-    for m, (s, e), row in zip(msgs, spans, rows):
+    for m, (s, e), row in zip(msgs, spans, rows, strict=True):
         exp = _expected(m, s, bytes(data[s:e]))
         assert {k: row[k] for k in exp} == exp
         assert row["body_crc"] == (zlib.crc32(m.body) & 0x7FFFFFFF if m.body else 0)
@@ -128,7 +128,7 @@ def test_resynchronisation_finds_every_intact_record(msgs, data):
     intact = [s for s, e in spans if e <= start or s >= end]
     assert set(intact) <= set(got), (start, end, spans)
     by_pos = {r["file_position"]: r for r in rows}
-    for m, (s, e) in zip(msgs, spans):
+    for m, (s, _e) in zip(msgs, spans, strict=True):
         if s in intact:
             assert by_pos[s]["topic"] == m.topic and by_pos[s]["body"] == m.body
     shutil.rmtree(os.path.dirname(path))

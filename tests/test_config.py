@@ -63,7 +63,7 @@ def test_broker_defaults_are_one_set_of_numbers():
         assert (rb["checkpoint_size"], rb["magic_v2"], rb["ipv6_hosts"]) == \
             (c.checkpoint_size, c.magic_v2, c.ipv6_hosts), name
         ap = dataclasses.asdict(AuditParams.for_profile(CONFIG_TO_RECON[name]))
-        expected = dict(zip(keys, from_conf))
+        expected = dict(zip(keys, from_conf, strict=True))
         if name == "4.0-4.2":
             expected["transactionTimeOut"] = 6000
         assert {k: ap[k] for k in keys} == expected, name

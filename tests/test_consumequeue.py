@@ -121,7 +121,7 @@ def test_statetable_matches_truth():
     rows = list(cq.iter_statetable_dicts(store / "store/transaction/statetable" / FIRST_NAME, anomalies=anomalies))
     assert anomalies == []
     assert len(rows) == len(truth) == 42
-    for row, t in zip(rows, truth):
+    for row, t in zip(rows, truth, strict=True):
         assert list(row) == ["file", "index", "commitlog_offset", "size", "store_timestamp_s",
                              "producer_group_hash", "state"]
         assert Path(row["file"]).name == t["file"]
@@ -140,7 +140,7 @@ def test_redolog_matches_truth():
     rows = list(cq.iter_redolog_dicts(path, anomalies=anomalies))
     assert anomalies == []
     assert len(rows) == len(truth) == 77
-    for row, t in zip(rows, truth):
+    for row, t in zip(rows, truth, strict=True):
         assert list(row) == ["file", "index", "commitlog_offset", "size", "tags_code", "kind"]
         assert (row["index"], row["commitlog_offset"], row["size"], row["tags_code"]) == \
                (t["index"], t["commitLogOffset"], t["size"], t["tagsCode"])
@@ -259,7 +259,7 @@ def test_cq_round_trip(units, base_units, pre_blanks, chunk):
         table, anomalies = decode_cq(path, chunk_units=chunk)
     assert anomalies == []
     assert list(zip(table.column("commitlog_offset").to_pylist(), table.column("size").to_pylist(),
-                    table.column("tags_code").to_pylist())) == units
+                    table.column("tags_code").to_pylist(), strict=True)) == units
     assert table.column("queue_offset").to_pylist() == [base_units + pre_blanks + i for i in range(len(units))]
 
 

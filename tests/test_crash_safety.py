@@ -82,7 +82,7 @@ def _assert_once(tables, run_row):
         t = tables[name].filter(pa.compute.equal(tables[name]["run_id"], RUN))
         assert t.num_rows == rows, (name, t.num_rows, rows)
         if name in KEYS:
-            keys = set(zip(*(t[k].to_pylist() for k in KEYS[name])))
+            keys = set(zip(*(t[k].to_pylist() for k in KEYS[name]), strict=True))
             assert len(keys) == t.num_rows, name
 
 
@@ -200,7 +200,7 @@ def test_commit_killed_at_random_moments_leaves_a_readable_table(tmp_path):
         os.killpg(p.pid, signal.SIGKILL)
         p.wait(30)
         t = DeltaTable(str(root)).to_pyarrow_table()
-        for run, count in zip(*pa.compute.value_counts(t["run_id"]).flatten()):
+        for run, count in zip(*pa.compute.value_counts(t["run_id"]).flatten(), strict=True):
             assert count.as_py() == n, (attempt, run, count)
 
 

@@ -1,6 +1,7 @@
 """Tests of the rocketmq_* Spark data sources and load_store_frames (real-broker fixtures, damaged copies)."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import shutil
@@ -113,7 +114,7 @@ def test_tiny_split_reads_every_record_exactly_once(rs, commitlog_tables):
     options = {"path": store_of("rocketmq-4.9.8"), "split_bytes": "64k"}
     assert len(plan_partitions("rocketmq_commitlog", parse_options("rocketmq_commitlog", options))) == 2 * 16
     got = rs.read.format("rocketmq_commitlog").options(**options).load().toArrow()   # 2 files x 16 ranges
-    keys = list(zip(got.column("file").to_pylist(), got.column("file_position").to_pylist()))
+    keys = list(zip(got.column("file").to_pylist(), got.column("file_position").to_pylist(), strict=True))
     assert len(keys) == len(set(keys)) == 999
     assert by_offset(got).equals(by_offset(commitlog_tables["rocketmq-4.9.8"]))
 
@@ -130,7 +131,7 @@ def test_partitions_are_small_picklable_ranges_covering_each_file():
     for path in {r.path for r in ranges}:
         mine = sorted((r.start, r.end) for r in ranges if r.path == path)
         assert mine[0][0] == 0 and mine[-1][1] == 1 << 20
-        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:], strict=False))
     units = [s for p in parts if isinstance(p, UnitFiles) for s in p.slices]  # 18 queues, one with 2 files
     # slices cut at split_bytes, packed up to UNIT_PACK_BYTES (a task per 256 KiB slice cost more than it read)
     assert len(units) == 19 and all(s.end - s.start <= 256 << 10 for s in units)
@@ -239,7 +240,7 @@ def test_options_parse_once_into_frozen_dataclass():
                                                 "split_bytes": "1m", "topics": "A,B"})
     assert opts.brokers == ("rocketmq-4.9.8", "rocketmq-5.3.3")
     assert opts.split_bytes == 1 << 20 and opts.topics == frozenset({"A", "B"}) and not opts.include_bodies
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         opts.split_bytes = 1  # frozen
     with pytest.raises(OptionError, match="option 'sources'"):
         parse_options("rocketmq_anomalies", {"path": store_of("rocketmq-4.9.8"), "sources": "commitlog,x"})

@@ -302,7 +302,8 @@ def test_files_roll_over_and_stats_describe_each_file(spark, tmp_path):
 
 
 def _arrow(rows) -> pa.Table:
-    return pa.Table.from_pylist([dict(zip(TINY.names, r)) for r in rows], schema=TINY.arrow_schema())
+    return pa.Table.from_pylist([dict(zip(TINY.names, r, strict=True)) for r in rows],
+                                schema=TINY.arrow_schema())
 
 
 def test_arrow_table_written_by_the_driver_same_table_as_the_executors(spark, tmp_path):
@@ -325,8 +326,8 @@ def test_arrow_table_written_by_the_driver_same_table_as_the_executors(spark, tm
     write_table(_df(spark, _rows(7, "b3")), tmp_path, TINY, "run-b", spark=spark, run_date=RUN_DAY)
     res = write_table(_arrow(_rows(3, "b1")), tmp_path, TINY, "run-a", spark=spark, run_date=RUN_DAY)
     got = _read(res.path).to_pydict()
-    assert sorted(zip(got[RUN_ID], got["broker"])).count(("run-a", "b1")) == 3
-    assert sorted(set(zip(got[RUN_ID], got["broker"]))) == [("run-a", "b1"), ("run-b", "b3")]
+    assert sorted(zip(got[RUN_ID], got["broker"], strict=True)).count(("run-a", "b1")) == 3
+    assert sorted(set(zip(got[RUN_ID], got["broker"], strict=True))) == [("run-a", "b1"), ("run-b", "b3")]
     # an empty table: one commit that removes the run's rows
     res = write_table(TINY.arrow_schema().empty_table(), tmp_path, TINY, "run-a", spark=spark,
                       run_date=RUN_DAY)

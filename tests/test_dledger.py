@@ -2,6 +2,7 @@
 range splits, converted stores."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import random
@@ -50,7 +51,7 @@ def test_records_equal_rocketmq_and_dledger_own_decode(store):
         found += a
     truth = _jsonl(DLEDGER / "truth" / store / "commitlog.jsonl.gz")
     assert len(rows) == len(truth)
-    for got, t in zip(rows, truth):
+    for got, t in zip(rows, truth, strict=True):
         expected = dict(truth_record_fields(t), file=str(_data_files(store)[0].parent / t["file"]),
                         properties=t["properties"])
         actual = {k: got[k] for k in expected}
@@ -72,7 +73,7 @@ def test_entry_headers_equal_truth(store):
         assert found == []
         got += [dict(e, file=f.name) for e in entries]
     assert len(got) == len(truth)
-    for g, t in zip(got, truth):
+    for g, t in zip(got, truth, strict=True):
         assert (g["file"], g["file_position"], g["magic"], g["size"], g["index"], g["term"], g["pos"], g["channel"],
                 g["chain_crc"], g["body_crc"], g["body_size"]) == \
             (t["file"], t["filePos"], t["magic"], t["size"], t["index"], t["term"], t["pos"], t["channel"],
@@ -165,7 +166,7 @@ def _message(i: int) -> Message:
 
 def _log(tmp_path: Path, n: int = 30, file_size: int = 4096, term: int = 2) -> tuple:
     log = D.DataLog(file_size, term=term)
-    offsets = [log.append(lambda off, m=_message(i): encode_record(m, off))[1] for i in range(n)]
+    offsets = [log.append(functools.partial(encode_record, _message(i)))[1] for i in range(n)]
     log.write(tmp_path / "dledger-n1", index_file_size=256, vote_leader="n1")
     return sorted((tmp_path / "dledger-n1" / "data").iterdir()), offsets
 
@@ -307,7 +308,7 @@ def test_converted_store_reads_commitlog_then_dledger_as_one_log(tmp_path):
     (tmp_path / "commitlog").mkdir()
     (tmp_path / "commitlog" / f"{0:020d}").write_bytes(bytes(legacy))
     log = D.DataLog(size, start_offset=size)
-    offsets = [log.append(lambda off, m=_message(i): encode_record(m, off))[1] for i in range(2, 6)]
+    offsets = [log.append(functools.partial(encode_record, _message(i)))[1] for i in range(2, 6)]
     log.write(tmp_path / "dledger-n0", index_file_size=256)
     layout = mf.discover_store(tmp_path)
     assert mf.message_log_kind(tmp_path) == "converted"

@@ -96,7 +96,7 @@ def test_commitlog_zero_page_keeps_every_intact_record(tmp_path):
         out = {}
         for batch, _ in decode_file(str(path)):
             out.update(zip(batch.column("file_position").to_pylist(),
-                           batch.column("total_size").to_pylist()))
+                           batch.column("total_size").to_pylist(), strict=True))
         return out
 
     before, after = records(src), records(mutant)

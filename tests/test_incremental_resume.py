@@ -42,7 +42,8 @@ def _records(store: Path) -> list:
                     for o in b.column("physical_offset").to_pylist()}
         for b, _ in decode_range(str(path)):
             out += [(o, n, path, base, o in relevant) for o, n in zip(b.column("physical_offset").to_pylist(),
-                                                                     b.column("total_size").to_pylist())]
+                                                                     b.column("total_size").to_pylist(),
+                                                                     strict=True)]
     return out
 
 

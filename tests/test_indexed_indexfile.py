@@ -81,7 +81,7 @@ def _promised(table: pa.Table) -> dict:
     t = pa.concat_tables([transaction_relevant(table.filter(pc.equal(table.column("broker"), b)))
                           for b in pc.unique(table.column("broker")).to_pylist()])
     out: dict = {}
-    for b, o in zip(t.column("broker").to_pylist(), t.column("physical_offset").to_pylist()):
+    for b, o in zip(t.column("broker").to_pylist(), t.column("physical_offset").to_pylist(), strict=True):
         out.setdefault(b, set()).add(o)
     return out
 

@@ -82,7 +82,8 @@ def _local(stores):
 
     infos = store_infos(parse_options("rocketmq_commitlog", {"paths": json.dumps([r for _, r in stores]),
                                                         "brokers": ",".join(b for b, _ in stores)}))
-    return [pair for pair, i in zip(stores, infos) if keyed_only(i) or not has_transaction_index(i)]
+    return [pair for pair, i in zip(stores, infos, strict=True)
+            if keyed_only(i) or not has_transaction_index(i)]
 
 
 def test_indexed_read_equals_the_dataframe_plan(spark, stores, damaged, monkeypatch):

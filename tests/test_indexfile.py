@@ -66,7 +66,7 @@ def test_real_498_geometry_lookups_and_golden_bytes():
                            for r in commits)
     for rd in readers:
         rd.close()
-    for path, writer in zip(files, _rebuild(records, 64, 512)):
+    for path, writer in zip(files, _rebuild(records, 64, 512), strict=True):
         assert writer.to_bytes() == path.read_bytes(), path.name
 
 

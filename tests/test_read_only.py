@@ -157,27 +157,31 @@ def _is_write(node: ast.Call) -> bool:
     return False
 
 
+def _file_write_sites(rel, tree, sites):
+    stack = []
+
+    def visit(node):
+        named = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if named:
+            stack.append(node.name)
+        if isinstance(node, ast.Call) and _is_write(node):
+            sites.setdefault((rel, stack[-1] if stack else "<module>"), []).append(
+                f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+        if named:
+            stack.pop()
+
+    visit(tree)
+
+
 def _write_sites():
     sites = {}
     for pkg in ("txlog_io", "jobs", "schemas"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
             tree = ast.parse(path.read_text(), rel)
-            stack = []
-
-            def visit(node):
-                named = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                if named:
-                    stack.append(node.name)
-                if isinstance(node, ast.Call) and _is_write(node):
-                    sites.setdefault((rel, stack[-1] if stack else "<module>"), []).append(
-                        f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
-                for child in ast.iter_child_nodes(node):
-                    visit(child)
-                if named:
-                    stack.pop()
-
-            visit(tree)
+            _file_write_sites(rel, tree, sites)
     return sites
 
 

@@ -525,11 +525,11 @@ def test_every_injected_fault_raises_exactly_its_flag_in_full_mode(matrix, views
                 lost = fault["recovery_start"]                  # transaction; those with a record it unindexed
                 topic = fault["topic"]
 
-                def unindexed(e):
+                def unindexed(e, topic, lost):
                     if topic == OP:
                         return any(o["op_commitlog_offset"] < lost for o in _present(e["op_records"]))
                     return topic == HALF and any(c["commitlog_offset"] < lost for c in _present(e["half_copies"]))
-                hit = {_ledger_key(st, e) for e in st.txs if unindexed(e)}
+                hit = {_ledger_key(st, e) for e in st.txs if unindexed(e, topic, lost)}
             else:
                 hit = {_ledger_key(st, e) for e in st.txs if fault["fault_id"] in e["faults"]}
             for k in hit:

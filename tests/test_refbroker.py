@@ -210,7 +210,7 @@ def test_3x_prepared_rollback_statetable_and_redolog(store):
         assert u["state"] == ends.get(u["commitlog_offset"], "PREPARED")
     redo = []
     for path in sorted((result.store_dir / "transaction" / "redolog").glob("*/0/*")):
-        for batch, anomalies in decode_redolog(str(path)):
+        for batch, _anomalies in decode_redolog(str(path)):
             redo.extend(batch.to_pylist())
     assert sum(1 for u in redo if u["kind"] == "PREPARED") == len(prepared)
     assert {u["tags_code"] for u in redo if u["kind"] == "END"} <= set(by_offset)

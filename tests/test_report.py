@@ -167,7 +167,7 @@ def test_numbers_equal_the_tables(audited):
         m = _parse(_page(out, rid)).metrics
         tx = _rows(out, "transactions", rid)
         run = _rows(out, "audit_runs", rid).to_pylist()[0]
-        states = Counter(zip(tx.column("broker").to_pylist(), tx.column("state").to_pylist()))
+        states = Counter(zip(tx.column("broker").to_pylist(), tx.column("state").to_pylist(), strict=True))
         assert m["transactions"] == tx.num_rows == run["transactions"]
         for (b, s), n in states.items():
             assert m[f"state.{b}.{s}"] == n
@@ -179,7 +179,7 @@ def test_numbers_equal_the_tables(audited):
         if prepared:
             p = tx.filter(pc.equal(tx.column("state"), "PREPARED"))
             past = [d is not None and d <= a for d, a in zip(p.column("deadline_ms").to_pylist(),
-                                                               p.column("as_of_ms").to_pylist())]
+                                                               p.column("as_of_ms").to_pylist(), strict=True)]
             assert m["past_deadline"] == sum(past)
         flags = Counter(f for fl in tx.column("flags").to_pylist() for f in fl)
         assert {k[5:]: v for k, v in m.items() if k.startswith("flag.")} == dict(flags) == \
@@ -188,7 +188,7 @@ def test_numbers_equal_the_tables(audited):
                                 ("audit_anomalies", "findings")):
             assert m[metric] == _rows(out, logical, rid).num_rows == dict(run["table_rows"])[logical]
         an = _rows(out, "audit_anomalies", rid)
-        by_code = Counter(zip(an.column("code").to_pylist(), an.column("source").to_pylist()))
+        by_code = Counter(zip(an.column("code").to_pylist(), an.column("source").to_pylist(), strict=True))
         shown = {k: v for k, v in m.items() if k.startswith("finding.")}
         listed = {(c, s): n for (c, s), n in by_code.items() if f"finding.{c}.{s}" in shown}
         assert len(shown) == len(listed) == min(len(by_code), 40)
@@ -205,7 +205,7 @@ def test_store_map_places_commitlog_findings_in_their_files(fixtures_out):
         assert m.files_recorded and m.files, m.broker
         bases = [b for b, _ in m.files]
         assert bases == sorted(bases)
-        for off, base in zip(m.findings["offset"], m.findings["file_base"]):
+        for off, base in zip(m.findings["offset"], m.findings["file_base"], strict=True):
             if base is not None and base == base:
                 assert base <= off
 

@@ -247,13 +247,15 @@ def dump_store(paths, out: _Out, with_body: bool) -> None:
         layout = discover_store(root)
         out.findings_out(layout.anomalies)
         out.findings_out(verify_dledger(layout))
-        for tag, fn in (("commitlog", lambda: _dump_files_commitlog(layout, out, with_body)),
-                        ("consumequeue", lambda: dump_consumequeue([str(root / "consumequeue")], out)
-                         if (root / "consumequeue").is_dir() else None),
-                        ("statetable", lambda: _dump_files_units(layout.statetable, out, "statetable")),
-                        ("redolog", lambda: _dump_files_units(layout.redolog, out, "redolog"))):
-            out.tag = tag
-            fn()
+        out.tag = "commitlog"
+        _dump_files_commitlog(layout, out, with_body)
+        out.tag = "consumequeue"
+        if (root / "consumequeue").is_dir():
+            dump_consumequeue([str(root / "consumequeue")], out)
+        out.tag = "statetable"
+        _dump_files_units(layout.statetable, out, "statetable")
+        out.tag = "redolog"
+        _dump_files_units(layout.redolog, out, "redolog")
         out.tag = "config"
         if layout.consumer_offset_path is not None:
             from txlog_io.config import read_consumer_offsets

@@ -62,6 +62,10 @@ from txlog_io.commitlog_layout import (
     STOREHOST_V6_FLAG,
     TRANSACTION_MASK,
     TRANSACTION_TYPE_NAMES,
+    TX_COMMIT,
+    TX_NOT,
+    TX_PREPARED,
+    TX_ROLLBACK,
     body_crc,
     layout_index,
 )

@@ -132,7 +132,7 @@ def _first_nonzero(reader: PositionalFile, pos: int, limit: int) -> Optional[int
 class Frame:
     """Records found in one chunk: ``positions`` are relative to ``buf``; ``buf`` starts at ``file_pos``."""
 
-    buf: bytearray
+    buf: np.ndarray | bytearray
     file_pos: int
     positions: np.ndarray
     anomalies: list = field(default_factory=list)
@@ -172,7 +172,7 @@ def scan_range(path: str, *, base_offset: Optional[int] = None, start: int = 0, 
         yield from _walk(reader, base, pos, end, chunk_bytes, summary)
 
 
-def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: int,
+def _walk(reader: PositionalFile, base: int, pos: Optional[int], end: int, chunk_bytes: int,
           summary: ScanSummary) -> Iterator[Frame]:
     size = reader.size
     path = reader.path
@@ -223,7 +223,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
                                               ">= 8 bytes of BLANK filler or zeros", f"{size - fp} bytes"))
                 summary.valid_end, summary.stop_reason = fp, "end of file"
                 break
-            total, magic = unpack(buf, rel)
+            total, magic = unpack(buf, rel)  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
             fp = pos + rel
             if rel >= verify_from and (magic not in (v1, v2) or total >= min_size) and \
                     _self_verifies(reader, fp, base):
@@ -273,7 +273,7 @@ def _walk(reader: PositionalFile, base: int, pos: int, end: int, chunk_bytes: in
             summary.anomalies += len(anomalies)
             if rel_pos.size:
                 last = int(rel_pos[-1])
-                summary.valid_end = max(summary.valid_end, pos + last + _HEADER.unpack_from(buf, last)[0])
+                summary.valid_end = max(summary.valid_end, pos + last + _HEADER.unpack_from(buf, last)[0])  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
             yield Frame(buf, pos, rel_pos, anomalies, f)
         pos = next_pos
 
@@ -517,7 +517,7 @@ def _fetch_window(reader: PositionalFile, base: int, pos: np.ndarray, probe_only
     for k in np.flatnonzero(bad).tolist():
         anomalies.append(_no_record(reader.path, int(pos[k]), base, f"0x{int(magic[k]):08X}/{int(total[k])}"))
     keep = ~bad & ~(probe_only & ((heads["sys_flag"] & L.TRANSACTION_MASK) == 0))
-    view = memoryview(buf)
+    view = memoryview(buf)  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
     for k in np.flatnonzero(keep).tolist():
         r, t = int(rel[k]), int(total[k])
         parts.append(view[r:r + t] if r + t <= data_len else reader.pread(int(pos[k]), t))

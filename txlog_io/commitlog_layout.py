@@ -47,6 +47,7 @@ def _layout(born_ip_len: int, store_ip_len: int) -> np.dtype:
 #: layout index = (born host is IPv6) | (store host is IPv6) << 1
 LAYOUTS = tuple(_layout(4 if not (i & 1) else 16, 4 if not (i & 2) else 16) for i in range(4))
 HEAD = np.dtype(list(_HEAD_FIELDS))
+assert HEAD.fields is not None  # structured (numpy types fields as Optional)
 HEAD_SIZE = HEAD.itemsize                                  # 48: fields before BORNHOST
 MAX_FIXED_SIZE = LAYOUTS[3].itemsize                       # 112: everything before BODY with two IPv6 hosts
 MIN_RECORD_SIZE = LAYOUTS[0].itemsize + 1 + 2              # 91: IPv4 hosts, empty body, topic and properties
@@ -59,8 +60,8 @@ _SIZE_MAGIC = struct.Struct(">iI")
 _I16 = struct.Struct(">h")
 _I8 = struct.Struct(">b")
 _STRUCTS = tuple(struct.Struct(">" + "".join(
-    {"i4": "i", "u4": "I", "i8": "q"}.get(dt.fields[n][0].str[1:], f"{dt.fields[n][0].itemsize}s")
-    for n in dt.names)) for dt in LAYOUTS)
+    {"i4": "i", "u4": "I", "i8": "q"}.get(dt[n].str[1:], f"{dt[n].itemsize}s")
+    for n in dt.names or ())) for dt in LAYOUTS)
 
 
 def layout_index(sys_flag: int) -> int:

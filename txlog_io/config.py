@@ -142,7 +142,7 @@ class _Normalized:
         i, n = 0, len(text)
         while i < n:
             c = text[i]
-            top = stack[-1] if stack else None
+            top: Any = stack[-1] if stack else None     # a frame of ``stack`` or None
             in_key_position = top is not None and top[0] == "{" and top[1]
             if c in _WHITESPACE:
                 j = i
@@ -408,6 +408,7 @@ def _java_double(value: float) -> str:
         text = repr(value)
         return text if "." in text else text + ".0"
     sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)   # finite: NaN and the infinities returned above
     text = "".join(map(str, digits))
     mantissa = text[0] + "." + (text[1:] or "0")
     return ("-" if sign else "") + f"{mantissa}E{len(text) - 1 + exponent}"
@@ -490,7 +491,10 @@ CHECKPOINT_FILE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
 CHECKPOINT_DTYPE = np.dtype([("physic_msg_timestamp", ">i8"), ("logics_msg_timestamp", ">i8"),
                              ("index_msg_timestamp", ">i8"), ("master_flushed_offset", ">i8"),
                              ("confirm_phy_offset", ">i8")])
-_CHECKPOINT_STRUCT = struct.Struct(">" + "q" * len(CHECKPOINT_DTYPE.names))
+assert CHECKPOINT_DTYPE.fields is not None and CHECKPOINT_DTYPE.names is not None  # structured
+_CHECKPOINT_NAMES = CHECKPOINT_DTYPE.names
+_CHECKPOINT_FIELDS = CHECKPOINT_DTYPE.fields
+_CHECKPOINT_STRUCT = struct.Struct(">" + "q" * len(_CHECKPOINT_NAMES))
 CHECKPOINT_VARIANT_3X = CHECKPOINT_DTYPE.fields["master_flushed_offset"][1]   # 24
 CHECKPOINT_VARIANT_5_0 = CHECKPOINT_DTYPE.fields["confirm_phy_offset"][1]     # 32
 CHECKPOINT_VARIANT_5_1_1 = CHECKPOINT_DTYPE.itemsize                          # 40
@@ -531,7 +535,7 @@ def decode_checkpoint(path, *, version: Optional[str] = None) -> dict:
                                  "checkpoint is not one 4096-byte page", str(CHECKPOINT_FILE_SIZE), str(size),
                                  "checkpoint"))
     page = raw.ljust(CHECKPOINT_FILE_SIZE, b"\0")
-    values = dict(zip(CHECKPOINT_DTYPE.names, _CHECKPOINT_STRUCT.unpack_from(page, 0)))
+    values = dict(zip(_CHECKPOINT_NAMES, _CHECKPOINT_STRUCT.unpack_from(page, 0), strict=True))
     if version is not None:
         variant = checkpoint_variant_for_version(version)
     elif values["confirm_phy_offset"]:
@@ -549,7 +553,7 @@ def decode_checkpoint(path, *, version: Optional[str] = None) -> dict:
                                  f"0x{page[pos]:02x}", "checkpoint"))
     for name in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp"):
         if values[name] < 0:
-            pos = CHECKPOINT_DTYPE.fields[name][1]
+            pos = _CHECKPOINT_FIELDS[name][1]
             anomalies.append(Anomaly(AnomalyKind.BAD_CHECKPOINT, file_str, pos, f"negative {name}", ">= 0",
                                      str(values[name]), "checkpoint"))
     return {
@@ -569,7 +573,7 @@ def encode_checkpoint(physic_msg_timestamp: int, logics_msg_timestamp: int, inde
     """A 4096-byte checkpoint page; the 5.x fields are written only when given (zero otherwise, like 3.x/4.x)."""
     fields = [physic_msg_timestamp, logics_msg_timestamp, index_msg_timestamp,
               master_flushed_offset or 0, confirm_phy_offset or 0]
-    for name, value in zip(CHECKPOINT_DTYPE.names, fields):
+    for name, value in zip(_CHECKPOINT_NAMES, fields, strict=True):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise EncodeError(name, "an int", value)
         if not _INT64_MIN <= int(value) <= _INT64_MAX:

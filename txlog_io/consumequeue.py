@@ -74,6 +74,7 @@ REDOLOG_UNIT_DTYPE = CQ_UNIT_DTYPE  # TranRedoLog is a ConsumeQueue instance
 CQ_UNIT_SIZE = CQ_UNIT_DTYPE.itemsize                  # ConsumeQueue.CQ_STORE_UNIT_SIZE = 20
 STATETABLE_UNIT_SIZE = STATETABLE_UNIT_DTYPE.itemsize  # TransactionStateService.TSStoreUnitSize = 24
 REDOLOG_UNIT_SIZE = REDOLOG_UNIT_DTYPE.itemsize
+assert STATETABLE_UNIT_DTYPE.fields is not None  # structured (numpy types fields as Optional)
 STATETABLE_STATE_POS = STATETABLE_UNIT_DTYPE.fields["state"][1]  # TS_STATE_POS = 20: the only int ever rewritten
 
 PRE_BLANK_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE, ConsumeQueue.fillPreBlank
@@ -110,8 +111,8 @@ _STRUCT_CODES = {"i8": "q", "i4": "i", "i2": "h"}
 def _struct_of(dtype: np.dtype) -> struct.Struct:
     """The struct.Struct twin of a big-endian structured dtype, so scalar and vector code share one layout."""
     codes = []
-    for name in dtype.names:
-        field_dtype = dtype.fields[name][0]
+    for name in dtype.names or ():
+        field_dtype = dtype[name]
         codes.append(_STRUCT_CODES[field_dtype.str[1:]])
     packed = struct.Struct(">" + "".join(codes))
     if packed.size != dtype.itemsize:  # a padded dtype would silently shift every field
@@ -202,7 +203,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
                     break
             raw = np.frombuffer(buffer, dtype=np.uint8, count=count * unit).reshape(count, unit)
             units = np.frombuffer(buffer, dtype=dtype, count=count)
-            zero = ~raw.any(axis=1)
+            zero = ~np.any(raw, axis=1)
             positions = position + np.arange(count, dtype=np.int64) * unit
             previous = np.empty(count, dtype=bool)
             previous[0] = previous_zero

@@ -166,7 +166,7 @@ class DataLog:
             (root / "data" / f"{base:020d}").write_bytes(bytes(data) + bytes(self.file_size - len(data)))
         if index_file_size % INDEX_UNIT_SIZE:
             raise EncodeError("DLedger index file size", "a multiple of 32", index_file_size)
-        index_bytes = bytearray()
+        index_bytes: bytes | bytearray = bytearray()
         first = self.units[0][0] if self.units else 0
         for index, pos, size, term in self.units:
             index_bytes += encode_index_unit(pos=pos, size=size, index=index, term=term)
@@ -250,7 +250,8 @@ class EntryFrame:
     def entries(self) -> list:
         """Tuples of ENTRY_FIELDS."""
         h = self.headers
-        return list(zip((self.positions + self.file_pos).tolist(), *(h[n].tolist() for n in ENTRY_FIELDS[1:])))
+        return list(zip((self.positions + self.file_pos).tolist(), *(h[n].tolist() for n in ENTRY_FIELDS[1:]),
+                        strict=True))
 
 
 def _anomaly(kind, path, fp, base, detail, expected=None, actual=None, source=SOURCE, length=None) -> Anomaly:
@@ -279,7 +280,7 @@ def scan_entries(path, *, base_offset: Optional[int] = None, start: int = 0, end
         yield from _walk(f, base, fp, end, chunk_bytes, summary)
 
 
-def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
+def _walk(f: PositionalFile, base: int, fp: Optional[int], end: int, chunk_bytes: int,
           summary: ScanSummary) -> Iterator[EntryFrame]:
     path, size = f.path, f.size
     stop_at = end - ENTRY_HEADER_SIZE      # an entry at or past this owns a message at or past ``end``
@@ -298,7 +299,7 @@ def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
         slow: list = []
         rel = 0
         if fast.size:
-            rel = int(fast[-1]) + END_MARKER.unpack_from(buf, int(fast[-1]))[1]
+            rel = int(fast[-1]) + END_MARKER.unpack_from(buf, int(fast[-1]))[1]  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
             prev_at = fp + int(fast[-1])
         nxt: Optional[int] = None          # where the next chunk starts; None = finished
         while True:
@@ -315,7 +316,7 @@ def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
             if rel + END_MARKER.size > n:
                 nxt = at
                 break
-            magic, esize = END_MARKER.unpack_from(buf, rel)
+            magic, esize = END_MARKER.unpack_from(buf, rel)  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
             if magic == MAGIC_1 and rel + esize > n and fp + n < size and at + esize <= size and rel > 0:
                 nxt = at                   # the entry continues past this chunk: the next chunk starts with it
                 break
@@ -339,7 +340,7 @@ def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
                               prev_at)
                 break
             if esize < MIN_ENTRY_SIZE or at + esize > size:
-                pos = struct.unpack_from(">q", buf, rel + 24)[0] if rel + 32 <= n else None
+                pos = struct.unpack_from(">q", buf, rel + 24)[0] if rel + 32 <= n else None  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
                 kind = AnomalyKind.TRUNCATED_RECORD if at + esize > size and pos == base + at else \
                     AnomalyKind.BAD_TOTAL_SIZE
                 nxt = _resync(f, base, at, stop_at, anomalies, summary, kind,
@@ -358,7 +359,7 @@ def _walk(f: PositionalFile, base: int, fp: int, end: int, chunk_bytes: int,
         summary.records += int(positions.size)
         if positions.size:
             last = int(positions[-1])
-            summary.valid_end = max(summary.valid_end, fp + last + END_MARKER.unpack_from(buf, last)[1])
+            summary.valid_end = max(summary.valid_end, fp + last + END_MARKER.unpack_from(buf, last)[1])  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
         summary.anomalies += len(frame.anomalies)
         if positions.size or frame.anomalies:
             yield frame
@@ -415,7 +416,7 @@ def _frame(buf: np.ndarray, fp: int, all_positions: np.ndarray, base: int, path:
 def _resync(f: PositionalFile, base, at, stop_at, anomalies, summary, kind, detail, expected, actual, search_from: int,
             prev_at: Optional[int]) -> Optional[int]:
     nxt = next_entry(f, search_from, base)
-    if nxt is not None and nxt < at:
+    if nxt is not None and prev_at is not None and nxt < at:   # (nxt < at: prev_at set, see _walk)
         anomalies.append(_anomaly(AnomalyKind.BAD_TOTAL_SIZE, f.path, prev_at, base,
                                   f"the entry's size leads to {at}, where {detail.lower()}; the next entry "
                                   f"starts at {nxt}: resynchronised there", nxt - prev_at, at - prev_at,
@@ -495,9 +496,10 @@ def _empty_batch() -> pa.RecordBatch:
 
 def entries_of(path, *, base_offset: Optional[int] = None) -> tuple:
     """(every entry header of a data file as a dict of ENTRY_FIELDS, framing anomalies)."""
-    out, found = [], []
+    out: list = []
+    found: list = []
     for frame in scan_entries(path, base_offset=base_offset):
-        out.extend(dict(zip(ENTRY_FIELDS, e)) for e in frame.entries)
+        out.extend(dict(zip(ENTRY_FIELDS, e, strict=True)) for e in frame.entries)
         found.extend(frame.anomalies)
     return out, found
 

@@ -81,7 +81,7 @@ def run(size_mb: int, msg_bytes: int, directory: Path, repeat: int) -> dict:
     entries = relay_as_dledger(plain[0], directory / "dledger-n0")
     dl = sorted((directory / "dledger-n0" / "data").iterdir())
     _read_all(plain + dl)
-    result = {"size_mb": size_mb, "msg_bytes": msg_bytes, "records": count, "dledger_entries": entries}
+    result: dict = {"size_mb": size_mb, "msg_bytes": msg_bytes, "records": count, "dledger_entries": entries}
     logs = (("commitlog", plain, CD.decode_range), ("dledger", dl, D.decode_range))
     runs: dict = {name: [] for name, _, _ in logs}
     for _ in range(repeat):             # interleaved (A B A B ...): a load change hits both logs

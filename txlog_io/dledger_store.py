@@ -10,7 +10,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -98,7 +98,7 @@ def read_checkpoint(dledger_dir) -> tuple:
     """({'committedIndex': int|None, 'endIndex': int|None}, anomalies) of ``dledger-<id>/checkpoint``."""
     path = Path(dledger_dir) / CHECKPOINT_FILE
     values, anomalies, used = read_properties_file(path)
-    out = {COMMITTED_INDEX_KEY: None, END_INDEX_KEY: None}
+    out: dict = {COMMITTED_INDEX_KEY: None, END_INDEX_KEY: None}
     if values is None:
         anomalies.append(_anomaly(AnomalyKind.MISSING_FILE, path, 0, 0, "no DLedger checkpoint (nor .bak): "
                                   "the committed index is unknown", "committedIndex=N", "missing"))
@@ -138,7 +138,7 @@ def verify_dledger(layout) -> list:
     if getattr(layout, "dledger_dir", None) is None:
         return []
     found: list = []
-    entries = []
+    entries: list = []
     for mf in layout.commitlog:
         if is_dledger_data_file(mf.path):
             for frame in scan_entries(mf.path, base_offset=mf.base_offset):
@@ -202,7 +202,7 @@ def verify_dledger(layout) -> list:
 class _Replica:
     broker: str
     root: str
-    layout: object
+    layout: Any                     # a mappedfile.StoreLayout
     committed: int                  # checkpoint committedIndex (-1 unknown)
     entries: list                   # (index, term, pos, size, crc32 of the entry bytes, file, file position)
 
@@ -222,7 +222,7 @@ def _replica(broker: str, root: str) -> Optional[_Replica]:
             for k, rel in enumerate(frame.positions.tolist()):
                 size = int(h["size"][k])
                 entries.append((int(h["index"][k]), int(h["term"][k]), int(h["pos"][k]), size,
-                                zlib.crc32(buf[rel:rel + size]), str(mf.path), frame.file_pos + rel))
+                                zlib.crc32(buf[rel:rel + size]), str(mf.path), frame.file_pos + rel))  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
     committed = read_checkpoint(layout.dledger_dir)[0][COMMITTED_INDEX_KEY]
     return _Replica(broker, root, layout, -1 if committed is None else committed, entries)
 
@@ -240,7 +240,8 @@ def collapse_replicas(stores: Sequence) -> tuple:
     by_name: dict = {}
     for b, r in stores:
         by_name.setdefault(b, []).append(r)
-    dropped, findings = set(), []
+    dropped: set = set()
+    findings: list = []
     for name, roots in by_name.items():
         if len(roots) < 2:
             continue

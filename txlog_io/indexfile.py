@@ -345,13 +345,14 @@ class IndexFileReader:
 
     def _ends_match(self, slots: int) -> bool:
         h = self.header
+        assert h is not None                # read before the geometry is looked for
         return self._entry(slots, 1)[1] == h.begin_phy_offset and \
             self._entry(slots, h.index_count - 1)[1] == h.end_phy_offset
 
     def lookup(self, key: str, min_offset: int = 0, max_hits: int = 4096) -> List[int]:
         """CommitLog offsets >= ``min_offset`` stored under ``key``, newest first.  The chain is walked from the
         newest entry down (entries are written in CommitLog order), so it stops at the first older offset."""
-        if not self.usable or self.header.index_count <= 1:
+        if not self.usable or self.header is None or self.header.index_count <= 1:
             return []
         return self._chain(index_key_hash(key), min_offset, max_hits)
 
@@ -361,7 +362,7 @@ class IndexFileReader:
         newest first); see :meth:`lookup_arrays`."""
         out: List[list] = [[] for _ in hashes]
         keys, offsets = self.lookup_arrays(hashes, min_offsets, max_hits)
-        for i, o in zip(keys.tolist(), offsets.tolist()):
+        for i, o in zip(keys.tolist(), offsets.tolist(), strict=True):
             out[i].append(o)
         return out
 
@@ -376,8 +377,9 @@ class IndexFileReader:
         h = np.asarray(hashes, np.int64)
         lo = np.asarray(min_offsets, np.int64)
         none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        if not self.usable or self.header.index_count <= 1 or not h.size:
+        if not self.usable or self.header is None or self.header.index_count <= 1 or not h.size:
             return none
+        assert self.hash_slots is not None and self.index_num is not None   # usable: the geometry is known
         if self.whole is None and self.size > h.size * WHOLE_LOOKUP_BYTES_PER_KEY:
             found = [(i, o) for i in range(h.size) for o in self._chain(int(h[i]), int(lo[i]), max_hits)]
             return (np.array([i for i, _ in found], np.int64), np.array([o for _, o in found], np.int64)) \
@@ -407,6 +409,7 @@ class IndexFileReader:
         return (np.concatenate(keys), np.concatenate(offsets)) if keys else none
 
     def _chain(self, h: int, min_offset: int, max_hits: int) -> List[int]:
+        assert self.header is not None and self.hash_slots is not None   # a usable reader's
         b = self.file.pread(HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE, SLOT_SIZE)
         cur = SLOT.unpack(b)[0] if len(b) == SLOT_SIZE else 0
         out: List[int] = []

@@ -99,7 +99,8 @@ def infer_file_size(files: Sequence[MappedFile]) -> Optional[int]:
     """Most common value among the non-empty file lengths and adjacent-name spacings (ties -> larger)."""
     votes = Counter(mf.size for mf in files if mf.size > 0)
     ordered = sorted(files, key=lambda mf: mf.base_offset)
-    votes.update(b.base_offset - a.base_offset for a, b in zip(ordered, ordered[1:]) if b.base_offset > a.base_offset)
+    votes.update(b.base_offset - a.base_offset for a, b in zip(ordered, ordered[1:], strict=False)
+                 if b.base_offset > a.base_offset)
     if not votes:
         return None
     return max(votes.items(), key=lambda kv: (kv[1], kv[0]))[0]
@@ -130,7 +131,7 @@ def check_mapped_files(files: Sequence[MappedFile], file_size: Optional[int], so
                                      "name is not a multiple of the file size (RocketMQ names every file "
                                      "fileSize * n)", f"multiple of {file_size}", str(mf.base_offset), source,
                                      mf.base_offset))
-    for previous, current in zip(files, files[1:]):
+    for previous, current in zip(files, files[1:], strict=False):
         expected_next = previous.base_offset + (file_size if file_size is not None else previous.size)
         if current.base_offset > expected_next:
             anomalies.append(Anomaly(AnomalyKind.FILE_GAP, str(current.path), 0,

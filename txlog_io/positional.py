@@ -133,7 +133,7 @@ class PositionalFile:
         length = max(0, min(length, self.size - pos))
         buf = np.empty(length + pad, np.uint8) if pool is None else pool.take(length + pad)
         buf[length:] = 0
-        view = memoryview(buf)
+        view = memoryview(buf)  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
         got = 0
         while got < length:
             n = os.preadv(self.fd, [view[got:length]], pos + got)

@@ -93,7 +93,7 @@ def _real(units: np.ndarray) -> np.ndarray:
     """Indexes of the units a queue holds: not unwritten (all zero), not pre-blank padding, sane pointer."""
     offsets, sizes = units["commitlog_offset"], units["size"]
     written = np.zeros(len(units), dtype=bool)
-    for name in units.dtype.names:
+    for name in units.dtype.names or ():
         written |= units[name] != 0
     return np.flatnonzero(written & (sizes != PRE_BLANK_SIZE) & (offsets >= 0) & (sizes > 0))
 

@@ -275,15 +275,17 @@ def _aggregates_arrow(arrow):
     # order of their first row, so every dict keeps the order the loop gave
     by = tx.select(["broker", "state"]).group_by(["broker", "state"], use_threads=False).aggregate(
         [([], "count_all")])
-    for b, s, n in zip(*(by.column(c).to_pylist() for c in ("broker", "state", "count_all"))):
+    for b, s, n in zip(*(by.column(c).to_pylist() for c in ("broker", "state", "count_all")), strict=True):
         states_by_broker.setdefault(b, {})[s] = n
         states_total[s] = states_total.get(s, 0) + n
     if tx.num_rows:
         counted = pc.value_counts(pc.list_flatten(tx.column("flags")))
-        flag_counts.update(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()))
+        flag_counts.update(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(),
+                               strict=True))
     pr = arrow["profiles"]
-    profiles = dict(zip(pr.column("broker").to_pylist(), pr.column("profile").to_pylist()))
-    detected = dict(zip(pr.column("broker").to_pylist(), pr.column("detected_profile").to_pylist()))
+    profiles = dict(zip(pr.column("broker").to_pylist(), pr.column("profile").to_pylist(), strict=True))
+    detected = dict(zip(pr.column("broker").to_pylist(), pr.column("detected_profile").to_pylist(),
+                        strict=True))
     return states_total, states_by_broker, flag_counts, profiles, detected
 
 
@@ -448,7 +450,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                    ("audit_anomalies", arrow["anomalies"] if arrow else findings, AUDIT_ANOMALIES)]
         if "profiles" in names:
             outputs.append(("profiles", arrow["profiles"] if arrow else result.profiles, PROFILES))
-        prints = pa.Table.from_pylist([dict(zip(STORE_FILES.names, r)) for r in file_prints],
+        prints = pa.Table.from_pylist([dict(zip(STORE_FILES.names, r, strict=True)) for r in file_prints],
                                       schema=STORE_FILES.arrow_schema())      # driver-side write
         outputs.append((STORE_FILES.name, prints, STORE_FILES))
         if options.include_bodies:

@@ -91,9 +91,10 @@ def write_now(spark, plan: Plan, options, records, op_bodies, findings, layout_i
         agg = records.group_by("broker").aggregate([("physical_offset", "max"), ([], "count_all")])
         stats = {b: (m, n) for b, m, n in zip(agg.column("broker").to_pylist(),
                                                agg.column("physical_offset_max").to_pylist(),
-                                               agg.column("count_all").to_pylist())}
+                                               agg.column("count_all").to_pylist(), strict=True)}
         counted = findings.group_by("broker").aggregate([([], "count_all")])
-        n_findings = dict(zip(counted.column("broker").to_pylist(), counted.column("count_all").to_pylist()))
+        n_findings = dict(zip(counted.column("broker").to_pylist(), counted.column("count_all").to_pylist(),
+                              strict=True))
         plan.segments = _segments(plan, [s.broker for s in layout_info])
         if any(len(segs) > 1 for segs in plan.segments.values()):
             # the carried records stay in the segments they are in: only this run's own are written

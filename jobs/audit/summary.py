@@ -82,7 +82,7 @@ def format_summary(s: AuditSummary) -> str:
     lines = []
     lines.append(f"TxAudit run {s.run_id}: as of {_iso(s.as_of)}, mode {s.mode}, "
                  f"{len(s.brokers)} store(s), {_mib(s.commitlog_bytes)} of CommitLog")
-    for broker, store in zip(s.brokers, s.stores):
+    for broker, store in zip(s.brokers, s.stores, strict=True):
         prof = s.profiles.get(broker, "?")
         det = s.detected_profiles.get(broker)
         note = f" (detected {det})" if det and det != prof else ""
@@ -109,7 +109,7 @@ def format_summary(s: AuditSummary) -> str:
     if "audit_anomalies" in s.tables:
         lines.append(f"Findings (audit_anomalies): {s.tables['audit_anomalies'].rows}")
     lines.append(f"Delta tables under {s.out} (run_id={s.run_id}, writer {s.writer}):")
-    for name, t in s.tables.items():
+    for t in s.tables.values():
         rel = t.path[len(s.out.rstrip('/')) + 1:] if t.path.startswith(s.out.rstrip('/') + '/') else t.path
         lines.append(f"  {rel:<22} {t.rows:>9} rows  v{t.version}")
     main_phases = [(k, v) for k, v in s.phases.items() if "." not in k]

@@ -499,7 +499,7 @@ def parse_sizes(args) -> List[float]:
         try:
             sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
         except ValueError:
-            raise SystemExit(f"txlog-bench audit: error: --sizes: not a list of numbers: {args.sizes!r}")
+            raise SystemExit(f"txlog-bench audit: error: --sizes: not a list of numbers: {args.sizes!r}") from None
     else:
         sizes = [args.size_gb]
     if not sizes or any(s <= 0 for s in sizes):

@@ -22,6 +22,7 @@ The last line printed is a JSON object with the totals; ``--table-md`` also prin
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -265,16 +266,18 @@ def build_corpus(work: Path, stores: List[Tuple[str, Path]]) -> List[Target]:
     from txlog_io.unitchain import commitlog_bounds
 
     targets: List[Target] = []
+
+    def store_add(dst_root: Path, label: str, bounds: tuple, kind, src: Path, rel: str, limit=None, **kw):
+        dst = dst_root / rel
+        _copy(src, dst, limit)
+        targets.append(Target(kind, str(dst), f"{label}/{rel}", data_end=_data_end(dst), commitlog=bounds,
+                              **kw))
+
     for label, root in stores:
         layout = discover_store(root)
         dst_root = work / "corpus" / label
         bounds = tuple(commitlog_bounds(layout))
-
-        def add(kind, src: Path, rel: str, limit=None, **kw):
-            dst = dst_root / rel
-            _copy(src, dst, limit)
-            targets.append(Target(kind, str(dst), f"{label}/{rel}", data_end=_data_end(dst), commitlog=bounds,
-                                  **kw))
+        add = functools.partial(store_add, dst_root, label, bounds)
 
         for mf in layout.commitlog[:2]:
             end = _data_end(mf.path)

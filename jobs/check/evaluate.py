@@ -145,7 +145,7 @@ def load_run_data(out: str, run: RunInfo, names: Dict[str, str]) -> RunData:
 
     # four small reads in parallel: each is mostly delta-rs log replay + Parquet I/O, outside the GIL
     with ThreadPoolExecutor(max_workers=len(RUN_TABLES)) as pool:
-        tables = dict(zip(RUN_TABLES, pool.map(read, RUN_TABLES)))
+        tables = dict(zip(RUN_TABLES, pool.map(read, RUN_TABLES), strict=True))
     return RunData(run.run_id, run.brokers, tables["transactions"], tables["check_back_worklist"],
                    tables["recovery_worklist"], tables["audit_anomalies"])
 
@@ -165,7 +165,8 @@ class _History:
             if os.path.isdir(os.path.join(self.path, "_delta_log")):
                 t = _delta_read(self.path, "metrics", run.run_id, ("entity", "instance", "name", "value"))
                 got = {(e, i, n): v for e, i, n, v in zip(*(t.column(c).to_pylist() for c in
-                                                            ("entity", "instance", "name", "value")))}
+                                                            ("entity", "instance", "name", "value")),
+                                                          strict=True)}
             if not got:
                 got = compute_metrics(load_run_data(self.out, run, self.names))
             self.cache[run.run_id] = got

@@ -165,14 +165,15 @@ def _counts(t: pa.Table, column: str) -> Dict[Tuple[str, str], int]:
         return {}
     g = t.group_by(["broker", column]).aggregate([([], "count_all")])
     return {(b, v): int(n) for b, v, n in zip(g.column("broker").to_pylist(), g.column(column).to_pylist(),
-                                               g.column("count_all").to_pylist())}
+                                               g.column("count_all").to_pylist(), strict=True)}
 
 
 def _broker_rows(t: pa.Table) -> Dict[str, int]:
     if t.num_rows == 0:
         return {}
     g = t.group_by(["broker"]).aggregate([([], "count_all")])
-    return dict(zip(g.column("broker").to_pylist(), (int(n) for n in g.column("count_all").to_pylist())))
+    return dict(zip(g.column("broker").to_pylist(), (int(n) for n in g.column("count_all").to_pylist()),
+                    strict=True))
 
 
 def _flag_counts(tx: pa.Table) -> Dict[Tuple[str, str], int]:
@@ -233,7 +234,8 @@ def compute_metrics(data: RunData) -> Dict[Tuple[str, str, str], float]:
         for b, n in _broker_rows(prepared.filter(_past_deadline_mask(prepared))).items():
             add(b, "prepared_past_deadline", n)
         ages = prepared.group_by(["broker"]).aggregate([("age_ms", "max")])
-        for b, a in zip(ages.column("broker").to_pylist(), ages.column("age_ms_max").to_pylist()):
+        for b, a in zip(ages.column("broker").to_pylist(), ages.column("age_ms_max").to_pylist(),
+                        strict=True):
             if a is not None:
                 add(b, "max_prepared_age_s", max(0.0, a / 1000.0))
     for b, n in _broker_rows(data.check_back).items():
@@ -296,7 +298,7 @@ def metrics_table_rows(run_id: str, run_date, metrics: Dict[Tuple[str, str, str]
 
 def _keys(t: pa.Table, limit: int) -> List[str]:
     t = t.slice(0, limit)       # already in order (_sorted)
-    keys = zip(t.column("broker").to_pylist(), t.column("transaction_key").to_pylist())
+    keys = zip(t.column("broker").to_pylist(), t.column("transaction_key").to_pylist(), strict=True)
     return [f"{b}:{k}" for b, k in keys]
 
 

@@ -34,7 +34,8 @@ def format_results(report) -> str:
         rows.append((r.status, _cut(r.check, 48), _cut(r.broker, 20), fmt_num(r.value),
                      fmt_num(r.previous_value), r.condition or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(f"{c:<{w}}" for c, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    lines = ["  ".join(f"{c:<{w}}" for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5]
+             for row in rows]
     for r in report.results:
         if r.status in ("WARN", "FAIL", "ERROR"):
             lines.append(f"{r.status} {r.check} [{r.broker}]: {r.message}"

@@ -305,7 +305,7 @@ class _PartitionFileWriter:
 
     def _rel_dir(self, key) -> str:
         parts = [f"{_escape_path_name(c)}={HIVE_NULL if v is None else _escape_path_name(v)}"
-                 for c, v in zip(self.partition_by, key)]
+                 for c, v in zip(self.partition_by, key, strict=True)]
         return "/".join(parts)
 
     def _start(self, key):
@@ -327,8 +327,8 @@ class _PartitionFileWriter:
         writer, rel, abs_path, rows, stats, _ = self.open.pop(key)
         writer.close()
         st = os.stat(abs_path)
-        self.done.append(_FileMeta(rel, st.st_size, dict(zip(self.partition_by, key)), rows, stats.to_json(),
-                                   int(st.st_mtime * 1000)))
+        self.done.append(_FileMeta(rel, st.st_size, dict(zip(self.partition_by, key, strict=True)), rows,
+                                   stats.to_json(), int(st.st_mtime * 1000)))
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:

@@ -177,7 +177,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             # one name for several DLedger stores: replicas of one group, audited once (the most committed)
             from txlog_io.dledger_store import collapse_replicas
 
-            kept, replica_findings = collapse_replicas(list(zip(names, [str(r) for r in roots])))
+            kept, replica_findings = collapse_replicas(list(zip(names, [str(r) for r in roots], strict=True)))
             roots, brokers = [r for _, r in kept], [b for b, _ in kept]
     base = {"paths": json.dumps([str(r) for r in roots]), "split_bytes": str(int(split_bytes))}
     if brokers is not None:
@@ -392,7 +392,7 @@ def located_positions(positions: pa.Table, info: Sequence[StoreInfo]) -> list:
     merged: dict = {}
     for b, off, only in zip(positions.column("broker").to_pylist(),
                             positions.column("commitlog_offset").to_pylist(),
-                            positions.column("only_tx").to_pylist()):
+                            positions.column("only_tx").to_pylist(), strict=True):
         merged[(b, off)] = merged.get((b, off), True) and bool(only)
     rows = []
     for (b, off), only in merged.items():
@@ -498,7 +498,7 @@ class _FetchAt:
                                         chunk[chunk_only])
         if lost.num_rows and self.emit == "scan":
             pairs = dict.fromkeys(zip(lost.column("broker").to_pylist(),
-                                      lost.column("commitlog_offset").to_pylist()))
+                                      lost.column("commitlog_offset").to_pylist(), strict=True))
             yield from self._missing(list(pairs))
 
     def _decode(self, key: tuple, positions, tx_only) -> Iterator[pa.RecordBatch]:

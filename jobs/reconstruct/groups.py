@@ -27,6 +27,7 @@ def valid(arr) -> np.ndarray:
 def ints(arr, n: Optional[int] = None) -> Nullable:
     """(int64 values, valid) of an Arrow integer / boolean column (None: all null, length ``n``)."""
     if arr is None:
+        assert n is not None, "ints(None) needs the length n"
         return np.zeros(n, np.int64), np.zeros(n, bool)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -40,7 +41,10 @@ def strings(arr) -> pa.Array:
     return arr.cast(pa.string()) if arr.type != pa.string() else arr
 
 
-def to_arrow(v: np.ndarray, ok: np.ndarray, typ=pa.int64()) -> pa.Array:
+_INT64 = pa.int64()
+
+
+def to_arrow(v: np.ndarray, ok: np.ndarray, typ=_INT64) -> pa.Array:
     return pa.array(v, typ, mask=~ok)
 
 
@@ -96,14 +100,16 @@ def key_ids(*cols: Nullable) -> np.ndarray:
 def member(a: Sequence[Nullable], b: Sequence[Nullable]) -> np.ndarray:
     """For each row of key columns ``a``: whether the same key tuple is a row of ``b``."""
     na = len(a[0][0])
-    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]])) for x, y in zip(a, b)])
+    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]]))
+                    for x, y in zip(a, b, strict=True)])
     return np.isin(ids[:na], ids[na:])
 
 
 def lookup_ids(a: Sequence[Nullable], b: Sequence[Nullable]) -> Tuple[np.ndarray, np.ndarray]:
     """Common dense key ids of the rows of ``a`` and of ``b``."""
     na = len(a[0][0])
-    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]])) for x, y in zip(a, b)])
+    ids = key_ids(*[(np.concatenate([x[0], y[0]]), np.concatenate([x[1], y[1]]))
+                    for x, y in zip(a, b, strict=True)])
     return ids[:na], ids[na:]
 
 
@@ -130,12 +136,12 @@ class Groups:
     def any(self, mask: np.ndarray) -> np.ndarray:
         return self._reduce(np.logical_or, mask)
 
-    def min(self, col: Nullable, mask: np.ndarray = None) -> Nullable:
+    def min(self, col: Nullable, mask: Optional[np.ndarray] = None) -> Nullable:
         v, ok = col
         ok = ok if mask is None else ok & mask
         return self._reduce(np.minimum, np.where(ok, v, I64_MAX)), self.any(ok)
 
-    def max(self, col: Nullable, mask: np.ndarray = None) -> Nullable:
+    def max(self, col: Nullable, mask: Optional[np.ndarray] = None) -> Nullable:
         v, ok = col
         ok = ok if mask is None else ok & mask
         r, a = self._reduce(np.maximum, np.where(ok, v, I64_MIN)), self.any(ok)

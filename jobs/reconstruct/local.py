@@ -26,7 +26,7 @@ def bounds_table(layout_info) -> Optional[pa.Table]:
     if not rows:
         return None
     schema = pa.schema([("broker", pa.string()), ("min_commitlog_offset", pa.int64()), ("n_cq", pa.int64())])
-    return pa.table([list(c) for c in zip(*rows)], schema=schema)
+    return pa.table([list(c) for c in zip(*rows, strict=True)], schema=schema)
 
 
 def reduce_local(read, layout_info, params, override, timings: Optional[dict] = None,

@@ -121,7 +121,7 @@ class _BySrc:
         if len(np.unique(run_src)) == len(run_src):
             ends = np.r_[starts[1:], len(idx)]
             self.parts = {names[k]: table.slice(a, e - a) for k, a, e in zip(run_src.tolist(), starts.tolist(),
-                                                                               ends.tolist())}
+                                                                               ends.tolist(), strict=True)}
         else:
             self.parts = {name: _src(table, name) for name in names}
 
@@ -176,16 +176,17 @@ def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: "_BySrc") ->
     if op_rows.num_rows:
         d["n_comma"] = _count(op_rows, pc.match_substring(body_texts(op_rows.column("body").combine_chunks()),
                                                           ","))
-    for s, key in (("statetable", "n_st"), ("redolog", "n_redo"), ("consumequeue", "n_cq")):
-        d[key] += sub[s].num_rows
+    for s, fact in (("statetable", "n_st"), ("redolog", "n_redo"), ("consumequeue", "n_cq")):
+        d[fact] += sub[s].num_rows
     bounds = sub["bounds"]
-    for m, n_cq in zip(*(bounds.column(c).to_pylist() for c in ("min_commitlog_offset", "n_cq"))):
+    for m, n_cq in zip(*(bounds.column(c).to_pylist() for c in ("min_commitlog_offset", "n_cq")),
+                       strict=True):
         if m is not None and (d.get("min_commitlog_offset") is None or m < d["min_commitlog_offset"]):
             d["min_commitlog_offset"] = m
         d["n_cq"] += n_cq or 0
     co = sub["consumer_offsets"]
     for topic, group, qid, off in zip(*(co.column(c).to_pylist() for c in ("topic", "group", "queue_id",
-                                                                            "offset"))):
+                                                                            "offset")), strict=True):
         if group == CHECK_GROUP and qid == 0 and off is not None:
             key = {HALF_TOPIC: "half_consume_offset", OP_TOPIC: "op_consume_offset"}.get(topic)
             if key is not None:
@@ -237,8 +238,8 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
     both = (unit_row >= 0) & (rec_row >= 0)
     same = both.copy()
     for v, ok in tup:
-        u, r = np.where(both, unit_row, 0), np.where(both, rec_row, 0)
-        same &= (ok[u] == ok[r]) & (~ok[u] | (v[u] == v[r]))
+        ui, ri = np.where(both, unit_row, 0), np.where(both, rec_row, 0)
+        same &= (ok[ui] == ok[ri]) & (~ok[ui] | (v[ui] == v[ri]))
     report = ~(same & (n_units <= 1))
     if not facts.get("n_cq", 0) > 0:
         report &= unit_row >= 0             # NO_UNIT needs consume queues to exist at all
@@ -249,7 +250,7 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
     keys = keys[np.argsort(first_row[keys], kind="stable")]
     rows = np.unique(np.concatenate([unit_row[keys], rec_row[keys]]))
     rows = rows[rows >= 0]
-    tl = dict(zip(rows.tolist(), topic.take(pa.array(rows, pa.int64())).to_pylist()))
+    tl = dict(zip(rows.tolist(), topic.take(pa.array(rows, pa.int64())).to_pylist(), strict=True))
     val = (lambda col, x: int(col[0][x]) if col[1][x] else None)
     for k in keys:
         u, r = int(unit_row[k]), int(rec_row[k])
@@ -257,6 +258,7 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
         rec = None if r < 0 else (tl[r], val(qid, r), val(qo, r), val(size, r))
         o = val(off, u if u >= 0 else r)
         if rec is None:
+            assert unit is not None         # every key has a unit or a record
             problem = "NO_RECORD"
             detail = (f"CQ unit {unit[0]}/{_fmt(unit[1])}@{_fmt(unit[2])}: no record of that topic at "
                       f"CommitLog offset {_fmt(o)}")
@@ -273,6 +275,7 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
             continue
         deleted = problem == "NO_RECORD" and o is not None and mco is not None and o < mco
         where = unit if unit is not None else rec
+        assert where is not None
         out.append({"broker": broker, "code": "EVIDENCE_IN_DELETED_RANGE" if deleted else "CQ_MISMATCH",
                     "physical_offset": o, "topic": where[0], "queue_id": where[1], "queue_offset": where[2],
                     "detail": detail})
@@ -377,10 +380,10 @@ def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op
         sub = table if len(brokers) == 1 else table.filter(pc.equal(table.column("broker"), b))
         per.append(_reduce_broker(b, sub, has_op_input, has_cq, pool))
     profiles = {b: txrules.profile_row(b, p["facts"], override_for(profile_override, b))
-                for b, p in zip(brokers, per)}
+                for b, p in zip(brokers, per, strict=True)}
     broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
     tx_tables, findings = [], []
-    for b, p in zip(brokers, per):
+    for b, p in zip(brokers, per, strict=True):
         tx_tables.append(txsplit.transactions(b, p["evidence"], p["facts"], profiles[b]["profile"],
                                               broker_params.get(b), p["problems"], p["lost_at"],
                                               pool=pool))
@@ -427,7 +430,10 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
                           redolog_evidence(sub["redolog"])])
     link_ends(ev)
     ev = link_ops(ev)
-    facts, decoder_findings, cqm, missing_bodies = got if later is None else later.result()
+    if later is not None:
+        got = later.result()
+    assert got is not None
+    facts, decoder_findings, cqm, missing_bodies = got
     findings: List[dict] = []
     problems = []
     if has_cq:
@@ -455,10 +461,10 @@ def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:
         return []
     out = []
     col = (lambda name: [int(v) if ok else None for v, ok in zip(ev.i[name][0][rows].tolist(),
-                                                                 ev.i[name][1][rows].tolist())])
+                                                                 ev.i[name][1][rows].tolist(), strict=True)])
     pieces = ev.s["piece"].take(pa.array(rows, pa.int64())).to_pylist()
     for phys, qid, qo, ho, piece in zip(col("physical_offset"), col("queue_id"), col("queue_offset"),
-                                        col("half_offset"), pieces):
+                                        col("half_offset"), pieces, strict=True):
         out.append(_orphan_op(b, phys, qid, qo, ho, piece, facts))
     return out
 

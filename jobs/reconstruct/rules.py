@@ -242,7 +242,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     redolog_state = np.where(g.any(end_in_redo & commit_end), "COMMIT",
                              np.where(g.any(end_in_redo & rb_end), "ROLLBACK",
                                       np.where(has_redo_end, "ENDED",
-                                               np.where(n_rp > 0, "PREPARED", None))))
+                                               np.where(n_rp > 0, "PREPARED", None))))  # type: ignore[call-overload]  # None: object array
     discarded_last = (n_disc > 0) & ((nc < 0) | (disc_off[1] & (disc_off[0] > newest_phys[0])))
     st_commit, st_rb = _np(pc.equal(st, "COMMIT")), _np(pc.equal(st, "ROLLBACK"))
     state = np.where(n_commit > 0, COMMITTED, np.where((n_rb > 0) | (n_ops > 0), ROLLED_BACK,

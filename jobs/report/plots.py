@@ -142,7 +142,8 @@ def store_map(maps) -> Optional[str]:
             if spans:
                 ax.broken_barh(spans, (y - 0.3, 0.6), facecolors="#d9d9d9", edgecolors="#777", lw=0.6)
             if len(m.ranges):
-                ranges = [(s / mib, max(e - s, 1) / mib) for s, e in zip(m.ranges["start"], m.ranges["end"])]
+                ranges = [(s / mib, max(e - s, 1) / mib)
+                          for s, e in zip(m.ranges["start"], m.ranges["end"], strict=True)]
                 ax.broken_barh(ranges, (y - 0.22, 0.44), facecolors="#f0b45a", alpha=0.8)
             if len(m.findings):
                 ax.vlines(m.findings["offset"].to_numpy(dtype=float) / mib, y - 0.3, y + 0.3,

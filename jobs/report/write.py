@@ -135,7 +135,8 @@ def _store_map_section(d: ReportData) -> str:
             ranges = m.ranges[(m.ranges["start"] < base + size) & (m.ranges["end"] > base)] if size else \
                 m.ranges.iloc[0:0]
             codes = ", ".join(f"{c} x{n}" for c, n in sorted(in_file["code"].value_counts().items()))
-            rng = "; ".join(f"[{int(s):,}, {int(e):,})" for s, e in zip(ranges["start"], ranges["end"]))
+            rng = "; ".join(f"[{int(s):,}, {int(e):,})"
+                            for s, e in zip(ranges["start"], ranges["end"], strict=True))
             rows.append([f"<td><code>{base:020d}</code></td>",
                          H.td(f"{size / (1 << 20):,.1f} MiB" if size else "?"),
                          H.num(len(in_file), f"map.{m.broker}.{base}"), H.td(codes), H.td(rng)])

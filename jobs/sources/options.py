@@ -102,7 +102,7 @@ class SourceOptions:
     @property
     def stores(self) -> tuple:
         """``((broker, root), ...)`` in option order."""
-        return tuple(zip(self.brokers, self.paths))
+        return tuple(zip(self.brokers, self.paths, strict=True))
 
     def commitlog_dirs_of(self, root: str) -> Optional[tuple]:
         return self.commitlog_dirs if self.commitlog_dirs and root == self.paths[0] else None

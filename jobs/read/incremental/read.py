@@ -77,7 +77,7 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
         return None
     if not plan.continuing:
         plan.fresh = read
-        fallback = pa.Table.from_pylist([dict(zip(read.anomalies.schema.names, r))
+        fallback = pa.Table.from_pylist([dict(zip(read.anomalies.schema.names, r, strict=True))
                                          for r in _fallback_rows(plan, options.brokers)],
                                         schema=read.anomalies.schema)
         return LocalRead(**dict(vars(read), anomalies=pa.concat_tables([read.anomalies, fallback])))

@@ -151,7 +151,8 @@ def fetch_units(stores: Sequence, units: pa.Table, keyed) -> UnitRecords:
     discard copies of the ``keyed`` stores."""
     got = UnitRecords([], [], [], {})
     offsets: Dict[str, set] = {}
-    for b, off in zip(units.column("broker").to_pylist(), units.column("commitlog_offset").to_pylist()):
+    for b, off in zip(units.column("broker").to_pylist(), units.column("commitlog_offset").to_pylist(),
+                      strict=True):
         offsets.setdefault(b, set()).add(off)
     for s in stores:
         mine, anomalies, lost = fetch_at(s.broker, s.commitlog_files, sorted(offsets.get(s.broker, ())),
@@ -162,7 +163,7 @@ def fetch_units(stores: Sequence, units: pa.Table, keyed) -> UnitRecords:
         if keyed(s) and mine:
             keys = got.keys.setdefault(s.broker, {})
             heads = pa.Table.from_batches(mine).select(["topic", "real_topic", "uniq_key", "physical_offset"])
-            for topic, real, uniq, off in zip(*(c.to_pylist() for c in heads.columns)):
+            for topic, real, uniq, off in zip(*(c.to_pylist() for c in heads.columns), strict=True):
                 if topic in (HALF_TOPIC, DISCARD_TOPIC) and uniq is not None and real is not None:
                     keys[(real, uniq)] = min(keys.get((real, uniq), off), off)
     return got
@@ -176,7 +177,7 @@ def probe_items(stores: Sequence, units: UnitRecords, fetched: Dict[str, set], o
     when the probed queue files exceed DRIVER_READ_BYTES or the offsets ``max_units``: the DataFrame plan then
     probes on the executors."""
     heads = (r for batch in units.records for r in zip(*(batch.column(c).to_pylist() for c in (
-        "broker", "topic", "real_topic", "transaction_type"))))
+        "broker", "topic", "real_topic", "transaction_type")), strict=True))
     probes = probe_offsets(stores, heads, opts_for)
     if probes is None:
         return None

@@ -20,6 +20,7 @@ runs each exchange as its own job) on every indexed audit, however small the sto
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence
@@ -92,7 +93,8 @@ def extremes_of_units(units: pa.Table) -> List[dict]:
         [("queue_offset", "first"), ("queue_offset", "last"), ("commitlog_offset", "first"),
          ("p_end", "last")])
     return [dict(zip(_EXTREMES, (r["broker"], r["topic"], r["queue_id"], r["queue_offset_first"],
-                                 r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"])))
+                                 r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"]),
+                     strict=True))
             for r in agg.to_pylist()]
 
 
@@ -113,7 +115,7 @@ def units_end(tables: Sequence[pa.Table]) -> Dict[str, int]:
     out: Dict[str, int] = {}
     for t in tables:
         for b, off, size in zip(t.column("broker").to_pylist(), t.column("commitlog_offset").to_pylist(),
-                                t.column("size").to_pylist()):
+                                t.column("size").to_pylist(), strict=True):
             out[b] = max(out.get(b, off + size), off + size)
     return out
 
@@ -142,15 +144,15 @@ def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dic
     ``consumed``:
     (broker, topic, queue_id) -> CID_RMQ_SYS_TRANS's next offset."""
     rows: List[tuple] = []
+
+    def store_gap(broker, queue_dir, start, end, reason, queue, detail):
+        if start < end:
+            rows.append((broker, int(start), int(end), reason, queue, detail, queue_dir))
+
     for s in stores:
         clog_start = s.commitlog_files[0][1]
         clog_end = s.commitlog_files[-1][1] + s.commitlog_files[-1][2]
-        queue_dir = os.path.join(s.root, "consumequeue")
-
-        def gap(start, end, reason, queue, detail):
-            if start < end:
-                rows.append((s.broker, int(start), int(end), reason, queue, detail, queue_dir))
-
+        gap = functools.partial(store_gap, s.broker, os.path.join(s.root, "consumequeue"))
         dispatched = max(ends.get(s.broker, clog_start), clog_start)
         gap(dispatched, clog_end, GAP_TAIL, None, "records after the last one any index points to")
         mine = [q for q in extremes if q["broker"] == s.broker and q["topic"] in TX_SYSTEM_TOPICS]
@@ -292,7 +294,7 @@ def driver_positions(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Tab
     if index is None:
         return None
     offsets: Dict[str, set] = {}
-    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset"))):
+    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset")), strict=True):
         offsets.setdefault(b, set()).add(off)
     brokers, found = [], []
     keys: Dict[tuple, int] = {}

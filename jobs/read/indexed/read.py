@@ -193,7 +193,8 @@ def plan_read(options, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Pla
 
 def _by_broker(positions: pa.Table) -> Dict[str, set]:
     out: Dict[str, set] = {}
-    for b, off in zip(*(positions.column(c).to_pylist() for c in ("broker", "commitlog_offset"))):
+    for b, off in zip(*(positions.column(c).to_pylist() for c in ("broker", "commitlog_offset")),
+                      strict=True):
         out.setdefault(b, set()).add(off)
     return out
 
@@ -217,7 +218,8 @@ def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = 
     units = plan.units
     fetched_findings = pa.Table.from_batches(units.anomalies, schema=_KINDS["anomalies"])
     lost = sorted(set(units.lost) | set(zip(tables["lost"].column("broker").to_pylist(),
-                                            tables["lost"].column("commitlog_offset").to_pylist())))
+                                            tables["lost"].column("commitlog_offset").to_pylist(),
+                                            strict=True)))
     missing = missing_file_findings(plan.commitlog_dirs, lost)
     tables["anomalies"] = pa.concat_tables([
         tables["anomalies"], fetched_findings, _new_rows(tables["hit_anomalies"], fetched_findings),
@@ -228,7 +230,8 @@ def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = 
     anomalies = _distinct(tables["anomalies"]) if plan.gap_rows else tables["anomalies"]
     extra = gap_anomalies(plan.gap_rows)
     if plan.idle:
-        keys = zip(*(clog.column(c).to_pylist() for c in ("broker", "topic", "queue_id", "physical_offset")))
+        keys = zip(*(clog.column(c).to_pylist() for c in ("broker", "topic", "queue_id", "physical_offset")),
+                   strict=True)
         extra += idle_tail_anomalies(list(keys), plan.idle)
     if extra:
         anomalies = pa.concat_tables([anomalies, pa.Table.from_batches(
@@ -270,7 +273,7 @@ def _balanced(items: list, n: int) -> list:
         j = min(range(n), key=load.__getitem__)
         groups[j].append(items[i])
         load[j] += costs[i]
-    return [g for _, g in sorted(zip(load, groups), key=lambda lg: -lg[0]) if g]
+    return [g for _, g in sorted(zip(load, groups, strict=True), key=lambda lg: -lg[0]) if g]
 
 
 def _new_rows(extra: pa.Table, seen: pa.Table) -> pa.Table:
