@@ -5,7 +5,6 @@ every scenario and profile (the damaged ones under every profile), all brokers i
 when the rows are too many for the driver."""
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -45,8 +44,9 @@ def stores(tmp_path_factory, fixtures_dir):
 
 
 def _options(stores, split=SPLIT):
-    return SimpleNamespace(stores=[r for _, r in stores], brokers=[b for b, _ in stores],
-                           config=SimpleNamespace(split_bytes=split), include_bodies=False)
+    from jobs.read.spec import ReadSpec
+
+    return ReadSpec(stores=tuple(r for _, r in stores), brokers=tuple(b for b, _ in stores), split_bytes=split)
 
 
 def _frame_inputs(spark, stores, split=SPLIT, mode="full"):

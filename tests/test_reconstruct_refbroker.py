@@ -40,7 +40,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -335,7 +334,7 @@ def matrix(tmp_path_factory):
 def audit(spark, matrix):
     """{mode: {output: [row dicts]}} (broker names without the indexed suffix) + timing.
 
-    Each store is read and reduced as ``run_audit`` does it (jobs/audit/run.py ``_read_local``): full mode by
+    Each store is read and reduced as ``run_audit`` does it (jobs/audit/run.py ``read_local``): full mode by
     full_read's one-job read, indexed mode by indexed_read's (3.x stores too: their real topics probed), each
     for all brokers in one Spark job, then reduced on the driver (``reduce_local``).  That the DataFrame plan
     (the audit's fallback) gives the same rows as the one-job reads on every scenario:
@@ -358,9 +357,10 @@ def audit(spark, matrix):
         override[name] = RECON_PROFILE[st.profile]         # indexed brokers: auto-detected
 
     def options(names, suffix=""):
-        return SimpleNamespace(stores=[str(matrix[n].out / "store") for n in names],
-                               brokers=[n + suffix for n in names], include_bodies=False,
-                               config=SimpleNamespace(split_bytes=SPLIT_BYTES))
+        from jobs.read.spec import ReadSpec
+
+        return ReadSpec(stores=tuple(str(matrix[n].out / "store") for n in names),
+                        brokers=tuple(n + suffix for n in names), split_bytes=SPLIT_BYTES)
 
     names = list(matrix)
     parts = {}
@@ -368,8 +368,8 @@ def audit(spark, matrix):
     for mode, reader, suffix in (("full", read_local, ""), ("indexed", read_indexed_local, IDX)):
         o = options(names, suffix)
         read = reader(spark, o, 10 ** 9)
-        assert read is not None, mode       # no store declined (3.x ones were, until issue 12's sixth stop)
-        layout = LazyStoreFrames(spark, o.stores, o.brokers, mode=mode).layout_info
+        assert read is not None, mode       # no store declined, 3.x ones included
+        layout = LazyStoreFrames(spark, list(o.stores), list(o.brokers), mode=mode).layout_info
         outs.append(reduce_local(read, layout, params, override))
         parts[mode] = time.perf_counter() - started
     out = {m: defaultdict(list) for m in MODES}

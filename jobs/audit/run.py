@@ -1,9 +1,9 @@
 """The audit job: ``run_audit(spark, options) -> AuditSummary``.
 
 Called by ``jobs.main`` (``./spark-submit.sh audit ...``) with a validated ``jobs.main.AuditOptions``; a thin
-driver around the modules that do the work:
+driver around the modules that do the work, one function per stage, each handed what it needs:
 
-1. **plan** -- ``jobs.read.frames.load_store_frames`` lists the stores (driver: directory listing and
+1. **plan** -- ``jobs.audit.plan.plan_audit`` -> :class:`jobs.audit.plan.AuditPlan`: the stores are listed (driver: directory listing and
    ``stat`` only) and returns lazy DataFrames; the store fingerprint is computed from the same kind of
    listing; the ``AuditParams`` per profile come from ``conf/broker-defaults.json`` + the user's
    ``broker.<key>`` overrides with ``as_of_ms`` = ``--as-of``.
@@ -50,18 +50,31 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import os
 import sys
 import time
-from dataclasses import asdict
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 import pyarrow as pa
 
 from jobs.audit.bodies import bodies_frame
 from jobs.audit.guard import kill_point
+from jobs.audit.plan import (  # noqa: F401 - run_audit's helpers, re-exported for callers of this module
+    CONFIG_TO_RECON,
+    RECON_TO_CONFIG,
+    REQUIRED_TABLES,
+    SHUFFLE_PARTITIONS,
+    AuditPlan,
+    audit_params,
+    auto_shuffle_partitions,
+    config_document,
+    epoch_ms,
+    plan_audit,
+    store_file_rows,
+    store_fingerprint,
+)
 from jobs.audit.summary import AuditSummary, TableOutput, format_summary
 from jobs.delta import sink as delta_sink
 from jobs.delta.sink import RUNS_TABLE, named_table
@@ -69,110 +82,11 @@ from jobs.read.inputs import op_bodies_for, relevant_records
 
 #: partition columns of every output but audit_runs (the sink appends run_id)
 _TX_PARTS = ("run_date", "broker")
-#: logical tables always written (their directory names: ``table.<logical>`` of the config)
-REQUIRED_TABLES = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies")
 BODIES_TABLE = "message_bodies"
-
-#: reconstruction profile (jobs.reconstruct.spark.PROFILES) -> broker profile of conf/broker-defaults.json whose
-#: values parametrise it.  4.3-4.5, 4.6-4.9 and 5.0 share the same check settings; 4.6-4.9 stands for them.
-RECON_TO_CONFIG = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-5.0": "4.6-4.9", "5.1+": "5.1+",
-                   "unknown": "4.6-4.9"}
-#: broker profile (--profile / broker.profile) -> reconstruction profile it forces
-CONFIG_TO_RECON = {"3.x": "3.x", "4.0-4.2": "4.0-4.2", "4.3-4.5": "4.3-5.0", "4.6-4.9": "4.3-5.0",
-                   "5.0": "4.3-5.0", "5.1+": "5.1+"}
 
 
 def _log(msg: str) -> None:
     print(f"txaudit: {msg}", file=sys.stderr, flush=True)
-
-
-def epoch_ms(t: dt.datetime) -> int:
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    return int(round(t.timestamp() * 1000))
-
-
-# ------------------------------------------------------------------------------------------------------------
-# driver-side helpers (no Spark)
-# ------------------------------------------------------------------------------------------------------------
-
-def store_fingerprint(store_pairs: Sequence[Tuple[str, str]]) -> Tuple[str, int, int]:
-    """``(sha256 hex, files, bytes)`` over (broker, relative path, size, mtime ns) of every file under each
-    store root, in a fixed order.  Listing and ``stat`` only: no file content is read."""
-    h = hashlib.sha256()
-    n_files = n_bytes = 0
-    for broker, root in store_pairs:
-        h.update(f"store\0{broker}\n".encode())
-        for dirpath, dirs, files in os.walk(root, followlinks=False):
-            dirs.sort()
-            for name in sorted(files):
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                rel = os.path.relpath(path, root)
-                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-                n_files += 1
-                n_bytes += st.st_size
-    return h.hexdigest(), n_files, n_bytes
-
-
-def store_file_rows(store_pairs: Sequence[Tuple[str, str]]) -> List[tuple]:
-    """``schemas.repair.STORE_FILES`` rows: the per-file fingerprint (txlog_io.fingerprint) of every store."""
-    from txlog_io.fingerprint import store_prints
-
-    return [(broker, fp.file, fp.size, fp.mtime_ns, fp.edge_sha256)
-            for broker, root in store_pairs for fp in store_prints(root).values()]
-
-
-def audit_params(config, profile: str, as_of_ms: int):
-    """-> (params for ``reconstruct``, profile_override, JSON-able description).
-
-    ``profile`` "auto": one AuditParams per reconstruction profile (the broker's detected profile picks),
-    built from the matching broker profile of the config (RECON_TO_CONFIG) with the user's overrides.  A named
-    profile: that profile's values for every broker and the matching reconstruction profile forced."""
-    from jobs.reconstruct.spark import PROFILES, AuditParams
-
-    def from_config(recon: str, name: str) -> "AuditParams":
-        bp = config.profile(name)                 # overrides (broker.<key>) applied
-        base = AuditParams.for_profile(recon)
-        return AuditParams(
-            transactionTimeOut=int(bp.transaction_timeout_ms if bp.transaction_timeout_ms is not None
-                                   else base.transactionTimeOut),
-            transactionCheckMax=bp.transaction_check_max,
-            transactionCheckInterval=bp.transaction_check_interval_ms,
-            fileReservedTime=int(bp.file_reserved_time_hours),
-            as_of_ms=int(as_of_ms))
-
-    if profile == "auto":
-        params = {recon: from_config(recon, RECON_TO_CONFIG[recon]) for recon in PROFILES}
-        doc = {recon: dict(asdict(p), broker_profile=RECON_TO_CONFIG[recon]) for recon, p in params.items()}
-        return params, None, doc
-    if profile not in CONFIG_TO_RECON:
-        from jobs.config import ConfigError
-
-        raise ConfigError(f"unknown broker profile {profile!r} (known: {', '.join(CONFIG_TO_RECON)})")
-    recon = CONFIG_TO_RECON[profile]
-    p = from_config(recon, profile)
-    return p, recon, {recon: dict(asdict(p), broker_profile=profile)}
-
-
-def config_document(options, params_doc: dict, override: Optional[str]) -> dict:
-    cfg = options.config
-    return {
-        "mode": options.mode,
-        "split_bytes": cfg.split_bytes,
-        "include_bodies": bool(options.include_bodies),
-        "broker_profile": options.profile,
-        "profile_override": override,
-        "delta_writer": cfg.delta_writer,
-        "tables": dict(cfg.tables),
-        "broker_overrides": {k: v for k, v in cfg.broker_overrides},
-        "params": params_doc,
-        "conf_file": options.conf_file,
-        "config_sources": list(cfg.sources),
-    }
 
 
 @contextlib.contextmanager
@@ -187,80 +101,157 @@ def _phase(phases: Dict[str, float], name: str, spark=None):
         phases[name] = phases.get(name, 0.0) + (time.monotonic() - t0)
 
 
+class _Persisted:
+    """DataFrames persisted by a run (``MEMORY_AND_DISK``), unpersisted when it ends."""
+
+    def __init__(self) -> None:
+        self.frames: List = []
+
+    def __call__(self, df):
+        if df is None:
+            return None
+        from pyspark import StorageLevel
+
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self.frames.append(df)
+        return df
+
+    def release(self) -> None:
+        for df in self.frames:
+            with contextlib.suppress(Exception):
+                df.unpersist()
+
+
 # ------------------------------------------------------------------------------------------------------------
-# Spark side
+# read
 # ------------------------------------------------------------------------------------------------------------
 
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-MAX_AUTO_SHUFFLE_PARTITIONS = 200
+@dataclass
+class AuditInputs:
+    """What the read stage hands the reconstruction: the one-job read's Arrow tables (``local``), or the
+    persisted DataFrames of the DataFrame plan."""
+
+    local: Any = None               # jobs.read.full.LocalRead, or None
+    side: Dict[str, Any] = field(default_factory=dict)     # consumequeue, statetable, redolog, offsets
+    records: Any = None
+    op_bodies: Any = None
+    anomalies: Any = None
+    scan_findings: Any = None       # an incremental run's CommitLog findings (its state keeps them)
+    n_records: int = 0
+    n_anomalies: int = 0
 
 
-def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
-    """Shuffle partitions for this run when the user left ``spark.sql.shuffle.partitions`` at Spark's default
-    (None = the user chose a value; keep it).
-
-    The reconstruction shuffles only transaction-relevant rows (a small fraction of the CommitLog) through
-    many joins and aggregations; with Spark's default of 200 partitions per shuffle, a small store spends most
-    of its time scheduling empty tasks (the demo: ~90 s of 230 s).  Chosen: 4 per GiB of CommitLog, at least
-    the default parallelism (cores), at most 200."""
-    try:
-        explicit = spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS)
-        current = spark.conf.get(SHUFFLE_PARTITIONS)
-    except Exception:  # noqa: BLE001 - e.g. Spark Connect: leave the session alone
+def read_local(spark, plan: AuditPlan, phases: Dict[str, float]):
+    """The one-job read (``jobs.read.full``; ``jobs.read.indexed.read`` in indexed mode;
+    ``jobs.read.incremental.read`` for an incremental run) when the plan allows it, else None (also when the
+    rows are too many for the driver: the DataFrame plan then reads and reduces on the executors)."""
+    if not plan.local_read:
         return None
-    if explicit or str(current) != "200":
-        return None
-    cores = int(getattr(spark.sparkContext, "defaultParallelism", 2) or 2)
-    gib = -(-int(commitlog_bytes) // (1 << 30))
-    return int(min(MAX_AUTO_SHUFFLE_PARTITIONS, max(cores, 4 * gib, 1)))
-
-
-def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, float]):
-    """``jobs.reconstruct.spark.reconstruct``: on the driver when the transaction-relevant rows are at most
-    ``LOCAL_MAX_ROWS`` (``n_rows``; with the transaction queue units and findings, a few hundred MB of Arrow
-    at most), else per broker on the executors with the outputs materialized once.  One broker is one
-    reducer task either way, so the driver is no slower and skips the shuffle, the checkpoint and the
-    executor-side writes: a 4 GiB store with 28,887 transactions (idle machine, warm) spent 7.1 s reducing on
-    the executors at the former bound of LOCAL_MAX_ROWS // 4."""
-    from jobs.reconstruct.spark import LOCAL_MAX_ROWS, reconstruct
-
-    return reconstruct(inputs, params, override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS,
-                       timings=phases)
-
-
-def _local_read_applies(options) -> bool:
-    """Full or indexed mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers
-    (DLedger replicas of one group are collapsed by the DataFrame plan).  Incremental runs in full mode too
-    (from the resume offset, the carried rows merged: jobs.read.incremental.read.read_local); an indexed
-    incremental run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
-    incremental = getattr(options, "incremental", False)
-    return (not options.include_bodies and len(set(options.brokers)) == len(options.brokers)
-            and (options.mode == "full" or (options.mode == "indexed" and not incremental)))
-
-
-def _read_local(spark, options, incremental, phases: Dict[str, float]):
-    """``jobs.read.full.read_local`` (``jobs.read.incremental.read.read_local`` for an incremental run) when
-    :func:`_local_read_applies`, else None (also when the rows are too many for the driver: the DataFrame
-    plan then reads and reduces on the executors)."""
-    if not _local_read_applies(options):
-        return None
-    from jobs.read.full import read_local
+    from jobs.read.full import read_local as read_full
     from jobs.reconstruct.spark import LOCAL_MAX_ROWS
 
     with _phase(phases, "read.records"):
-        if incremental is not None:
+        if plan.incremental is not None:
             from jobs.audit.state import start_state_write
             from jobs.read.incremental.read import read_local as read_incremental
 
-            read = read_incremental(spark, incremental, options, LOCAL_MAX_ROWS, phases)
-            if incremental.fresh is not None:       # this run's rows are all on the driver: write its state
-                start_state_write(spark, incremental, options)      # while the reducer runs
+            read = read_incremental(spark, plan.incremental, plan.spec, LOCAL_MAX_ROWS, phases)
+            if plan.incremental.fresh is not None:      # this run's rows are all on the driver: write its
+                start_state_write(spark, plan.incremental, plan.spec, plan.writer, plan.run_date)  # state now
             return read
-        if options.mode == "indexed":       # the same shape for indexed mode (jobs/read/indexed/read.py)
+        if plan.spec.mode == "indexed":     # the same shape for indexed mode (jobs/read/indexed/read.py)
             from jobs.read.indexed.read import read_indexed_local
 
-            return read_indexed_local(spark, options, LOCAL_MAX_ROWS, phases)
-        return read_local(spark, options, LOCAL_MAX_ROWS, phases)
+            return read_indexed_local(spark, plan.spec, LOCAL_MAX_ROWS, phases)
+        return read_full(spark, plan.spec, LOCAL_MAX_ROWS, phases)
+
+
+def read_inputs(spark, plan: AuditPlan, persist, phases: Dict[str, float]) -> AuditInputs:
+    """The reconstruction's inputs: the one-job read when it applies, else the store's DataFrames with the
+    transaction-relevant records, side inputs and op bodies persisted once."""
+    local = read_local(spark, plan, phases)
+    if local is not None:
+        return AuditInputs(local=local, n_records=local.commitlog.num_rows, n_anomalies=local.anomalies.num_rows)
+    frames, incremental = plan.frames, plan.incremental
+    got = AuditInputs(side={name: persist(getattr(frames, name))
+                            for name in ("statetable", "redolog", "consumer_offsets")})
+    # the reconstruction reads only the half / op / discard queues: caching every topic's units (millions of
+    # rows on a busy broker) cost more than the whole indexed read
+    queues = frames.transaction_queues
+    got.side["consumequeue"] = persist(queues if queues is not None else frames.consumequeue)
+    if incremental is None:
+        persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
+        got.records = persist(relevant_records(frames))
+        anomalies = frames.anomalies
+    else:   # the carried evidence + the CommitLog from the resume offset (jobs/read/incremental/plan.py)
+        from jobs.read.incremental.read import evidence
+
+        records, got.op_bodies, anomalies, got.scan_findings = evidence(spark, incremental, frames, plan.spec,
+                                                                        persist)
+        got.records = persist(records)
+    with _phase(phases, "read.records"):
+        got.n_records = got.records.count()
+    got.op_bodies = persist(got.op_bodies if incremental is not None
+                            else op_bodies_for(spark, got.records, frames, plan.spec))
+    got.anomalies = persist(anomalies)
+    with _phase(phases, "read.anomalies"):
+        got.n_anomalies = got.anomalies.count()
+    if incremental is not None:     # rows carried as Arrow from the previous run's state
+        from jobs.read.incremental.read import carried_rows
+
+        got.n_records += carried_rows(incremental, "records")
+        got.n_anomalies += carried_rows(incremental, "findings")
+    return got
+
+
+# ------------------------------------------------------------------------------------------------------------
+# reconstruct
+# ------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Reconstructed:
+    """The reconstruction's outputs: ``arrow`` (reduced on the driver) or the persisted DataFrames of
+    ``result`` (reduced on the executors)."""
+
+    result: Any                     # jobs.reconstruct.spark.AuditResult
+    arrow: Optional[Dict[str, pa.Table]]
+    transactions: Any = None        # persisted DataFrame when reduced on the executors
+    findings: Any = None
+
+
+def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
+                       phases: Dict[str, float]) -> Reconstructed:
+    """The one-job read's tables reduced on the driver (``jobs.reconstruct.local``); the DataFrame plan's
+    frames by ``jobs.reconstruct.spark.reconstruct``: on the driver when the transaction-relevant rows are at
+    most ``LOCAL_MAX_ROWS`` (with the transaction queue units and findings, a few hundred MB of Arrow at
+    most), else per broker on the executors with the outputs materialized once.  One broker is one reducer
+    task either way, so the driver is no slower and skips the shuffle, the checkpoint and the executor-side
+    writes: a 4 GiB store with 28,887 transactions (idle machine, warm) spent 7.1 s reducing on the
+    executors at the former bound of LOCAL_MAX_ROWS // 4."""
+    from jobs.reconstruct.spark import LOCAL_MAX_ROWS, AuditResult, reconstruct
+
+    if inputs.local is not None:
+        from jobs.reconstruct.local import reduce_local
+
+        outs = reduce_local(inputs.local, plan.layout_info, plan.params, plan.override, phases)
+        return Reconstructed(result=AuditResult(arrow=outs, spark=spark), arrow=outs)
+    frames = dict(inputs.side, commitlog=inputs.records, anomalies=inputs.anomalies,
+                  layout_info=plan.layout_info)
+    if inputs.op_bodies is not None:
+        frames["op_bodies"] = inputs.op_bodies
+    if plan.incremental is not None:
+        from jobs.reconstruct.local import carried_input
+
+        frames["carried"] = carried_input(plan.incremental)
+    n_rows = inputs.n_records + inputs.n_anomalies
+    result = reconstruct(frames, plan.params, plan.override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS,
+                         timings=phases)
+    arrow = result.arrow                          # None: reduced on the executors
+    # Arrow outputs stay Arrow: a DataFrame of them (createDataFrame, ~0.3 s each on the 8 GiB bench) only
+    # for the bodies join
+    return Reconstructed(result=result, arrow=arrow,
+                         transactions=None if arrow else persist(result.transactions),
+                         findings=None if arrow else persist(result.anomalies))
 
 
 def _aggregates_arrow(arrow):
@@ -321,233 +312,192 @@ def _aggregates(result):
     return states_total, states_by_broker, flag_counts, profiles, detected
 
 
+# ------------------------------------------------------------------------------------------------------------
+# write
+# ------------------------------------------------------------------------------------------------------------
+
+def _outputs(plan: AuditPlan, inputs: AuditInputs, rec: Reconstructed) -> list:
+    """(logical name, rows, schema) of every table the run writes before ``audit_runs``."""
+    from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
+    from schemas.repair import STORE_FILES
+    from schemas.runs import MESSAGE_BODIES
+
+    arrow, result = rec.arrow, rec.result
+    # outputs reduced on the driver are written from there (delta_sink's Arrow path: no Spark job)
+    outputs = [("transactions", arrow["transactions"] if arrow else rec.transactions, TRANSACTIONS),
+               ("check_back_worklist", arrow["check_back"] if arrow else result.check_back, CHECK_BACK),
+               ("recovery_worklist", arrow["recovery"] if arrow else result.recovery, RECOVERY),
+               ("audit_anomalies", arrow["anomalies"] if arrow else rec.findings, AUDIT_ANOMALIES)]
+    if "profiles" in plan.table_names:
+        outputs.append(("profiles", arrow["profiles"] if arrow else result.profiles, PROFILES))
+    prints = pa.Table.from_pylist([dict(zip(STORE_FILES.names, r, strict=True)) for r in plan.file_prints],
+                                  schema=STORE_FILES.arrow_schema())      # driver-side write
+    outputs.append((STORE_FILES.name, prints, STORE_FILES))
+    if plan.spec.include_bodies:
+        outputs.append((BODIES_TABLE, bodies_frame(result.transactions if arrow else rec.transactions,
+                                                   inputs.records), MESSAGE_BODIES))
+    elif os.path.isdir(os.path.join(plan.out, plan.table_names.get(BODIES_TABLE, BODIES_TABLE), "_delta_log")):
+        # clear the body rows an earlier attempt of this run id may have written
+        outputs.append((BODIES_TABLE, MESSAGE_BODIES.arrow_schema().empty_table(), MESSAGE_BODIES))
+    return outputs
+
+
+def write_outputs(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructed,
+                  phases: Dict[str, float]) -> Dict[str, TableOutput]:
+    """Every output table but ``audit_runs`` (one Delta commit each), then an incremental run's state."""
+    from schemas.runs import AUDIT_RUNS
+
+    names = plan.table_names
+    tables: Dict[str, TableOutput] = {}
+    # a rerun of this run id killed below must not leave the earlier attempt's COMPLETE row behind
+    delta_sink.retract_run(plan.out, named_table(AUDIT_RUNS, names.get(RUNS_TABLE, RUNS_TABLE)), plan.run_id)
+    kill_point("retracted")
+    for logical, df, schema in _outputs(plan, inputs, rec):
+        name = plan.required_tables.get(logical) or names.get(logical, logical)
+        with _phase(phases, f"write.{logical}", spark):
+            wr = delta_sink.write_table(df, plan.out, named_table(schema, name), plan.run_id, list(_TX_PARTS),
+                                        spark, run_date=plan.run_date, writer=plan.writer)
+        tables[logical] = TableOutput(logical, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
+        _log(f"wrote {logical}: {wr.rows} rows, version {wr.version} ({wr.seconds:.1f} s)")
+        kill_point(f"wrote.{logical}")
+    if plan.incremental is not None:
+        from jobs.audit.state import write_state
+
+        with _phase(phases, "write.audit_state", spark):
+            for wr in write_state(spark, plan.incremental, plan.spec, inputs.records, inputs.op_bodies,
+                                  inputs.scan_findings, plan.layout_info, plan.run_date, plan.writer,
+                                  local=rec.arrow is not None):
+                name = os.path.basename(wr.path)
+                tables[name] = TableOutput(name, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
+    return tables
+
+
+def write_run_row(spark, plan: AuditPlan, row: dict) -> TableOutput:
+    """The run's ``audit_runs`` row, written last: it says every other table of the run is there."""
+    from schemas.runs import AUDIT_RUNS
+
+    kill_point("before.audit_runs")
+    runs_name = plan.table_names.get(RUNS_TABLE, RUNS_TABLE)
+    runs = pa.Table.from_pylist([row], schema=AUDIT_RUNS.arrow_schema())   # driver-side write
+    wr = delta_sink.write_table(runs, plan.out, named_table(AUDIT_RUNS, runs_name), plan.run_id, ["run_date"],
+                                spark, run_date=plan.run_date, writer=plan.writer)
+    return TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
+
+
+def _run_row(spark, plan: AuditPlan, counts: tuple, tables: Dict[str, TableOutput],
+             phases: Dict[str, float], started_at: dt.datetime, finished_at: dt.datetime,
+             elapsed: float) -> dict:
+    from schemas.runs import AUDIT_RUNS
+
+    states, _, flags, profiles, detected = counts
+    incremental = plan.incremental
+    table_paths = {k: t.path for k, t in tables.items()}
+    table_paths[RUNS_TABLE] = delta_sink.table_path(
+        plan.out, named_table(AUDIT_RUNS, plan.table_names.get(RUNS_TABLE, RUNS_TABLE)))
+    return {
+        "run_id": plan.run_id, "run_date": plan.run_date,
+        "as_of": plan.as_of.astimezone(dt.timezone.utc), "as_of_ms": plan.as_of_ms,
+        "started_at": started_at, "finished_at": finished_at,
+        "elapsed_s": float(elapsed), "status": "COMPLETE", "mode": plan.spec.mode,
+        "brokers": list(plan.spec.brokers), "stores": list(plan.spec.stores), "profiles": profiles,
+        "detected_profiles": detected, "include_bodies": plan.spec.include_bodies,
+        "config_json": json.dumps(dict(plan.config_doc,
+                                       shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
+                                       commitlog_files=commitlog_files(plan.layout_info),
+                                       **({"incremental": incremental.describe()} if incremental else {})),
+                                  sort_keys=True, default=str),
+        "store_fingerprint": plan.fingerprint, "store_files": plan.store_files, "store_bytes": plan.store_bytes,
+        "commitlog_bytes": plan.commitlog_bytes, "transactions": sum(states.values()), "state_counts": states,
+        "flag_counts": flags, "table_rows": {k: t.rows for k, t in tables.items()},
+        "table_paths": table_paths, "phase_seconds": {k: float(v) for k, v in phases.items()},
+        "writer": plan.writer, "spark_version": spark.version, "out": plan.out,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the pipeline
+# ------------------------------------------------------------------------------------------------------------
+
 def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> AuditSummary:
-    """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``; prints
-    the summary (jobs.audit.summary) and returns it.  See the module docstring.
+    """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``: plan ->
+    read -> reconstruct -> aggregate -> write; prints the summary (jobs.audit.summary) and returns it.  See
+    the module docstring.
 
     ``on_result(result, summary)``: called after every table is written, while the reconstruction's frames
     (``jobs.reconstruct.spark.AuditResult``) are still persisted (tests compare them with the tables)."""
-    from pyspark import StorageLevel
-
-    from jobs.read.frames import LazyStoreFrames, load_store_frames
-    from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, PROFILES, RECOVERY, TRANSACTIONS
-    from schemas.repair import STORE_FILES
-    from schemas.runs import AUDIT_RUNS, MESSAGE_BODIES
-
     started_at = dt.datetime.now(dt.timezone.utc)
     t_start = time.monotonic()
     phases: Dict[str, float] = {}
-    cfg = options.config
-    as_of_ms = epoch_ms(options.as_of)
-    run_date = options.as_of.astimezone(dt.timezone.utc).date()
-    writer = delta_sink.choose_writer(spark, cfg.delta_writer)
-    names = cfg.table_names
-    persisted: List = []
-    restore_shuffle = False
-
-    def persist(df):
-        if df is None:
-            return None
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-        persisted.append(df)
-        return df
-
-    incremental = None
+    persist = _Persisted()
+    plan: Optional[AuditPlan] = None
     try:
         with _phase(phases, "plan", spark):
-            fingerprint, store_files, store_bytes = store_fingerprint(options.store_pairs)
-            file_prints = store_file_rows(options.store_pairs)     # the repair refuses a changed store
-            # the one-job read needs only the store listing: the DataFrames are built if it falls back
-            frames = (LazyStoreFrames if _local_read_applies(options) else load_store_frames)(
-                spark, list(options.stores), mode=options.mode, brokers=list(options.brokers),
-                include_bodies=options.include_bodies, split_bytes=cfg.split_bytes)
-            params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
-            if getattr(options, "incremental", False):
-                from jobs.read.incremental.plan import plan_incremental
-
-                incremental = plan_incremental(options, frames.layout_info,
-                                               config_document(options, params_doc, override))
-            commitlog_bytes = sum(s.commitlog_bytes for s in frames.layout_info)
-            # indexed mode shuffles only what it fetched (transactions' records): partitions as for no CommitLog
-            shuffle_partitions = auto_shuffle_partitions(spark, commitlog_bytes if options.mode == "full" else 0)
-            if shuffle_partitions is not None:
-                spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions))
-                restore_shuffle = True
-        _log(f"run {options.run_id}: {len(options.stores)} store(s), "
-             f"{commitlog_bytes / (1 << 20):.1f} MiB of CommitLog, mode {options.mode}, "
-             f"as of {options.as_of.isoformat()}")
+            plan = plan_audit(spark, options)
+        _log(f"run {plan.run_id}: {len(plan.spec.stores)} store(s), "
+             f"{plan.commitlog_bytes / (1 << 20):.1f} MiB of CommitLog, mode {plan.spec.mode}, "
+             f"as of {plan.as_of.isoformat()}")
 
         with _phase(phases, "read", spark):
-            # full mode reduced on the driver: one job, Arrow straight to the driver (jobs/read/full.py)
-            local_read = _read_local(spark, options, incremental, phases)
-            if local_read is not None:
-                records = op_bodies = scan_findings = None      # incremental: the state is plan.fresh
-                n_records, n_anomalies = local_read.commitlog.num_rows, local_read.anomalies.num_rows
-            else:
-                side = {name: persist(getattr(frames, name))
-                        for name in ("statetable", "redolog", "consumer_offsets")}
-                # the reconstruction reads only the half / op / discard queues: caching every topic's units
-                # (millions of rows on a busy broker) cost more than the whole indexed read
-                queues = frames.transaction_queues
-                side["consumequeue"] = persist(queues if queues is not None else frames.consumequeue)
-                if incremental is None:
-                    persist(getattr(frames, "scan", None))  # one CommitLog pass feeds records and findings
-                    records = persist(relevant_records(frames))
-                    op_bodies, anomalies = None, frames.anomalies
-                else:   # the carried evidence + the CommitLog from the resume offset (jobs/read/incremental/plan.py)
-                    from jobs.read.incremental.read import evidence
-
-                    records, op_bodies, anomalies, scan_findings = evidence(spark, incremental, frames,
-                                                                            options, persist)
-                    records = persist(records)
-                with _phase(phases, "read.records"):
-                    n_records = records.count()
-                if incremental is not None:     # rows carried as Arrow from the previous run's state
-                    from jobs.read.incremental.read import carried_rows
-                    from jobs.reconstruct.local import carried_input
-
-                    n_records += carried_rows(incremental, "records")
-                op_bodies = persist(op_bodies if incremental is not None
-                                    else op_bodies_for(spark, records, frames, options))
-                anomalies = persist(anomalies)
-                with _phase(phases, "read.anomalies"):
-                    n_anomalies = anomalies.count()
-                if incremental is not None:
-                    n_anomalies += carried_rows(incremental, "findings")
-        _log(f"read {n_records} transaction-relevant records and {n_anomalies} decoder findings "
+            inputs = read_inputs(spark, plan, persist, phases)
+        _log(f"read {inputs.n_records} transaction-relevant records and {inputs.n_anomalies} decoder findings "
              f"({phases['read']:.1f} s)")
 
         with _phase(phases, "reconstruct", spark):
-            if local_read is not None:
-                from jobs.reconstruct.local import reduce_local
-                from jobs.reconstruct.spark import AuditResult
-
-                outs = reduce_local(local_read, frames.layout_info, params, override, phases)
-                result = AuditResult(arrow=outs, spark=spark)
-            else:
-                inputs = dict(side, commitlog=records, anomalies=anomalies, layout_info=frames.layout_info)
-                if op_bodies is not None:
-                    inputs["op_bodies"] = op_bodies
-                if incremental is not None:
-                    inputs["carried"] = carried_input(incremental)
-                result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
-            arrow = result.arrow                          # None: reduced on the executors
-            # Arrow outputs stay Arrow: a DataFrame of them (createDataFrame, ~0.3 s each on the 8 GiB bench)
-            # only for the bodies join
-            transactions = None if arrow else persist(result.transactions)
-            findings = None if arrow else persist(result.anomalies)
-
+            rec = reconstruct_inputs(spark, plan, inputs, persist, phases)
         with _phase(phases, "aggregate", spark):
-            states, states_by_broker, flags, profiles, detected = (_aggregates_arrow(arrow) if arrow
-                                                                   else _aggregates(result))
-            n_tx = sum(states.values())
+            counts = _aggregates_arrow(rec.arrow) if rec.arrow else _aggregates(rec.result)
+        states, states_by_broker, flags, profiles, detected = counts
+        n_tx = sum(states.values())
         _log(f"reconstructed {n_tx} transactions ({phases['reconstruct'] + phases['aggregate']:.1f} s)")
 
-        # outputs reduced on the driver are written from there (delta_sink's Arrow path: no Spark job)
-        outputs = [("transactions", arrow["transactions"] if arrow else transactions, TRANSACTIONS),
-                   ("check_back_worklist", arrow["check_back"] if arrow else result.check_back, CHECK_BACK),
-                   ("recovery_worklist", arrow["recovery"] if arrow else result.recovery, RECOVERY),
-                   ("audit_anomalies", arrow["anomalies"] if arrow else findings, AUDIT_ANOMALIES)]
-        if "profiles" in names:
-            outputs.append(("profiles", arrow["profiles"] if arrow else result.profiles, PROFILES))
-        prints = pa.Table.from_pylist([dict(zip(STORE_FILES.names, r, strict=True)) for r in file_prints],
-                                      schema=STORE_FILES.arrow_schema())      # driver-side write
-        outputs.append((STORE_FILES.name, prints, STORE_FILES))
-        if options.include_bodies:
-            outputs.append((BODIES_TABLE, bodies_frame(result.transactions if arrow else transactions, records),
-                            MESSAGE_BODIES))
-        elif os.path.isdir(os.path.join(options.out, names.get(BODIES_TABLE, BODIES_TABLE), "_delta_log")):
-            # clear the body rows an earlier attempt of this run id may have written
-            outputs.append((BODIES_TABLE, MESSAGE_BODIES.arrow_schema().empty_table(), MESSAGE_BODIES))
-
-        tables: Dict[str, TableOutput] = {}
         with _phase(phases, "write", spark):
-            # a rerun of this run id killed below must not leave the earlier attempt's COMPLETE row behind
-            delta_sink.retract_run(options.out, named_table(AUDIT_RUNS, names.get(RUNS_TABLE, RUNS_TABLE)),
-                                   options.run_id)
-            kill_point("retracted")
-            for logical, df, schema in outputs:
-                name = cfg.table(logical) if logical in REQUIRED_TABLES else names.get(logical, logical)
-                with _phase(phases, f"write.{logical}", spark):
-                    wr = delta_sink.write_table(df, options.out, named_table(schema, name), options.run_id,
-                                                list(_TX_PARTS), spark, run_date=run_date, writer=writer)
-                tables[logical] = TableOutput(logical, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
-                _log(f"wrote {logical}: {wr.rows} rows, version {wr.version} ({wr.seconds:.1f} s)")
-                kill_point(f"wrote.{logical}")
-            if incremental is not None:
-                from jobs.audit.state import write_state
-
-                with _phase(phases, "write.audit_state", spark):
-                    for wr in write_state(spark, incremental, options, records, op_bodies, scan_findings,
-                                          frames.layout_info, run_date, writer, local=arrow is not None):
-                        name = os.path.basename(wr.path)
-                        tables[name] = TableOutput(name, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
-
+            tables = write_outputs(spark, plan, inputs, rec, phases)
         finished_at = dt.datetime.now(dt.timezone.utc)
-        elapsed = time.monotonic() - t_start
-        runs_name = names.get(RUNS_TABLE, RUNS_TABLE)
-        table_paths = {k: t.path for k, t in tables.items()}
-        table_paths[RUNS_TABLE] = delta_sink.table_path(options.out, named_table(AUDIT_RUNS, runs_name))
-        row = {
-            "run_id": options.run_id, "run_date": run_date,
-            "as_of": options.as_of.astimezone(dt.timezone.utc), "as_of_ms": as_of_ms,
-            "started_at": started_at, "finished_at": finished_at,
-            "elapsed_s": float(elapsed), "status": "COMPLETE", "mode": options.mode,
-            "brokers": list(options.brokers), "stores": list(options.stores), "profiles": profiles,
-            "detected_profiles": detected, "include_bodies": bool(options.include_bodies),
-            "config_json": json.dumps(dict(config_document(options, params_doc, override),
-                                           shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
-                                           commitlog_files=commitlog_files(frames.layout_info),
-                                           **({"incremental": incremental.describe()}
-                                              if incremental else {})),
-                                      sort_keys=True, default=str),
-            "store_fingerprint": fingerprint, "store_files": store_files, "store_bytes": store_bytes,
-            "commitlog_bytes": commitlog_bytes, "transactions": n_tx, "state_counts": states,
-            "flag_counts": flags, "table_rows": {k: t.rows for k, t in tables.items()},
-            "table_paths": table_paths, "phase_seconds": {k: float(v) for k, v in phases.items()},
-            "writer": writer, "spark_version": spark.version, "out": options.out,
-        }
-        kill_point("before.audit_runs")
-        runs_df = pa.Table.from_pylist([row], schema=AUDIT_RUNS.arrow_schema())   # driver-side write
-        wr = delta_sink.write_table(runs_df, options.out, named_table(AUDIT_RUNS, runs_name), options.run_id,
-                                    ["run_date"], spark, run_date=run_date, writer=writer)
-        tables[RUNS_TABLE] = TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
-        if incremental is not None:
+        row = _run_row(spark, plan, counts, tables, phases, started_at, finished_at,
+                       time.monotonic() - t_start)
+        tables[RUNS_TABLE] = write_run_row(spark, plan, row)
+        if plan.incremental is not None:
             from jobs.audit.state import retire_previous
 
-            retire_previous(incremental)        # the previous run's state: superseded by this one
+            retire_previous(plan.incremental)        # the previous run's state: superseded by this one
 
+        describe = {"incremental": plan.incremental.describe()} if plan.incremental else {}
         summary = AuditSummary(
-            run_id=options.run_id, as_of=options.as_of, out=options.out, mode=options.mode,
-            brokers=tuple(options.brokers), stores=tuple(options.stores), profiles=profiles,
+            run_id=plan.run_id, as_of=plan.as_of, out=plan.out, mode=plan.spec.mode,
+            brokers=plan.spec.brokers, stores=plan.spec.stores, profiles=profiles,
             detected_profiles=detected, transactions=n_tx, states=states, states_by_broker=states_by_broker,
-            flags=flags, tables=tables, phases=phases, elapsed_s=time.monotonic() - t_start, writer=writer,
-            store_fingerprint=fingerprint, include_bodies=bool(options.include_bodies), started_at=started_at,
-            finished_at=finished_at, store_bytes=store_bytes, commitlog_bytes=commitlog_bytes,
-            extra=dict({"records": n_records, "decoder_findings": n_anomalies},
-                       **({"incremental": incremental.describe()} if incremental else {})))
+            flags=flags, tables=tables, phases=phases, elapsed_s=time.monotonic() - t_start,
+            writer=plan.writer, store_fingerprint=plan.fingerprint, include_bodies=plan.spec.include_bodies,
+            started_at=started_at, finished_at=finished_at, store_bytes=plan.store_bytes,
+            commitlog_bytes=plan.commitlog_bytes,
+            extra=dict({"records": inputs.n_records, "decoder_findings": inputs.n_anomalies}, **describe))
         if on_result is not None:
-            on_result(result, summary)
+            on_result(rec.result, summary)
     finally:
-        if incremental is not None and incremental.early_state is not None:
-            # a state write started while the reducer ran (jobs.read.incremental.read) ends before the caller
-            # releases the output lock, also when the run failed: no thread writes under --out after it
-            with contextlib.suppress(Exception):
-                incremental.early_state.result()
-        for df in persisted:
-            with contextlib.suppress(Exception):
-                df.unpersist()
-        with contextlib.suppress(Exception):
-            spark.sparkContext.setJobDescription(None)
-        if restore_shuffle:
-            with contextlib.suppress(Exception):
-                spark.conf.unset(SHUFFLE_PARTITIONS)
+        _end_run(spark, plan, persist)
 
     if print_summary:
         print(format_summary(summary), flush=True)
     if getattr(options, "report", True):
-        write_run_report(options.out, options.run_id)
+        write_run_report(plan.out, plan.run_id)
     return summary
+
+
+def _end_run(spark, plan: Optional[AuditPlan], persist: _Persisted) -> None:
+    """What a run leaves behind, also when it failed: no state-write thread still running under ``--out``
+    (the caller releases the output lock next), nothing persisted, the session's settings as they were."""
+    incremental = plan.incremental if plan is not None else None
+    if incremental is not None and incremental.early_state is not None:
+        # a state write started while the reducer ran (jobs.audit.state.start_state_write) ends before the
+        # caller releases the output lock, also when the run failed: no thread writes under --out after it
+        with contextlib.suppress(Exception):
+            incremental.early_state.result()
+    persist.release()
+    with contextlib.suppress(Exception):
+        spark.sparkContext.setJobDescription(None)
+    if plan is not None and plan.restore_shuffle:
+        with contextlib.suppress(Exception):
+            spark.conf.unset(SHUFFLE_PARTITIONS)
 
 
 def commitlog_files(layout_info) -> Dict[str, list]:
@@ -570,6 +520,7 @@ def write_run_report(out: str, run_id: str) -> Optional[str]:
     return page
 
 
-__all__ = ["run_audit", "write_run_report", "commitlog_files", "store_fingerprint", "audit_params",
-           "relevant_records", "op_bodies_for", "bodies_frame", "named_table", "epoch_ms", "RECON_TO_CONFIG",
-           "CONFIG_TO_RECON", "AuditSummary"]
+__all__ = ["run_audit", "plan_audit", "read_inputs", "reconstruct_inputs", "write_outputs", "write_run_row",
+           "write_run_report", "commitlog_files", "store_fingerprint", "audit_params", "relevant_records",
+           "op_bodies_for", "bodies_frame", "named_table", "epoch_ms", "RECON_TO_CONFIG", "CONFIG_TO_RECON",
+           "AuditSummary", "AuditPlan", "AuditInputs", "Reconstructed"]

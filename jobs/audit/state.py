@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from jobs.read.incremental.plan import Plan, _commitlog_end, _is_dledger, _prefix_sha
 from jobs.read.incremental.read import UnitCarry, _conform, _unit_file_rows
+from jobs.read.spec import ReadSpec
 from schemas.state import (
     AUDIT_STATE,
     MAX_SEGMENTS,
@@ -24,36 +25,32 @@ from schemas.state import (
 )
 
 
-def write_state(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
+def write_state(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, layout_info, run_date, writer,
                 local: bool = False) -> list:
     """:func:`write_now`, or the result of the write ``plan.early_state`` started with the same rows while
     the reducer ran (:func:`start_state_write`)."""
     early, plan.early_state = plan.early_state, None
     if early is not None:
         return early.result()
-    return write_now(spark, plan, options, records, op_bodies, findings, layout_info, run_date, writer, local)
+    return write_now(spark, plan, spec, records, op_bodies, findings, layout_info, run_date, writer, local)
 
 
-def start_state_write(spark, plan: Plan, options) -> None:
+def start_state_write(spark, plan: Plan, spec: ReadSpec, writer: str, run_date) -> None:
     """The state of a run read through jobs.read.incremental.read.read_local (``plan.fresh`` + the carried rows) is
     written in a driver thread while the reducer runs: it needs nothing the reduction computes.  jobs.audit.run
     starts it; its :func:`write_state` call, after the outputs, then waits for it (so the state is still
     complete before the run's ``audit_runs`` row), and so does its ``finally`` when the run fails."""
-    import datetime as dt
     from concurrent.futures import ThreadPoolExecutor
 
-    from jobs.delta import sink as delta_sink
-
-    writer = delta_sink.choose_writer(spark, options.config.delta_writer)
-    if writer != "delta-rs" or options.mode != "full":       # Spark's writer: a job, from the main thread
+    if writer != "delta-rs" or spec.mode != "full":       # Spark's writer: a job, from the main thread
         return
     pool = ThreadPoolExecutor(1, thread_name_prefix="state-write")
-    plan.early_state = pool.submit(write_now, spark, plan, options, None, None, None, plan.layout_info,
-                                   options.as_of.astimezone(dt.timezone.utc).date(), writer, True)
+    plan.early_state = pool.submit(write_now, spark, plan, spec, None, None, None, plan.layout_info,
+                                   run_date, writer, True)
     pool.shutdown(wait=False)
 
 
-def write_now(spark, plan: Plan, options, records, op_bodies, findings, layout_info, run_date, writer,
+def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, layout_info, run_date, writer,
               local: bool = False) -> list:
     """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
     ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver; with
@@ -65,10 +62,10 @@ def write_now(spark, plan: Plan, options, records, op_bodies, findings, layout_i
     from jobs.delta import sink as delta_sink
 
     fresh = plan.fresh
-    if (options.mode != "full" or (findings is None and fresh is None)
+    if (spec.mode != "full" or (findings is None and fresh is None)
             or any(_is_dledger(s) for s in layout_info)):
         return []
-    split = int(options.config.split_bytes)
+    split = spec.split_bytes
     carried = plan.carried or {}
     plan.segments = {s.broker: [[plan.run_id, None]] for s in layout_info}
     records_written = None
@@ -131,7 +128,7 @@ def write_now(spark, plan: Plan, options, records, op_bodies, findings, layout_i
         else:   # one chunk: the one-job read's rows come in one small batch per cell and task, and the
             # sink writes a row group per batch (8 GiB bench: 2,215 row groups, 3.6 s to write, 5.4 s to read)
             df = df.combine_chunks()
-        outs.append(delta_sink.write_table(df, options.out, table, options.run_id, parts, spark,
+        outs.append(delta_sink.write_table(df, plan.out, table, plan.run_id, parts, spark,
                                            run_date=run_date, writer=writer))
     plan.state_written = True
     return outs

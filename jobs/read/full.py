@@ -31,7 +31,6 @@ price of reading the CommitLog again -- only for stores whose reduction is itsel
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
@@ -39,6 +38,7 @@ from typing import Dict, Iterator, List, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.read.spec import ReadSpec
 from jobs.session import driver_cpus
 from jobs.sources.formats import (
     ANOMALIES_FORMAT,
@@ -227,7 +227,7 @@ class ReadTask:
 # driver side
 # ------------------------------------------------------------------------------------------------------------
 
-def plan_items(options, cores: int, start: Optional[Dict[str, int]] = None) -> tuple:
+def plan_items(spec: ReadSpec, cores: int, start: Optional[Dict[str, int]] = None) -> tuple:
     """(work items, the side decoders' ``sources``): the txscan plan's cell groups, then the other decoders'
     partitions.  ``start``: broker -> CommitLog offset (an incremental run's resume offset: a cell start, or a
     record start inside a cell): only the ``split_bytes`` cells from there on are read, the one holding it
@@ -237,9 +237,8 @@ def plan_items(options, cores: int, start: Optional[Dict[str, int]] = None) -> t
     from jobs.sources.formats import group_cells
 
     start = start or {}
-    split = int(options.config.split_bytes)
-    base = {"paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
-            "split_bytes": str(split)}
+    split = spec.split_bytes
+    base = spec.source_options()
     scan_opts = parse_options(TX_SCAN_FORMAT, dict(base, include_bodies="false"))
     listings = {b: store_listing(r, scan_opts.commitlog_dirs_of(r)) for b, r in scan_opts.stores}
     infos = [_Sized(sum(max(0, min(f.size, f.base_offset + f.size - start.get(b, 0)))
@@ -358,10 +357,10 @@ def split_op_bodies(records: pa.Table) -> tuple:
     return records.set_column(i, records.schema.field(i), pa.nulls(records.num_rows, pa.binary())), op_bodies
 
 
-def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
+def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = None,
                start: Optional[Dict[str, int]] = None, units=None,
                in_driver: bool = False) -> Optional[LocalRead]:
-    """The one-job read of ``options.stores`` (an audit's ``AuditOptions``), or None when its rows exceed
+    """The one-job read of ``spec.stores``, or None when its rows exceed
     ``max_rows`` (records + findings; see the module docstring).  ``start``: see :func:`plan_items`.
     ``units`` (an incremental run's): ``units.seen(findings_only_units(items))`` is called before the job,
     and the files in ``units.skip`` (broker -> paths) are not read (their findings are carried).
@@ -370,7 +369,7 @@ def read_local(spark, options, max_rows: int, timings: Optional[dict] = None,
     t0 = time.monotonic()
     sc = spark.sparkContext
     cores = int(sc.defaultParallelism or 1)
-    items, sources = plan_items(options, cores, start)
+    items, sources = plan_items(spec, cores, start)
     if units is not None:
         units.seen(findings_only_units(items))
         items = _skipping(items, units.skip)

@@ -3,8 +3,7 @@ ones) and the op records' bodies fetched by position.  Shared by ``jobs.audit.ru
 """
 from __future__ import annotations
 
-import json
-
+from jobs.read.spec import ReadSpec
 from schemas.recon import OP_BODY_COLUMNS
 from txlog_io.commitlog_layout import OP_TOPIC, TX_SYSTEM_TOPICS
 
@@ -20,10 +19,10 @@ def relevant_records(frames):
                                   | (c("magic_version") == 2))
 
 
-def op_bodies_for(spark, records, frames, options):
+def op_bodies_for(spark, records, frames, spec: ReadSpec):
     """Op message bodies (the ``op_bodies`` input of ``reconstruct``) fetched by position for the op records
     in ``records`` -- or None when ``records`` already carry bodies."""
-    if options.include_bodies:
+    if spec.include_bodies:
         return None
     from pyspark.sql import functions as F
 
@@ -31,9 +30,7 @@ def op_bodies_for(spark, records, frames, options):
     from jobs.sources.formats import COMMITLOG_FORMAT
     from jobs.sources.options import parse_options
 
-    opts = parse_options(COMMITLOG_FORMAT, {
-        "paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
-        "split_bytes": str(int(options.config.split_bytes)), "include_bodies": "true"})
+    opts = parse_options(COMMITLOG_FORMAT, spec.source_options(include_bodies="true"))
     positions = records.where(F.col("topic") == OP_TOPIC).select(
         "broker", F.col("physical_offset").alias("commitlog_offset"))
     return op_bodies_from_commitlog(fetch_records(spark, positions, frames.layout_info, opts))

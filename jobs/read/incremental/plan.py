@@ -54,6 +54,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pyarrow as pa
 
 from jobs.delta.tables import read_table
+from jobs.read.spec import ReadSpec
 from schemas.state import AUDIT_STATE, STATE_FORMAT_VERSION
 from txlog_io.errors import AnomalyKind, UsageError
 
@@ -168,45 +169,46 @@ def _is_dledger(store) -> bool:
     return bool(store.commitlog_files) and is_dledger_data_file(store.commitlog_files[0][0])
 
 
-def plan_incremental(options, layout_info: Sequence, doc: dict) -> Plan:
-    """Driver only (no Spark): the previous completed run under ``options.out`` and whether its state can be
-    continued for today's stores.  ``doc``: ``jobs.audit.run.config_document`` of this run.  Raises UsageError
-    when this run's id is the previous run's (the state would be replaced by the run continuing from it)."""
+def plan_incremental(spec: ReadSpec, out: str, run_id: str, runs_table: str, layout_info: Sequence,
+                     doc: dict) -> Plan:
+    """Driver only (no Spark): the previous completed run under ``out`` (its ``audit_runs`` table named
+    ``runs_table``) and whether its state can be continued for today's stores.  ``doc``: the run's config
+    document (``jobs.audit.plan.config_document``).  Raises UsageError when ``run_id`` is the previous run's
+    (the state would be replaced by the run continuing from it)."""
     from jobs.delta import sink as delta_sink
-    from jobs.delta.sink import RUNS_TABLE, named_table
+    from jobs.delta.sink import named_table
     from schemas.runs import AUDIT_RUNS
 
-    plan = Plan(out=options.out, run_id=options.run_id, hash=config_hash(doc), layout_info=list(layout_info))
-    runs_name = options.config.table_names.get(RUNS_TABLE, RUNS_TABLE)
-    runs = read_table(delta_sink.table_path(options.out, named_table(AUDIT_RUNS, runs_name)))
+    plan = Plan(out=out, run_id=run_id, hash=config_hash(doc), layout_info=list(layout_info))
+    runs = read_table(delta_sink.table_path(out, named_table(AUDIT_RUNS, runs_table)))
     done = [r for r in (runs.to_pylist() if runs is not None else []) if r["status"] == "COMPLETE"]
     if not done:
-        return _fallback(plan, NO_PREVIOUS_RUN, f"no completed audit run under {options.out}")
+        return _fallback(plan, NO_PREVIOUS_RUN, f"no completed audit run under {out}")
     prev = max(done, key=lambda r: (r["finished_at"], r["run_id"]))
-    if prev["run_id"] == options.run_id:
-        raise UsageError(f"--incremental: run id {options.run_id!r} is the latest completed run under "
-                         f"{options.out}; an incremental run continues from it under a new --run-id "
+    if prev["run_id"] == run_id:
+        raise UsageError(f"--incremental: run id {run_id!r} is the latest completed run under "
+                         f"{out}; an incremental run continues from it under a new --run-id "
                          f"(or none: the default is derived from --as-of)")
     plan.previous_run = prev["run_id"]
-    if options.mode != "full":
-        return _fallback(plan, MODE_UNSUPPORTED, f"mode {options.mode}: incremental state is kept for full "
+    if spec.mode != "full":
+        return _fallback(plan, MODE_UNSUPPORTED, f"mode {spec.mode}: incremental state is kept for full "
                                                  f"mode only (--mode full)")
     dledger = [s.broker for s in layout_info if _is_dledger(s)]
     if dledger:
         return _fallback(plan, MODE_UNSUPPORTED, f"DLedger store(s) {', '.join(dledger)} are not continued")
-    if sorted(prev["brokers"]) != sorted(options.brokers):
+    if sorted(prev["brokers"]) != sorted(spec.brokers):
         return _fallback(plan, BROKERS_CHANGED, f"previous run {prev['run_id']} audited brokers "
                                                 f"{sorted(prev['brokers'])}, this run "
-                                                f"{sorted(options.brokers)}")
-    state = read_table(delta_sink.table_path(options.out, AUDIT_STATE), run_id=prev["run_id"])
+                                                f"{sorted(spec.brokers)}")
+    state = read_table(delta_sink.table_path(out, AUDIT_STATE), run_id=prev["run_id"])
     headers = {r["broker"]: r for r in (state.to_pylist() if state is not None else [])}
-    if set(headers) != set(options.brokers):
+    if set(headers) != set(spec.brokers):
         return _fallback(plan, STATE_MISSING, f"previous run {prev['run_id']} wrote no audit_state for "
-                                              f"{sorted(set(options.brokers) - set(headers))} (it was not "
+                                              f"{sorted(set(spec.brokers) - set(headers))} (it was not "
                                               f"an --incremental run)")
     for store in layout_info:
         h = headers[store.broker]
-        problem = _check_store(plan, store, h, int(options.config.split_bytes))
+        problem = _check_store(plan, store, h, spec.split_bytes)
         if problem is not None:
             return _fallback(plan, *problem)
     return plan

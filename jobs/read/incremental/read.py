@@ -6,7 +6,6 @@ consume-queue files whose findings are carried instead of decoded again (:class:
 """
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import pyarrow as pa
 
 from jobs.read.incremental.plan import Plan, _fallback_rows, fallback_findings
+from jobs.read.spec import ReadSpec
 from schemas.state import CELL_OFFSET, STATE_FINDINGS, STATE_OP_BODIES, STATE_RECORDS
 
 
@@ -50,7 +50,7 @@ class UnitCarry:
             self.skip[broker] = frozenset(p for p, fp in prints.items() if prev.get(p) == fp)
 
 
-def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict] = None):
+def read_local(spark, plan: Plan, spec: ReadSpec, max_rows: int, timings: Optional[dict] = None):
     """The one-job read (jobs.read.full) of an incremental run: the CommitLog cells from ``plan.read_from``
     (the whole store when the plan falls back) and the unit files whole, with the carried rows (deltalake,
     driver) put before this run's -> a ``full_read.LocalRead`` for ``full_read.reduce_local``, or None when
@@ -66,9 +66,9 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
     with ThreadPoolExecutor(1) as pool:
         # the carried records and op bodies (deltalake reads, most of the carried bytes) are read while the
         # job runs: the driver only waits for it; the findings need the unit files the read skips (below)
-        early = pool.submit(_load_carried, plan, options, False) if plan.continuing else None
+        early = pool.submit(_load_carried, plan, spec, False) if plan.continuing else None
         # a continuation reads little: in the driver when small enough (full_read.CONTINUATION_DRIVER_BYTES)
-        read = one_job_read(spark, options, max_rows, timings,
+        read = one_job_read(spark, spec, max_rows, timings,
                             start=plan.read_from if plan.continuing else None, units=plan.units,
                             in_driver=plan.continuing)
         early = early.result() if early is not None else None
@@ -78,7 +78,7 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
     if not plan.continuing:
         plan.fresh = read
         fallback = pa.Table.from_pylist([dict(zip(read.anomalies.schema.names, r, strict=True))
-                                         for r in _fallback_rows(plan, options.brokers)],
+                                         for r in _fallback_rows(plan, spec.brokers)],
                                         schema=read.anomalies.schema)
         return LocalRead(**dict(vars(read), anomalies=pa.concat_tables([read.anomalies, fallback])))
     c = dict(early, findings=_carried(plan, STATE_FINDINGS, None))
@@ -94,9 +94,9 @@ def read_local(spark, plan: Plan, options, max_rows: int, timings: Optional[dict
         anomalies=pa.concat_tables([_conform(c["findings"], read.anomalies.schema), read.anomalies])))
 
 
-def _load_carried(plan: Plan, options, findings: bool = True) -> Dict[str, Optional[pa.Table]]:
+def _load_carried(plan: Plan, spec: ReadSpec, findings: bool = True) -> Dict[str, Optional[pa.Table]]:
     out = {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
-           "op_bodies": (None if options.include_bodies
+           "op_bodies": (None if spec.include_bodies
                          else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
     if findings:
         out["findings"] = _carried(plan, STATE_FINDINGS, None)
@@ -110,7 +110,7 @@ def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
                                  else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
-def evidence(spark, plan: Plan, frames, options, persist):
+def evidence(spark, plan: Plan, frames, spec: ReadSpec, persist):
     """(records, op_bodies or None, anomalies, scan_findings) for ``jobs.audit.run``: the whole store's when the
     plan falls back, else a scan of the CommitLog from ``read_from`` -- the carried rows below it are read
     into ``plan.carried`` (Arrow, driver; ``carried_input`` gives them to the reducer, ``write_state`` writes
@@ -122,23 +122,21 @@ def evidence(spark, plan: Plan, frames, options, persist):
     if not plan.continuing:
         persist(frames.scan)
         records = relevant_records(frames)
-        anomalies = frames.anomalies.unionByName(fallback_findings(spark, plan, options.brokers))
+        anomalies = frames.anomalies.unionByName(fallback_findings(spark, plan, spec.brokers))
         scan_findings = split_tx_scan(frames.scan)[1] if frames.scan is not None else None
-        return records, op_bodies_for(spark, records, frames, options), anomalies, scan_findings
+        return records, op_bodies_for(spark, records, frames, spec), anomalies, scan_findings
     from jobs.sources.formats import ANOMALIES_FORMAT, SIDE_SOURCES
 
-    scan = persist(_tail_scan(spark, plan, frames.layout_info, options))
+    scan = persist(_tail_scan(spark, plan, frames.layout_info, spec))
     new_records, new_findings = split_tx_scan(scan)
     new_records = relevant_records(SimpleNamespace(mode="full", commitlog=new_records))
     # the carried rows stay Arrow on the driver: the reducer and the state writer take them as they are
-    plan.carried = _load_carried(plan, options)
+    plan.carried = _load_carried(plan, spec)
     op_bodies = None
-    if not options.include_bodies:
-        op_bodies = op_bodies_for(spark, new_records, frames, options).select(*STATE_OP_BODIES.names)
+    if not spec.include_bodies:
+        op_bodies = op_bodies_for(spark, new_records, frames, spec).select(*STATE_OP_BODIES.names)
     side = (spark.read.format(ANOMALIES_FORMAT)
-            .options(paths=json.dumps(list(options.stores)), brokers=",".join(options.brokers),
-                     split_bytes=str(int(options.config.split_bytes)),
-                     sources=SIDE_SOURCES).load())
+            .options(**spec.source_options(sources=SIDE_SOURCES)).load())
     return new_records, op_bodies, side.unionByName(new_findings), new_findings
 
 
@@ -148,7 +146,7 @@ def carried_rows(plan: Optional[Plan], name: str) -> int:
     return 0 if t is None else t.num_rows
 
 
-def _tail_scan(spark, plan: Plan, layout_info, options):
+def _tail_scan(spark, plan: Plan, layout_info, spec: ReadSpec):
     """``rocketmq_txscan`` rows of the CommitLog from ``plan.read_from``: the cells a full scan has there
     (files cut at ``split_bytes`` from their start; the one holding read_from read from it), decoded by the
     same one-pass reader."""
@@ -157,7 +155,7 @@ def _tail_scan(spark, plan: Plan, layout_info, options):
     from schemas.sources import SOURCE_TABLES
 
     register(spark)
-    split = int(options.config.split_bytes)
+    split = spec.split_bytes
     # the very cells of a full scan (datasources.commitlog_ranges), from the resume offset on (findings have
     # no cell here: the next run carries them by position)
     cells = [(r.broker, r.path, r.base_offset, r.start, r.end)
@@ -169,7 +167,7 @@ def _tail_scan(spark, plan: Plan, layout_info, options):
     frame = spark.createDataFrame(cells, "broker string, path string, base_offset bigint, start bigint, "
                                          "end bigint")
     frame = frame.repartition(max(1, min(len(cells), 4 * spark.sparkContext.defaultParallelism)))
-    return frame.mapInArrow(_Cells(bool(options.include_bodies)), schema)
+    return frame.mapInArrow(_Cells(spec.include_bodies), schema)
 
 
 class _Cells:

@@ -25,7 +25,6 @@ of units below that takes this read, 3.x stores included.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ from jobs.read.indexed.lookup import (
 )
 from jobs.read.indexed.plan import DRIVER_READ_BYTES, index_units, plan_indexed
 from jobs.read.indexed.tails import idle_ranges, idle_tail_anomalies
+from jobs.read.spec import ReadSpec
 from jobs.read.stores import commitlog_dirs, has_transaction_index, infos, missing_file_findings
 from jobs.sources.formats import (
     ANOMALIES_FORMAT,
@@ -151,10 +151,9 @@ class _Plan:
     commitlog_dirs: dict        # broker -> its CommitLog directory (MISSING_FILE findings)
 
 
-def plan_read(options, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Plan]:
-    """The work items of an indexed read of ``options.stores``, or None when the plan needs Spark."""
-    base = {"paths": json.dumps(list(options.stores)), "brokers": ",".join(options.brokers),
-            "split_bytes": str(int(options.config.split_bytes))}
+def plan_read(spec: ReadSpec, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Plan]:
+    """The work items of an indexed read of ``spec.stores``, or None when the plan needs Spark."""
+    base = spec.source_options()
     opts = parse_options(COMMITLOG_FORMAT, dict(base, include_bodies="false"))
     info = infos(opts)
     indexed = [s for s in info if has_transaction_index(s) and s.commitlog_files]
@@ -186,7 +185,7 @@ def plan_read(options, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Pla
         return None
     items: list = lookup_items(info, units.keys, cores) + probes
     gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
-    items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, int(options.config.split_bytes))]
+    items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, spec.split_bytes)]
     items += side
     return _Plan(items, side_opts.sources, gap_rows, idle, units, commitlog_dirs(info))
 
@@ -199,13 +198,14 @@ def _by_broker(positions: pa.Table) -> Dict[str, set]:
     return out
 
 
-def read_indexed_local(spark, options, max_rows: int, timings: Optional[dict] = None) -> Optional[LocalRead]:
-    """The one-job indexed read of ``options.stores`` (an audit's ``AuditOptions``), or None: the DataFrame
-    plan then reads (see the module docstring)."""
+def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
+                       timings: Optional[dict] = None) -> Optional[LocalRead]:
+    """The one-job indexed read of ``spec.stores``, or None: the DataFrame plan then reads (see the module
+    docstring)."""
     t0 = time.monotonic()
     sc = spark.sparkContext
     cores = int(sc.defaultParallelism or 1)
-    plan = plan_read(options, cores, max_rows)
+    plan = plan_read(spec, cores, max_rows)
     if plan is None:
         return None
     t1 = time.monotonic()
