@@ -5,7 +5,6 @@ every scenario and profile (the damaged ones under every profile), all brokers i
 when the rows are too many for the driver."""
 from __future__ import annotations
 
-
 import pyarrow as pa
 import pytest
 
