@@ -62,7 +62,8 @@ TRANSACTIONS = Table.of(
             "state",
             _str,
             False,
-            "COMMITTED, ROLLED_BACK, DISCARDED or PREPARED (a COMMIT record wins over everything)",
+            "COMMITTED, ROLLED_BACK, DISCARDED, PREPARED or UNKNOWN_DAMAGED (resolved by an op, the COMMIT "
+            "record's bytes unreadable); a COMMIT record wins over everything",
         ),
         C(
             "prepared_commitlog_offset",

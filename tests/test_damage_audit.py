@@ -1,7 +1,7 @@
 """A CommitLog file cut right after a record: the decoder reports TRUNCATED_FILE (RocketMQ always leaves >= 8
 bytes of BLANK filler or zeros after a record), and the audit never changes a transaction's state silently:
-every transaction whose state differs from the intact store's carries EVIDENCE_IN_DAMAGED_RANGE (and a
-REVIEW_EVIDENCE recovery entry), in both modes."""
+every transaction whose state differs from the intact store's carries STATE_UNCERTAIN_DAMAGED_RANGE (and a
+CHECK_BACK_DAMAGED recovery entry), in both modes."""
 from __future__ import annotations
 
 import gzip
@@ -63,10 +63,10 @@ def test_no_silent_state_change_after_a_cut(spark, tmp_path):
         damaged = {k: t for (b, k), t in by.items() if b == "cut"}
         changed = [k for k, t in damaged.items() if t["state"] != intact[k]["state"]]
         assert changed, mode                        # the cut does lose commits / ops / discards
-        assert all("EVIDENCE_IN_DAMAGED_RANGE" in damaged[k]["flags"] for k in changed), mode
-        assert not any("EVIDENCE_IN_DAMAGED_RANGE" in t["flags"] for t in intact.values()), mode
+        assert all("STATE_UNCERTAIN_DAMAGED_RANGE" in damaged[k]["flags"] for k in changed), mode
+        assert not any("STATE_UNCERTAIN_DAMAGED_RANGE" in t["flags"] for t in intact.values()), mode
         review = {(r["broker"], r["transaction_key"]) for r in result.arrow["recovery"].to_pylist()
-                  if r["action"] == "REVIEW_EVIDENCE"}
+                  if r["action"] == "CHECK_BACK_DAMAGED"}
         assert all(("cut", k) in review for k in changed), mode
         codes = [a["code"] for a in result.arrow["anomalies"].to_pylist() if a["broker"] == "cut"]
         assert "TRUNCATED_FILE" in codes, mode

@@ -288,6 +288,7 @@ class Oracle:
             critical = "PAST_DEADLINE" in f or self.deadline - st.as_of <= 60_000
             self.priority = "CRITICAL" if critical else "HIGH" if "PREPARED_NEVER_CHECKED" in f else "NORMAL"
         conds = {
+            "CHECK_BACK_DAMAGED": "STATE_UNCERTAIN_DAMAGED_RANGE" in f,
             "REBUILD_STATETABLE": bool(f & set(ST_CODES)),
             "REVIEW_CONFLICTING_ENDS": "CONFLICTING_ENDS" in f,
             "REVIEW_DUPLICATE_COMMIT": "DUPLICATE_COMMIT" in f,
@@ -479,6 +480,11 @@ def test_flags_of_every_transaction_equal_the_ledger(views, mode):
         r = v["rows"][k]
         got = set(r["flags"])
         assert got <= set(FLAGS) and not got & ANOMALY_ONLY
+        if "STATE_UNCERTAIN_DAMAGED_RANGE" in got:
+            # the damage annotation (tests/test_damage_inference.py) on a damaged scenario's store; the oracle
+            # models the broker's own view, which holds the same state
+            assert k[0].split("_", 1)[1] in DAMAGED and r["state"] in ("PREPARED", "DISCARDED"), (k, r["state"])
+            got.discard("STATE_UNCERTAIN_DAMAGED_RANGE")
         if got != o.flags:
             wrong.append((k[0], o.e["keys"], "missing", sorted(o.flags - got), "unexpected", sorted(got - o.flags)))
         assert r["deadline_ms"] == o.deadline, (k, o.e["keys"])
@@ -625,11 +631,16 @@ def test_check_back_worklist_holds_exactly_the_expected_transactions(views, mode
 def test_recovery_worklist_holds_exactly_the_expected_actions(views, mode):
     v = views[mode]
     expected = {k: o.actions for k, o in v["oracles"].items() if o.visible and o.actions}
-    got = {k: r["actions"] for k, r in v["recovery"].items()}
+    # CHECK_BACK_DAMAGED follows the damage annotation the oracle does not model (see the flags test)
+    got = {k: [a for a in r["actions"] if a != "CHECK_BACK_DAMAGED"] for k, r in v["recovery"].items()}
+    got = {k: a for k, a in got.items() if a}
     wrong = [(k, expected.get(k), got.get(k)) for k in set(expected) | set(got) if expected.get(k) != got.get(k)]
     assert not wrong, wrong[:10]
     for k, r in v["recovery"].items():
         o = v["oracles"][k]
+        if r["action"] == "CHECK_BACK_DAMAGED":
+            assert k[0].split("_", 1)[1] in DAMAGED, k
+            continue
         assert r["action"] == o.actions[0]
         assert r["mark_done_half_offsets"] == (o.open_copies if "MARK_DONE" in o.actions else [])
         if r["action"] == "RESUME_DISCARDED":

@@ -9,7 +9,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
-STATE_ORDER = ("COMMITTED", "ROLLED_BACK", "DISCARDED", "PREPARED")
+from jobs.reconstruct.params import STATES
+
+STATE_ORDER = STATES
 WORKLISTS = ("check_back_worklist", "recovery_worklist")
 TOP_FLAGS = 8
 

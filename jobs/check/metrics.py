@@ -8,7 +8,7 @@ Registry (:data:`METRICS` documents each name; :func:`metric_names` lists every 
 
 =================================  ===========================================================================
 ``transactions``                   rows of ``transactions``
-``state.<STATE>``                  transactions in that state (COMMITTED, ROLLED_BACK, DISCARDED, PREPARED)
+``state.<STATE>``                  transactions in that state (COMMITTED, ROLLED_BACK, DISCARDED, PREPARED, UNKNOWN_DAMAGED)
 ``prepared_past_timeout``          PREPARED transactions flagged PREPARED_PAST_TIMEOUT (due for a check-back)
 ``prepared_past_deadline``         PREPARED transactions whose ``deadline_ms <= as_of_ms`` (the broker should
                                    already have discarded them, or retention deleted them)
@@ -41,10 +41,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.reconstruct.flags import ANOMALY_ONLY, FLAGS, RECOVERY_ACTIONS
+from jobs.reconstruct.params import STATES as TX_STATES
 from schemas.quality import ALL_INSTANCE, ENTITY_ALL, ENTITY_BROKER
 from txlog_io.errors import AnomalyKind, UsageError
 
-STATES = ("COMMITTED", "ROLLED_BACK", "DISCARDED", "PREPARED")
+STATES = TX_STATES
 #: check_back_worklist.priority values (jobs.reconstruct.spark.check_back_worklist)
 PRIORITIES = ("CRITICAL", "HIGH", "NORMAL")
 FINDING_KINDS = tuple(sorted({v for k, v in vars(AnomalyKind).items()

@@ -104,11 +104,16 @@ FLAGS: dict = {
         "file -- size, gap, missing file -- do not count), or one of them fails its body CRC (the record "
         "still counts as evidence: BODYCRC covers only the body)."
     ),
-    "EVIDENCE_IN_DAMAGED_RANGE": (
-        "The transaction's state rests on the absence of later evidence (PREPARED, DISCARDED, or ROLLED_BACK "
-        "from an op without a COMMIT record) while CommitLog bytes after its first record were lost to "
-        "damage (a file cut short right after a record: TRUNCATED_FILE, or a gap between files: FILE_GAP): its "
-        "commit, op or discard may have been there."
+    "STATE_UNCERTAIN_DAMAGED_RANGE": (
+        "The state rests on the absence of a record (ROLLED_BACK from an op without a COMMIT record, PREPARED "
+        "from no op / COMMIT / ROLLBACK record, DISCARDED from no resolution) while CommitLog bytes where "
+        "that record would lie could not be read (a cut file, a torn or garbled record, a zeroed page, "
+        "garbage, a missing file: jobs/reconstruct/damage.py).  The window per inference: a COMMIT record "
+        "lies after the half it commits and before its op (EndTransactionProcessor writes it first); a "
+        "resolution or discard of a PREPARED / DISCARDED one anywhere after its first half record.  An "
+        "op-rolled-back one becomes UNKNOWN_DAMAGED; PREPARED and DISCARDED keep their state (what the broker "
+        "itself acts on).  A STATE_UNCERTAIN_DAMAGED_RANGE finding (audit_anomalies, same transaction_key) "
+        "names the damaged range and the window."
     ),
     "EVIDENCE_NOT_COMMITTED": (
         "DLedger (Raft) store: one of the transaction's records lies past the DLedger checkpoint's "
@@ -152,6 +157,11 @@ ANOMALY_ONLY = frozenset({"OP_WITHOUT_HALF", "OP_BODY_UNPARSABLE", "OP_BODY_MISS
 
 #: recovery_worklist actions, most important first (a transaction's ``action`` is the first that applies).
 RECOVERY_ACTIONS: dict = {
+    "CHECK_BACK_DAMAGED": (
+        "STATE_UNCERTAIN_DAMAGED_RANGE: the state rests on CommitLog bytes that could not be read.  Ask the "
+        "producer group for the outcome (a check-back: CHECK_TRANSACTION_STATE with the transaction id, the "
+        "row is in check_back_worklist when a half copy survives) before any other action on it."
+    ),
     "REBUILD_STATETABLE": (
         "3.x: the statetable does not reflect the CommitLog (missing unit, wrong index, or stale state). "
         "Rebuild it from the CommitLog/redolog (offline, broker stopped) so the check timer sees exactly the "
@@ -182,7 +192,7 @@ RECOVERY_ACTIONS: dict = {
     ),
     "REVIEW_EVIDENCE": (
         "The state rests on damaged, missing or uncommitted evidence (CORRUPT_RECORD, CQ_MISMATCH, "
-        "EVIDENCE_IN_DELETED_RANGE, EVIDENCE_IN_DAMAGED_RANGE, PREPARED_RECORD_MISSING, "
+        "EVIDENCE_IN_DELETED_RANGE, PREPARED_RECORD_MISSING, "
         "EVIDENCE_NOT_COMMITTED): verify before acting on it."
     ),
 }

@@ -37,6 +37,11 @@ PROFILES = {
 }
 
 COMMITTED, ROLLED_BACK, PREPARED, DISCARDED = "COMMITTED", "ROLLED_BACK", "PREPARED", "DISCARDED"
+#: resolved (an op record names it) but whether committed or rolled back is unknown: the COMMIT record would lie
+#: in CommitLog bytes that could not be read (jobs/reconstruct/damage.py)
+UNKNOWN_DAMAGED = "UNKNOWN_DAMAGED"
+#: every state a transaction can have, in the order reports list them
+STATES = (COMMITTED, ROLLED_BACK, DISCARDED, PREPARED, UNKNOWN_DAMAGED)
 #: txlog_io anomaly kinds about a whole mapped file, not a record in it (never CORRUPT_RECORD)
 FILE_LEVEL_ANOMALIES = (
     "FILE_SIZE_MISMATCH",

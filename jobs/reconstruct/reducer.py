@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from jobs.reconstruct import rules as txrules
 from jobs.reconstruct import split as txsplit
+from jobs.reconstruct.damage import damaged_ranges
 from jobs.reconstruct.evidence import (
     COPY,
     DISCARD,
@@ -319,20 +320,6 @@ def _uncommitted_rows(ev: Evidence, anomalies: pa.Table) -> np.ndarray:
     return np.nonzero(_tx_rows(ev) & np.isin(ev.c["role"], _EVIDENCE_ROLES) & ok & (lo >= first))[0]
 
 
-#: decoder findings that mean CommitLog bytes of unknown extent were lost from their offset on (a torn last
-#: record after a crash, TRUNCATED_RECORD, loses that one record only: RocketMQ's recovery drops it too)
-LOST_BYTES = ("TRUNCATED_FILE", "FILE_GAP")
-
-
-def _lost_at(anomalies: pa.Table) -> Optional[int]:
-    """EVIDENCE_IN_DAMAGED_RANGE (jobs/reconstruct/rules.py): the newest offset from which CommitLog bytes were lost."""
-    if not anomalies.num_rows:
-        return None
-    sel = pc.and_(pc.is_in(anomalies.column("kind"), pa.array(LOST_BYTES)),
-                  pc.equal(anomalies.column("source"), "commitlog"))
-    return pc.max(anomalies.column("physical_offset").filter(pc.fill_null(sel, False))).as_py()
-
-
 def _reconstruct_finding(broker, code, physical_offset, queue_id, queue_offset, detail, topic=OP_TOPIC):
     return {"broker": broker, "code": code, "source": "reconstruct", "physical_offset": physical_offset,
             "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "transaction_key": None,
@@ -384,10 +371,12 @@ def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op
     broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
     tx_tables, findings = [], []
     for b, p in zip(brokers, per, strict=True):
+        uncertain: list = []
         tx_tables.append(txsplit.transactions(b, p["evidence"], p["facts"], profiles[b]["profile"],
-                                              broker_params.get(b), p["problems"], p["lost_at"],
-                                              pool=pool))
+                                              broker_params.get(b), p["problems"], p["damaged"],
+                                              pool=pool, findings=uncertain))
         findings += p["findings"]
+        findings += [row for t in uncertain for row in t.to_pylist()]
     tx = pa.concat_tables(tx_tables) if tx_tables else TRANSACTIONS.arrow_schema().empty_table()
     return {
         "transactions": tx,
@@ -452,7 +441,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     findings.extend(missing_bodies)
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
-            "lost_at": _lost_at(anomalies)}
+            "damaged": damaged_ranges(anomalies)}
 
 
 def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.reconstruct.damage import EMPTY as NO_DAMAGE
+from jobs.reconstruct.damage import DamagedRanges
 from jobs.reconstruct.evidence import (
     COMMIT_T,
     COPY,
@@ -63,14 +65,16 @@ from jobs.reconstruct.params import (
     PREPARED,
     ROLLED_BACK,
     SEP,
+    UNKNOWN_DAMAGED,
     AuditParams,
 )
-from schemas.audit import CHECK_BACK, RECOVERY, TRANSACTIONS
+from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, RECOVERY, TRANSACTIONS
 
 _ST_CODES = ("STATETABLE_MISSING_PREPARED", "STATETABLE_INDEX_MISMATCH", "STATETABLE_COMMITLOG_DISAGREE",
              "STATETABLE_REDOLOG_DISAGREE")
 _EV_CODES = ("CORRUPT_RECORD", "CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE", "PREPARED_RECORD_MISSING",
-             "EVIDENCE_NOT_COMMITTED", "EVIDENCE_IN_DAMAGED_RANGE")
+             "EVIDENCE_NOT_COMMITTED")
+UNCERTAIN = "STATE_UNCERTAIN_DAMAGED_RANGE"
 _EXPIRED_CODES = ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", "PAST_DEADLINE")
 
 
@@ -158,11 +162,12 @@ def _str_max_row(g: Groups, mask: np.ndarray, s: pa.Array) -> np.ndarray:
 
 def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[str],
                  params: Optional[AuditParams], problems: Sequence[Tuple[np.ndarray, str]] = (),
-                 lost_at: Optional[int] = None) -> pa.Table:
+                 damaged: Optional[DamagedRanges] = None, findings: Optional[list] = None) -> pa.Table:
     """The TRANSACTIONS rows of one broker from its linked evidence (every transaction id with a copy, end,
     op, discard, statetable unit or redolog PREPARED unit).  ``problems``: (evidence rows, flag) pairs from
-    the findings; ``lost_at``: the newest CommitLog offset from which bytes were lost (TRUNCATED_FILE /
-    FILE_GAP), for EVIDENCE_IN_DAMAGED_RANGE."""
+    the findings; ``damaged``: the broker's lost CommitLog ranges (jobs/reconstruct/damage.py), for
+    STATE_UNCERTAIN_DAMAGED_RANGE; ``findings``: when given, an AUDIT_ANOMALIES table of one finding per
+    transaction so flagged (the range and the record it misses) is appended to it."""
     enc = pc.dictionary_encode(ev.s["tx"]) if ev.n else pa.DictionaryArray.from_arrays(
         pa.array([], pa.int32()), pa.array([], pa.string()))
     gid = np.asarray(pc.fill_null(enc.indices, -1)).astype(np.int64)
@@ -329,10 +334,18 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
         "REDOLOG_COMMITLOG_DISAGREE": legacy & has_redo & has_first & ((n_rp == 0) | redo_ne_cl),
     }
     prepared_off = where(has_first, first_phys, coalesce(end_pto, p_long))
-    if lost_at is not None:         # see txreduce: the state rests on evidence NOT being there
-        first_any = _least(prepared_off, first_phys)
-        by_absence = prepared | (state == DISCARDED) | ((state == ROLLED_BACK) & half & (n_rb == 0))
-        codes["EVIDENCE_IN_DAMAGED_RANGE"] = first_any[1] & (first_any[0] < lost_at) & by_absence
+    # a state reached by the absence of a record, while bytes where that record would lie are lost: the
+    # window per inference is documented in docs/robustness.md ("Inference only from complete evidence")
+    damaged = NO_DAMAGE if damaged is None else damaged
+    rb_absent = (state == ROLLED_BACK) & half & (n_commit == 0) & (n_rb == 0) & (n_ops > 0)
+    open_ended = prepared | (state == DISCARDED)
+    first_any = _least(prepared_off, first_phys)
+    op_rec = g.max(i["physical_offset"], is_op)
+    window_hi = (op_rec[0], op_rec[1] & rb_absent)          # null: open to the end of the log
+    lost = (damaged.first_overlap(first_any, window_hi) if len(damaged) else np.full(G, -1, np.int64))
+    uncertain = (rb_absent | open_ended) & (lost >= 0)
+    unknown = rb_absent & uncertain
+    codes[UNCERTAIN] = uncertain
     fg, fc_codes = [], []
     for name, on in codes.items():
         hit = np.nonzero(on)[0]
@@ -373,9 +386,45 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
         "flags": flags, "deadline_ms": to_arrow(*deadline), "profile": pa.array([profile] * G, pa.string()),
         "as_of_ms": to_arrow(*as_of),
     }
+    if unknown.any():
+        cols["state"] = pa.array(np.where(unknown, UNKNOWN_DAMAGED, state), pa.string())
     schema = TRANSACTIONS.arrow_schema()
     out = pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+    if findings is not None and uncertain.any():
+        findings.append(_uncertain_findings(broker, key, state, uncertain & keep, unknown, first_any, op_rec,
+                                            lost, damaged))
     return out.filter(pa.array(keep)) if not keep.all() else out
+
+
+def _uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, unknown: np.ndarray,
+                        lo: Nullable, op_rec: Nullable, hit: np.ndarray, damaged: DamagedRanges) -> pa.Table:
+    """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the window its missing record
+    must lie in and the damaged range inside it (AUDIT_ANOMALIES rows)."""
+    rows = np.nonzero(on)[0]
+    n, k = len(rows), hit[rows]
+    text = (lambda v, ok: pc.fill_null(pc.cast(to_arrow(v[rows], ok[rows]), pa.string()), "?"))
+    what = pa.array(np.asarray(damaged.what, dtype=object)[k], pa.string())
+    lo_s, op_s = text(*lo), text(*op_rec)
+    rb = pa.array(unknown[rows])
+    detail = pc.if_else(
+        rb,
+        pc.binary_join_element_wise(
+            "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
+            " resolves it but no COMMIT record was read; EndTransactionProcessor writes the COMMIT record before "
+            "the op, so it would lie between the half record at ", lo_s, " and ", op_s,
+            ", where CommitLog bytes were not readable: ", what, ""),
+        pc.binary_join_element_wise(
+            pa.array(state[rows], pa.string()), ": no op, COMMIT or ROLLBACK record was read after the first "
+            "half/prepared record at ", lo_s, ", and CommitLog bytes after it were not readable: ", what,
+            "; its resolution may have been there", ""))
+    start, end = damaged.start[k], damaged.end[k]
+    cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
+            "source": pa.array(["reconstruct"] * n, pa.string()), "physical_offset": pa.array(start, pa.int64()),
+            "transaction_key": key.take(pa.array(rows, pa.int64())), "length": pa.array(end - start, pa.int64()),
+            "detail": detail}
+    schema = AUDIT_ANOMALIES.arrow_schema()
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
 
 
 def _optional_list(v: np.ndarray, on: np.ndarray) -> pa.Array:
@@ -405,15 +454,17 @@ def check_back(transactions: pa.Table, critical_within_ms: int = 60000) -> pa.Ta
     transaction key (see jobs.reconstruct.spark.check_back_worklist)."""
     t = transactions
     fl = t.column("flags")
-    cand = (_np(pc.equal(t.column("state"), PREPARED)) & flag_rows(fl, ("PREPARED_PAST_TIMEOUT",))
-            & valid(t.column("newest_copy_commitlog_offset")) & valid(t.column("producer_group"))
-            & ~flag_rows(fl, ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES)))
+    unknown = _np(pc.equal(t.column("state"), UNKNOWN_DAMAGED))
+    cand = (((_np(pc.equal(t.column("state"), PREPARED)) & flag_rows(fl, ("PREPARED_PAST_TIMEOUT",))
+              & ~flag_rows(fl, ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES))) | unknown)
+            & valid(t.column("newest_copy_commitlog_offset")) & valid(t.column("producer_group")))
     t = t.filter(pa.array(cand))
     fl = t.column("flags")
     dl, as_of = ints(t.column("deadline_ms")), ints(t.column("as_of_ms"))
     critical = flag_rows(fl, ("PAST_DEADLINE",)) | (dl[1] & as_of[1]
                                                     & (dl[0] - as_of[0] <= critical_within_ms))
-    prio = np.where(critical, 0, np.where(flag_rows(fl, ("PREPARED_NEVER_CHECKED",)), 1, 2))
+    unknown = _np(pc.equal(t.column("state"), UNKNOWN_DAMAGED))
+    prio = np.where(critical, 0, np.where(flag_rows(fl, ("PREPARED_NEVER_CHECKED",)) | unknown, 1, 2))
     age = ints(t.column("age_ms"))
     order = pc.sort_indices(pa.table({
         "p": prio, "dn": ~dl[1], "d": dl[0], "an": ~age[1], "a": -age[0],
@@ -459,6 +510,7 @@ def recovery(transactions: pa.Table) -> pa.Table:
     t = transactions
     fl, state = t.column("flags"), t.column("state")
     on = {
+        "CHECK_BACK_DAMAGED": flag_rows(fl, (UNCERTAIN,)),
         "REBUILD_STATETABLE": flag_rows(fl, _ST_CODES),
         "REVIEW_CONFLICTING_ENDS": flag_rows(fl, ("CONFLICTING_ENDS",)),
         "REVIEW_DUPLICATE_COMMIT": flag_rows(fl, ("DUPLICATE_COMMIT",)),
@@ -486,6 +538,9 @@ def recovery(transactions: pa.Table) -> pa.Table:
         first = np.where(m, k, first)
     commits = _joined(col("commit_offsets"))
     text = {
+        "CHECK_BACK_DAMAGED": pc.binary_join_element_wise(
+            col("state"), " rests on CommitLog bytes that could not be read (finding ", UNCERTAIN,
+            "): ask the producer for the outcome", ""),
         "REBUILD_STATETABLE": pc.binary_join_element_wise("statetable: ", _filtered_join(fl, _ST_CODES, ", "),
                                                           ""),
         "REVIEW_CONFLICTING_ENDS": pc.binary_join_element_wise(

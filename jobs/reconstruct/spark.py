@@ -40,7 +40,9 @@ Reconstruction rules (store-format reference sections 7, 8, 10, 11):
   disagreement among CommitLog, statetable and redolog is flagged.
 * state: any COMMIT record -> COMMITTED (authoritative, even when also discarded or rolled back: flagged);
   else a ROLLBACK record or an op (4.3+ writes no rollback record) -> ROLLED_BACK; else a 3.x statetable
-  COMMIT/ROLLBACK unit; else a discard -> DISCARDED; else PREPARED.
+  COMMIT/ROLLBACK unit; else a discard -> DISCARDED; else PREPARED.  A state reached by the absence of a
+  record while CommitLog bytes where it would lie were not readable is flagged
+  STATE_UNCERTAIN_DAMAGED_RANGE (jobs/reconstruct/damage.py); an op-rolled-back one becomes UNKNOWN_DAMAGED.
 
 Deadline (``deadline_ms``, PREPARED only), with T = transactionTimeOut or the message's check immunity
 (CHECK_IMMUNITY_TIME_IN_SECONDS x 1000), I = transactionCheckInterval, M = transactionCheckMax, c = the newest

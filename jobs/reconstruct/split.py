@@ -3,7 +3,7 @@ contiguous ranges of transaction ids, one range per thread, and the parts are co
 
 Why this is exact: ``txrules.transactions`` groups the linked evidence by transaction id (dictionary order =
 order of first appearance) and every rule is a per-group expression (the broker's facts, profile, params and
-``lost_at`` are scalars given to every part).  A part takes ALL rows of the ids in its range, in input order,
+``damaged`` ranges are given to every part; each part's findings are kept in part order).  A part takes ALL rows of the ids in its range, in input order,
 so each group sees the same rows in the same order (ties picked by "earliest row" stay the same), the part's
 own dictionary order is the global one restricted to its ids, and concatenating the parts in range order
 gives today's rows in today's order.  Rows without an id belong to no group and are dropped (the rules ignore
@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.reconstruct import rules as txrules
+from jobs.reconstruct.damage import DamagedRanges
 from jobs.reconstruct.evidence import Evidence
 from jobs.session import driver_cpus
 
@@ -91,26 +92,32 @@ def _local(rows: np.ndarray, n: int) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def transactions(broker: str, ev: Evidence, facts, profile, params,
-                 problems: Sequence[Tuple[np.ndarray, str]] = (), lost_at: Optional[int] = None,
-                 parts: Optional[int] = None, pool: Optional[ThreadPoolExecutor] = None) -> pa.Table:
+                 problems: Sequence[Tuple[np.ndarray, str]] = (), damaged: Optional[DamagedRanges] = None,
+                 parts: Optional[int] = None, pool: Optional[ThreadPoolExecutor] = None,
+                 findings: Optional[list] = None) -> pa.Table:
     """``txrules.transactions`` of one broker, in ``parts`` threads (default: parts_for(ev.n)); same rows,
-    same order."""
+    same order; ``findings`` as there, in the same order too."""
     parts = parts_for(ev.n) if parts is None else parts
     if parts <= 1 or ev.n == 0:
-        return txrules.transactions(broker, ev, facts, profile, params, problems, lost_at)
+        return txrules.transactions(broker, ev, facts, profile, params, problems, damaged, findings)
 
-    def one(rows: np.ndarray) -> pa.Table:
+    def one(rows: np.ndarray) -> Tuple[pa.Table, list]:
         to_local = _local(rows, ev.n)
+        mine: list = []
         return txrules.transactions(broker, ev.rows(rows), facts, profile, params,
-                                    [(to_local(r), code) for r, code in problems], lost_at)
+                                    [(to_local(r), code) for r, code in problems], damaged, mine), mine
 
     split = [rows for rows in split_by_transaction(ev, parts) if len(rows)]
     if len(split) <= 1:
-        return txrules.transactions(broker, ev, facts, profile, params, problems, lost_at)
+        return txrules.transactions(broker, ev, facts, profile, params, problems, damaged, findings)
     if pool is not None:
-        return pa.concat_tables(list(pool.map(one, split)))
-    with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="txreduce") as own:
-        return pa.concat_tables(list(own.map(one, split)))
+        got = list(pool.map(one, split))
+    else:
+        with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="txreduce") as own:
+            got = list(own.map(one, split))
+    if findings is not None:
+        findings.extend(f for _, mine in got for f in mine)
+    return pa.concat_tables([t for t, _ in got])
 
 
 __all__ = ["PARALLEL_MIN_ROWS", "arrow_allocator", "parts_for", "split_by_transaction",

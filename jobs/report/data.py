@@ -23,12 +23,13 @@ import pyarrow as pa
 
 from jobs.delta.tables import column_names, read_table
 from jobs.delta.tables import is_delta as _is_delta
+from jobs.reconstruct.params import STATES
 from schemas.runs import AUDIT_RUNS
 
 RUNS_TABLE = "audit_runs"
 CHECKS_TABLE = "check_results"
 URGENT_ROWS = 25            # most urgent PREPARED transactions listed
-STATE_ORDER = ("COMMITTED", "ROLLED_BACK", "DISCARDED", "PREPARED")
+STATE_ORDER = STATES
 _RANGE = re.compile(r"\[(\d+), (\d+)\)")          # INDEX_INCOMPLETE detail: "... CommitLog [start, end) ..."
 _COMMITLOG_NAME = re.compile(r"(?:^|/)(\d{20})$")  # a CommitLog file path: the 20-digit base offset
 

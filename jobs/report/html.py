@@ -22,7 +22,8 @@ SECTIONS = {
                    "long each phase took."),
     "states": ("Transaction states per broker", "Every transactional message ends COMMITTED (delivered), "
                "ROLLED_BACK (dropped) or DISCARDED (the broker gave up asking); PREPARED ones are still "
-               "undecided."),
+               "undecided; UNKNOWN_DAMAGED ones were resolved, but the record saying how lies in damaged "
+               "bytes."),
     "prepared": ("Undecided (PREPARED) transactions", "A PREPARED message waits for its producer to say "
                  "commit or rollback; the broker asks it periodically and throws the message away at its "
                  "deadline, so the closer to the deadline, the more urgent."),

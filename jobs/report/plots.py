@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 STATE_COLORS = {"COMMITTED": "#4c9a5f", "ROLLED_BACK": "#8c8c8c", "DISCARDED": "#c0504d",
-                "PREPARED": "#e8a33d"}
+                "PREPARED": "#e8a33d", "UNKNOWN_DAMAGED": "#7b3f99"}
 OTHER_COLOR = "#6a7fb5"
 _RC = {"svg.hashsalt": "txaudit-report", "svg.fonttype": "path", "font.size": 9, "axes.titlesize": 10,
        "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 96}

@@ -1,0 +1,116 @@
+"""CommitLog byte ranges the read could not take as records, and the transactions whose state rests on them.
+
+A state the rules reach by the *absence* of a record (ROLLED_BACK from an op without a COMMIT record, PREPARED
+from no op / end record, DISCARDED from no resolution after the discard) holds only if every byte where that
+record could lie was read.  ``damaged_ranges`` turns one broker's decoder findings into sorted, disjoint
+CommitLog ranges that may have held records nobody read; ``DamagedRanges.first_overlap`` finds, per
+transaction, the first of them inside the window its missing record must lie in (jobs/reconstruct/rules.py
+sets the windows, docs/robustness.md states the rule per inference with RocketMQ's write order).
+
+What counts as a lost range (``source`` commitlog or dledger, an offset known):
+
+* ``LOST_KINDS`` findings: ``[physical_offset, physical_offset + length)`` (a point when ``length`` is
+  unknown: TRUNCATED_FILE marks where a file was cut, the rest of the file is the FILE_SIZE_MISMATCH range);
+* FILE_SIZE_MISMATCH of a CommitLog file shorter than the store's file size: ``[base + actual, base +
+  expected)``, the part of the file that is gone;
+* FILE_GAP: the missing files' offsets (``length`` is the gap).
+
+Not lost ranges: the torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
+header; GARBAGE_AFTER_END: bytes after the zero tail): RocketMQ's own recovery drops them too, so the broker
+never acts on what they held (the reference broker's crash stores are audited as the broker sees them).
+Record findings whose record was still framed and read (BODY_CRC_MISMATCH, PROPERTY_CRC_MISMATCH,
+BAD_PROPERTIES, BAD_BODY_COMPRESSION) lose no record: they are CORRUPT_RECORD on the transaction that owns the
+record, not a lost range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.reconstruct.groups import Nullable
+
+#: decoder findings whose bytes were not read as records (ranges of their own)
+LOST_KINDS = ("TRUNCATED_FILE", "BAD_MAGIC", "BAD_TOTAL_SIZE", "RESYNC", "PHYSICAL_OFFSET_MISMATCH",
+              "FILE_GAP")
+_SOURCES = ("commitlog", "dledger")
+_MIN, _MAX = -(1 << 62), (1 << 62)
+
+
+@dataclass(frozen=True)
+class DamagedRanges:
+    """Sorted, disjoint ``[start, end)`` CommitLog ranges and, per range, what damaged it (in words)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    what: Tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def first_overlap(self, lo: Nullable, hi: Nullable) -> np.ndarray:
+        """Per window ``(lo, hi)`` (a null bound is open): the index of the first range with ``end > lo`` and
+        ``start < hi``, else -1."""
+        lo_v = np.where(lo[1], lo[0], _MIN)
+        hi_v = np.where(hi[1], hi[0], _MAX)
+        if not len(self):
+            return np.full(len(lo_v), -1, np.int64)
+        k = np.searchsorted(self.end, lo_v, side="right")
+        safe = np.minimum(k, len(self) - 1)
+        return np.where((k < len(self)) & (self.start[safe] < hi_v), safe, -1).astype(np.int64)
+
+
+EMPTY = DamagedRanges(np.zeros(0, np.int64), np.zeros(0, np.int64), ())
+
+
+def _int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
+    """One broker's decoder findings (schemas.store.ANOMALIES columns) -> its lost CommitLog ranges, merged
+    (overlapping or touching ranges become one; their descriptions are joined)."""
+    if not anomalies.num_rows:
+        return EMPTY
+    sel = pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
+                  pc.is_valid(anomalies.column("physical_offset")))
+    sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",))))
+    rows = anomalies.filter(pc.fill_null(sel, False)).select(
+        ["kind", "physical_offset", "length", "expected", "actual"]).to_pylist()
+    found: List[Tuple[int, int, str]] = []
+    for a in rows:                                  # decoder findings: a handful per damaged file
+        kind, off, length = a["kind"], a["physical_offset"], a["length"]
+        if kind == "FILE_SIZE_MISMATCH":
+            expected, actual = _int(a["expected"]), _int(a["actual"])
+            if expected is None or actual is None or actual >= expected:
+                continue
+            found.append((off + actual, off + expected, f"{kind} (file cut at {actual} of {expected} bytes)"))
+        elif length is not None and length > 0:
+            found.append((off, off + length, f"{kind} [{off}, {off + length})"))
+        else:
+            found.append((off, off + 1, f"{kind} at {off}"))
+    if not found:
+        return EMPTY
+    found.sort()
+    starts: List[int] = []
+    ends: List[int] = []
+    what: List[str] = []
+    for s, e, w in found:
+        if starts and s <= ends[-1]:
+            ends[-1] = max(ends[-1], e)
+            if w not in what[-1]:
+                what[-1] = f"{what[-1]}; {w}"
+            continue
+        starts.append(s)
+        ends.append(e)
+        what.append(w)
+    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what))
+
+
+__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "damaged_ranges"]

@@ -1,0 +1,166 @@
+"""Inference only from complete evidence: a state reached by the absence of a record is checked against the
+CommitLog ranges the read could not take as records (jobs/reconstruct/damage.py).
+
+Reproduced on a copy of the 5.3.3 fixture: the COMMIT record of a transaction whose op record (a later,
+comma-batched op message) survives is zeroed (a zeroed page: RESYNC) or overwritten with garbage (BAD_MAGIC).
+Before, the audit said ROLLED_BACK with no flag ("op without COMMIT = rollback"); now the state is
+UNKNOWN_DAMAGED with STATE_UNCERTAIN_DAMAGED_RANGE, a finding naming the range, a CHECK_BACK_DAMAGED recovery
+entry and a check-back row, in full and indexed mode alike.  The intact fixture's audit is unchanged
+(no flag, no UNKNOWN_DAMAGED)."""
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from jobs.reconstruct.damage import damaged_ranges
+
+FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
+V533 = FIXTURES / "rocketmq-5.3.3"
+AS_OF = "2026-11-20T00:00:00Z"
+HALF, OP = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+def _anomalies(rows):
+    cols = ("kind", "source", "physical_offset", "length", "expected", "actual")
+    return pa.table({c: [r.get(c) for r in rows] for c in cols},
+                    schema=pa.schema([("kind", pa.string()), ("source", pa.string()),
+                                      ("physical_offset", pa.int64()), ("length", pa.int64()),
+                                      ("expected", pa.string()), ("actual", pa.string())]))
+
+
+def test_damaged_ranges_merge_and_overlap():
+    d = damaged_ranges(_anomalies([
+        {"kind": "RESYNC", "source": "commitlog", "physical_offset": 100, "length": 50},
+        {"kind": "BAD_MAGIC", "source": "commitlog", "physical_offset": 140, "length": 20},
+        {"kind": "TRUNCATED_FILE", "source": "commitlog", "physical_offset": 1000},
+        {"kind": "FILE_SIZE_MISMATCH", "source": "commitlog", "physical_offset": 0, "expected": "4096",
+         "actual": "1000"},
+        {"kind": "FILE_GAP", "source": "commitlog", "physical_offset": 8192, "length": 4096},
+        {"kind": "BODY_CRC_MISMATCH", "source": "commitlog", "physical_offset": 5000, "length": 300},
+        {"kind": "TRUNCATED_RECORD", "source": "commitlog", "physical_offset": 7000, "length": 5},
+        {"kind": "BAD_CQ_ENTRY", "source": "consumequeue", "physical_offset": 6000, "length": 20},
+    ]))
+    assert d.start.tolist() == [100, 1000, 8192] and d.end.tolist() == [160, 4096, 12288]
+    assert "RESYNC" in d.what[0] and "BAD_MAGIC" in d.what[0] and "TRUNCATED_FILE" in d.what[1]
+    lo = (np.array([0, 160, 4096, 150, 0]), np.array([True, True, True, True, False]))
+    hi = (np.array([100, 900, 5000, 0, 50]), np.array([True, True, True, False, True]))
+    # (0,100) touches none; (160,900) none; (4096,5000) none; (150, inf) the first; (-inf, 50) none
+    assert d.first_overlap(lo, hi).tolist() == [-1, -1, -1, 0, -1]
+    assert d.first_overlap((np.array([99]), np.array([True])), (np.array([101]), np.array([True]))).tolist() \
+        == [0]
+    assert len(damaged_ranges(_anomalies([]))) == 0
+
+
+def _truth():
+    with gzip.open(V533 / "truth" / "commitlog.jsonl.gz") as f:
+        return [json.loads(line) for line in f]
+
+
+def _commit_with_later_op(recs):
+    """The newest COMMIT record whose half is named in an op record written after it: (commit, half)."""
+    halves = {r["physicalOffset"]: r for r in recs if r["topic"] == HALF}
+    ops = [r for r in recs if r["topic"] == OP]
+    named = {}
+    for o in ops:
+        for piece in base64.b64decode(o["body_b64"]).decode().split(","):
+            if piece.strip():
+                named.setdefault(int(piece), o["physicalOffset"])
+    for c in sorted((r for r in recs if r["tranType"] == 8 and r["preparedTransactionOffset"] in halves),
+                    key=lambda r: -r["physicalOffset"]):
+        half = halves[c["preparedTransactionOffset"]]
+        if named.get(half["queueOffset"], -1) > c["physicalOffset"]:
+            return c, half
+    raise AssertionError("the fixture has no COMMIT record followed by its op")
+
+
+def _damage(tmp: Path, rec: dict, how: str) -> Path:
+    root = tmp / how / "store"
+    shutil.copytree(V533 / "store", root)
+    junk = bytes(range(7, 104)) * (rec["storeSize"] // 97 + 1)
+    with open(root / "commitlog" / rec["file"], "r+b") as f:
+        f.seek(rec["filePos"])
+        f.write((b"\0" * rec["storeSize"]) if how == "zero" else junk[:rec["storeSize"]])
+    return root
+
+
+def _audit(spark, store, out, mode):
+    from jobs.audit.run import run_audit
+    from jobs.main import parse_args
+
+    _, opts = parse_args(["audit", "--store", str(store), "--out", str(out), "--as-of", AS_OF, "--mode", mode])
+    got = {}
+
+    def on_result(result, summary):
+        for name in ("transactions", "recovery", "anomalies", "check_back"):
+            got[name] = getattr(result, name).toPandas().to_dict("records")
+
+    run_audit(spark, opts, on_result=on_result, print_summary=False)
+    return got
+
+
+@pytest.fixture(scope="module")
+def cases(spark, tmp_path_factory):
+    base = tmp_path_factory.mktemp("inference")
+    commit, half = _commit_with_later_op(_truth())
+    out = {"commit": commit, "half": half}
+    for mode in ("full", "indexed"):
+        out[("intact", mode)] = _audit(spark, V533 / "store", base / f"out-intact-{mode}", mode)
+        for how in ("zero", "garbage"):
+            store = _damage(base / mode, commit, how)
+            out[(how, mode)] = _audit(spark, store, base / f"out-{how}-{mode}", mode)
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["zero", "garbage"])
+@pytest.mark.parametrize("mode", ["full", "indexed"])
+def test_lost_commit_before_a_surviving_op_is_unknown_not_rolled_back(cases, how, mode):
+    commit = cases["commit"]
+    intact = {t["transaction_key"]: t for t in cases[("intact", mode)]["transactions"]}
+    got = cases[(how, mode)]
+    damaged = {t["transaction_key"]: t for t in got["transactions"]}
+    assert set(damaged) == set(intact)
+    key = commit["uniqKey"]
+    assert intact[key]["state"] == "COMMITTED"
+    assert damaged[key]["state"] == "UNKNOWN_DAMAGED"
+    assert "STATE_UNCERTAIN_DAMAGED_RANGE" in damaged[key]["flags"]
+    for k, t in damaged.items():        # never a silent change: every changed state or flag set says why
+        if t["state"] != intact[k]["state"]:
+            assert "STATE_UNCERTAIN_DAMAGED_RANGE" in t["flags"], (k, t["state"], intact[k]["state"])
+        assert t["state"] != "ROLLED_BACK" or intact[k]["state"] == "ROLLED_BACK", k
+    finding = [a for a in got["anomalies"] if a["code"] == "STATE_UNCERTAIN_DAMAGED_RANGE"
+               and a["transaction_key"] == key]
+    assert len(finding) == 1 and finding[0]["physical_offset"] <= commit["physicalOffset"]
+    assert finding[0]["physical_offset"] + finding[0]["length"] > commit["physicalOffset"]
+    assert "UNKNOWN_DAMAGED" in finding[0]["detail"] and str(cases["half"]["physicalOffset"]) in \
+        finding[0]["detail"]
+    recovery = {r["transaction_key"]: r for r in got["recovery"]}
+    assert recovery[key]["action"] == "CHECK_BACK_DAMAGED"
+    assert key in {r["transaction_key"] for r in got["check_back"]}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode", ["full", "indexed"])
+def test_intact_fixture_has_no_uncertain_state(cases, mode):
+    got = cases[("intact", mode)]
+    assert not [t for t in got["transactions"] if "STATE_UNCERTAIN_DAMAGED_RANGE" in t["flags"]
+                or t["state"] == "UNKNOWN_DAMAGED"]
+    assert not [a for a in got["anomalies"] if a["code"] == "STATE_UNCERTAIN_DAMAGED_RANGE"]
+    assert not [r for r in got["recovery"] if r["action"] == "CHECK_BACK_DAMAGED"]
+
+
+@pytest.mark.spark
+def test_both_modes_agree_on_the_damaged_store(cases):
+    for how in ("zero", "garbage"):
+        full = {t["transaction_key"]: (t["state"], sorted(t["flags"]))
+                for t in cases[(how, "full")]["transactions"]}
+        indexed = {t["transaction_key"]: (t["state"], sorted(t["flags"]))
+                   for t in cases[(how, "indexed")]["transactions"]}
+        assert full == indexed, how
