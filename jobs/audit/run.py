@@ -66,6 +66,7 @@ from jobs.audit.summary import AuditSummary, TableOutput, format_summary
 from jobs.delta import sink as delta_sink
 from jobs.delta.sink import RUNS_TABLE, named_table
 from jobs.read.inputs import op_bodies_for, relevant_records
+from txlog_io.storefs import walk_files
 
 #: partition columns of every output but audit_runs (the sink appends run_id)
 _TX_PARTS = ("run_date", "broker")
@@ -103,18 +104,10 @@ def store_fingerprint(store_pairs: Sequence[Tuple[str, str]]) -> Tuple[str, int,
     n_files = n_bytes = 0
     for broker, root in store_pairs:
         h.update(f"store\0{broker}\n".encode())
-        for dirpath, dirs, files in os.walk(root, followlinks=False):
-            dirs.sort()
-            for name in sorted(files):
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                rel = os.path.relpath(path, root)
-                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-                n_files += 1
-                n_bytes += st.st_size
+        for rel, _, size, mtime_ns in walk_files(root):      # os.walk + lstat, or a bucket's listing
+            h.update(f"{rel}\0{size}\0{mtime_ns}\n".encode("utf-8", "surrogateescape"))
+            n_files += 1
+            n_bytes += size
     return h.hexdigest(), n_files, n_bytes
 
 
