@@ -13,6 +13,12 @@ Spark-free (the command-line pre-check imports it before any JVM starts).
 * :meth:`AuditConfig.profile` returns the chosen profile with the user's ``broker.<key>`` overrides applied.
 
 The conf directory is ``$TXAUDIT_CONF_DIR`` when set (spark-submit.sh sets it), else ``<repo>/conf``.
+
+Object storage: one set of S3 settings (``txlog_io.storefs.S3Settings``: the standard AWS environment
+variables and profile files, ``AWS_ENDPOINT_URL``) feeds all three clients -- ``pyarrow.fs`` (the store
+readers, :meth:`S3Settings.arrow_options`), delta-rs (:func:`delta_storage_options`) and Spark's S3A
+(:func:`spark_s3a_conf`, plus :func:`executor_env` so that the Python workers of a cluster resolve the same
+settings).  Secrets are passed on, never printed or logged.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
 from txlog_io.errors import UsageError
+from txlog_io.storefs import S3Settings
 
 PROFILE_NAMES = ("3.x", "4.0-4.2", "4.3-4.5", "4.6-4.9", "5.0", "5.1+")
 MODES = ("indexed", "full")
@@ -403,6 +410,74 @@ def load_audit_config(conf_file=None, overrides: Optional[Mapping[str, object]] 
                        profiles=tuple(profiles.items()), sources=tuple(sources), **settings)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# object storage (one place for pyarrow.fs, delta-rs and Spark's S3A)
+# ------------------------------------------------------------------------------------------------------------
+
+def object_store_settings(env: Optional[Mapping[str, str]] = None) -> S3Settings:
+    """The S3 settings of this process (``env`` defaults to ``os.environ``)."""
+    return S3Settings.from_env(env)
+
+
+def delta_storage_options(settings: Optional[S3Settings] = None) -> Dict[str, str]:
+    """delta-rs ``storage_options`` of the same settings.  ``AWS_S3_ALLOW_UNSAFE_RENAME``: delta-rs would
+    otherwise refuse S3 commits without a locking provider; one writer per ``--out`` is what the run lock
+    provides (a user's ``AWS_S3_LOCKING_PROVIDER`` / ``aws_conditional_put`` still reach delta-rs from the
+    environment)."""
+    s = settings or object_store_settings()
+    opts = {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    if s.endpoint_url:
+        opts["AWS_ENDPOINT_URL"] = s.endpoint_url
+        if s.endpoint_url.lower().startswith("http://"):
+            opts["AWS_ALLOW_HTTP"] = "true"
+        opts["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    if s.region or s.endpoint_url:
+        opts["AWS_REGION"] = s.region or "us-east-1"
+    if s.access_key_id and s.secret_access_key:
+        opts["AWS_ACCESS_KEY_ID"], opts["AWS_SECRET_ACCESS_KEY"] = s.access_key_id, s.secret_access_key
+        if s.session_token:
+            opts["AWS_SESSION_TOKEN"] = s.session_token
+    return opts
+
+
+def spark_s3a_conf(settings: Optional[S3Settings] = None) -> Dict[str, str]:
+    """``spark.hadoop.fs.s3a.*`` of the same settings (empty when nothing is set: S3A's own chain)."""
+    s = settings or object_store_settings()
+    p = "spark.hadoop.fs.s3a."
+    conf: Dict[str, str] = {}
+    if s.endpoint_url:
+        conf[p + "endpoint"] = s.endpoint_url
+        conf[p + "path.style.access"] = "true"
+        conf[p + "connection.ssl.enabled"] = str(s.endpoint_url.lower().startswith("https://")).lower()
+    if s.region:
+        conf[p + "endpoint.region"] = s.region
+    if s.access_key_id and s.secret_access_key:
+        conf[p + "access.key"], conf[p + "secret.key"] = s.access_key_id, s.secret_access_key
+        if s.session_token:
+            conf[p + "session.token"] = s.session_token
+            conf[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return conf
+
+
+def executor_env(settings: Optional[S3Settings] = None) -> Dict[str, str]:
+    """``spark.executorEnv.*`` carrying the same settings to the Python workers (they read the environment;
+    Spark redacts the secret and token values in its UI and logs)."""
+    s = settings or object_store_settings()
+    env = {"AWS_ENDPOINT_URL": s.endpoint_url, "AWS_REGION": s.region, "AWS_ACCESS_KEY_ID": s.access_key_id,
+           "AWS_SECRET_ACCESS_KEY": s.secret_access_key, "AWS_SESSION_TOKEN": s.session_token}
+    if not (s.access_key_id and s.secret_access_key):
+        env.pop("AWS_ACCESS_KEY_ID"), env.pop("AWS_SECRET_ACCESS_KEY"), env.pop("AWS_SESSION_TOKEN")
+    return {f"spark.executorEnv.{k}": v for k, v in env.items() if v}
+
+
+def object_store_conf(settings: Optional[S3Settings] = None) -> Dict[str, str]:
+    """The Spark conf a session of the audit gets from the S3 settings: :func:`spark_s3a_conf` and
+    :func:`executor_env` (empty when the environment sets nothing)."""
+    s = settings or object_store_settings()
+    return {**spark_s3a_conf(s), **executor_env(s)}
+
+
 __all__ = ["AuditConfig", "BrokerProfile", "ConfigError", "PROFILE_NAMES", "MODES", "DELTA_WRITERS",
            "load_audit_config", "load_broker_profiles", "profile_name_for_version", "read_conf_file",
-           "parse_properties", "conf_dir"]
+           "parse_properties", "conf_dir", "object_store_settings", "delta_storage_options", "spark_s3a_conf",
+           "executor_env", "object_store_conf"]

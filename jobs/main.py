@@ -325,7 +325,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _run(run, build_session, command: str, opts) -> int:
-    spark = build_session(app_name=f"txaudit-{command}")
+    from jobs.config import object_store_conf
+
+    spark = build_session(app_name=f"txaudit-{command}", extra_conf=object_store_conf())
     try:
         run(spark, opts)
     except UsageError as e:

@@ -51,6 +51,8 @@ from txlog_io.errors import (
     UnreadableFileError,
     UsageError,
 )
+from txlog_io.positional import input_size, open_input
+from txlog_io.storefs import as_path
 
 TOPIC_GROUP_SEPARATOR = "@"  # ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR
 BAK_SUFFIX = ".bak"          # MixAll.string2File keeps the previous content here
@@ -233,8 +235,8 @@ def parse_fastjson(text: str, *, file: str = "<string>") -> Any:
 
 def _read_text(path: Path) -> str:
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with open_input(path) as f:
+            size = input_size(f)
             if size > MAX_CONFIG_FILE_BYTES:
                 raise FormatError(AnomalyKind.BAD_JSON, str(path), 0, "config file too large to be real",
                                   f"<= {MAX_CONFIG_FILE_BYTES} bytes", f"{size} bytes")
@@ -254,7 +256,7 @@ def load_fastjson_file(path, *, source: str = "config") -> tuple:
     """(object or None, text or None, path actually read, anomalies), with ConfigManager.load's fallback:
     a missing, empty or unparsable file is replaced by its `.bak` copy (reported).  Raises StoreNotFoundError
     only when neither exists."""
-    main = Path(path)
+    main = as_path(path)
     bak = main.with_name(main.name + BAK_SUFFIX)
     if not main.exists() and not bak.exists():
         raise StoreNotFoundError(str(main), "config file")
@@ -518,8 +520,8 @@ def decode_checkpoint(path, *, version: Optional[str] = None) -> dict:
     (None when the variant does not have them), variant (24/32/40) and anomalies (BAD_CHECKPOINT)."""
     file_str = str(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with open_input(path) as f:
+            size = input_size(f)
             raw = f.read(CHECKPOINT_FILE_SIZE)
             readstats.add(len(raw), "checkpoint")
     except FileNotFoundError:

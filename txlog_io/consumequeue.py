@@ -41,7 +41,6 @@ File-name checks (20-digit name, alignment, sizes, gaps) belong to txlog_io.mapp
 from __future__ import annotations
 
 import mmap
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +59,7 @@ from txlog_io.errors import (
     UnreadableFileError,
     UsageError,
 )
-from txlog_io.positional import next_data, next_hole
+from txlog_io.positional import input_next_data, input_next_hole, input_pread, input_size, open_input
 
 # ---------------------------------------------------------------------------------------------------------------
 # Layouts
@@ -130,7 +129,7 @@ _STATETABLE_STRUCT = _struct_of(STATETABLE_UNIT_DTYPE)
 
 def _open_read_only(path):
     try:
-        return open(path, "rb")
+        return open_input(path)
     except FileNotFoundError:
         raise StoreNotFoundError(str(path), "file") from None
     except IsADirectoryError:
@@ -167,7 +166,7 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
     unit = dtype.itemsize
     file_str = str(path)
     with _open_read_only(path) as f:
-        file_size = os.fstat(f.fileno()).st_size
+        file_size = input_size(f)
         stop = file_size if end is None else min(end, file_size)
         first = -(-start // unit) * unit
         complete_end = (file_size // unit) * unit          # position just after the last complete unit
@@ -186,12 +185,12 @@ def _scan_units(path, dtype: np.dtype, *, base_offset: int, start: int, end: Opt
         while position < last_excl:
             # whole units inside a file hole (the preallocated file's unwritten tail) are all-zero: skipped
             # unread, as if read (no row, no finding; the unit before the next data is zero)
-            hole_end = min(last_excl, next_data(f.fileno(), position, file_size) // unit * unit)
+            hole_end = min(last_excl, input_next_data(f, position, file_size) // unit * unit)
             if hole_end > position:
                 previous_zero, position = True, hole_end
                 continue
             # ... and a chunk stops where the next hole starts (the units up to it, the last one whole)
-            hole = next_hole(f.fileno(), position, file_size)
+            hole = input_next_hole(f, position, file_size)
             count = min(chunk_units, (last_excl - position) // unit, max(1, -(-(hole - position) // unit)))
             view = memoryview(buffer)[:count * unit]
             f.seek(position)
@@ -352,11 +351,11 @@ def last_unit_end(path, block_bytes: int = 64 * 1024) -> Optional[int]:
     caller then scans a longer tail), never later."""
     unit = CQ_UNIT_DTYPE.itemsize
     with _open_read_only(path) as fh:
-        size = os.fstat(fh.fileno()).st_size
+        size = input_size(fh)
         lo, hi = 0, size // unit            # the first all-zero unit lies in [lo, hi]
         while lo < hi:
             mid = (lo + hi) // 2
-            raw = os.pread(fh.fileno(), unit, mid * unit)
+            raw = input_pread(fh, unit, mid * unit)
             readstats.add(len(raw), "consumequeue")
             if any(raw):
                 lo = mid + 1
@@ -545,10 +544,12 @@ def iter_cq_ext_units(path, *, base_offset: Optional[int] = None, anomalies: Opt
     file_str, source = str(path), "consumequeue_ext"
     found = anomalies if anomalies is not None else []
     with _open_read_only(path) as f:
-        limit = os.fstat(f.fileno()).st_size
+        limit = input_size(f)
         if limit == 0:
             return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        # a remote file (no mmap) is read whole: ext files are a few MiB
+        with (mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if hasattr(f, "fileno")
+              else memoryview(f.read_all())) as buf:
             pos = 0
             while True:
                 unit, next_pos, anomaly = _cq_ext_unit_at(buf, pos, limit, file_str, base, source)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -30,6 +29,7 @@ from txlog_io.dledger import (
     scan_entries,
 )
 from txlog_io.errors import Anomaly, AnomalyKind
+from txlog_io.storefs import as_path, is_remote
 
 
 # ------------------------------------------------------------------------------------------------ index files
@@ -40,7 +40,7 @@ def decode_index(files: Sequence, *, unit_file_size: Optional[int] = None) -> tu
     tail) are left out.  ``unit_file_size`` is only used to name gaps; callers infer it from the files."""
     units, anomalies = [], []
     for mf in files:
-        data = np.fromfile(str(mf.path), np.uint8) if mf.size else np.zeros(0, np.uint8)
+        data = _read_whole(mf.path) if mf.size else np.zeros(0, np.uint8)
         readstats.add(data.size, "dledger_index")
         whole = data.size - data.size % INDEX_UNIT_SIZE
         if whole != data.size:
@@ -57,13 +57,20 @@ def decode_index(files: Sequence, *, unit_file_size: Optional[int] = None) -> tu
     return units, anomalies
 
 
+def _read_whole(path) -> np.ndarray:
+    """A whole file as bytes: ``np.fromfile`` locally, one GET of a remote file."""
+    if not is_remote(path):
+        return np.fromfile(str(path), np.uint8)
+    return np.frombuffer(as_path(path).read_bytes(), np.uint8)
+
+
 # ------------------------------------------------------------------------------------------------ text files
 def read_properties_file(path) -> tuple:
     """(dict, anomalies, used path) of a DLedger ``key=value`` text file; falls back to ``.bak`` when the file
     is missing or unreadable (as the broker's IOUtils does), and says so."""
-    p = Path(path)
+    p = as_path(path)
     anomalies = []
-    for candidate in (p, Path(str(p) + ".bak")):
+    for candidate in (p, p.with_name(p.name + ".bak")):
         if not candidate.is_file():
             continue
         try:
@@ -96,7 +103,7 @@ def read_properties_file(path) -> tuple:
 
 def read_checkpoint(dledger_dir) -> tuple:
     """({'committedIndex': int|None, 'endIndex': int|None}, anomalies) of ``dledger-<id>/checkpoint``."""
-    path = Path(dledger_dir) / CHECKPOINT_FILE
+    path = as_path(dledger_dir) / CHECKPOINT_FILE
     values, anomalies, used = read_properties_file(path)
     out: dict = {COMMITTED_INDEX_KEY: None, END_INDEX_KEY: None}
     if values is None:
@@ -115,7 +122,7 @@ def read_checkpoint(dledger_dir) -> tuple:
 
 def read_currterm(dledger_dir) -> tuple:
     """({'voteLeader': str|None, 'currTerm': int|None}, anomalies) of ``dledger-<id>/currterm``."""
-    values, anomalies, used = read_properties_file(Path(dledger_dir) / CURRTERM_FILE)
+    values, anomalies, used = read_properties_file(as_path(dledger_dir) / CURRTERM_FILE)
     values = values or {}
     term = values.get("currTerm")
     try:
@@ -278,7 +285,7 @@ def _same_group(a: _Replica, b: _Replica) -> bool:
 def _has_dledger(root: str) -> bool:
     from txlog_io.mappedfile import find_dledger_dir
 
-    return find_dledger_dir(Path(root)) is not None
+    return find_dledger_dir(as_path(root)) is not None
 
 
 def _differences(keep: _Replica, other: _Replica) -> list:

@@ -7,6 +7,8 @@ truncated (size, head), an operator's copy over it (mtime).  A rewrite in the mi
 restored is not caught; the repair re-validates every byte it reads as it decodes it.
 
 Spark-free (the audit computes it on the driver from a listing; ``jobs.repair.run`` re-computes and compares).
+A store in a bucket (a URI root, ``txlog_io.storefs``) is fingerprinted the same way: size and mtime from its
+one listing (an object's mtime is its upload time, whole seconds), the edges by two ranged GETs.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Iterator, Tuple
 
-from txlog_io import readstats
+from txlog_io import readstats, storefs
+from txlog_io.positional import open_input
 
 EDGE_BYTES = 64 << 10
 
@@ -30,7 +33,7 @@ class FilePrint:
 
 def _edge_hash(path: str, size: int) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         if size <= 2 * EDGE_BYTES:
             parts = [f.read()]
         else:
@@ -45,14 +48,17 @@ def _edge_hash(path: str, size: int) -> str:
 
 def iter_store_files(root: str) -> Iterator[Tuple[str, str]]:
     """``(relative path, absolute path)`` of every file under ``root``, sorted, symlinks not followed."""
-    for dirpath, dirs, files in os.walk(root, followlinks=False):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(dirpath, name)
-            yield os.path.relpath(path, root).replace(os.sep, "/"), path
+    for rel, path, _, _ in storefs.walk_files(root):
+        yield rel, path
 
 
 def file_print(root: str, rel: str) -> FilePrint:
+    if storefs.is_remote(root):
+        path = storefs.as_path(root) / rel
+        if not path.is_file():
+            raise FileNotFoundError(str(path))
+        size, mtime_ns = path.stat_size(), path.stat_mtime_ns()
+        return FilePrint(rel, size, mtime_ns, _edge_hash(str(path), size))
     path = os.path.join(root, rel)
     st = os.stat(path)
     return FilePrint(rel, st.st_size, st.st_mtime_ns, _edge_hash(path, st.st_size))
@@ -61,8 +67,12 @@ def file_print(root: str, rel: str) -> FilePrint:
 def store_prints(root: str) -> Dict[str, FilePrint]:
     """Fingerprint of every file under ``root`` (files vanishing during the listing are skipped)."""
     out: Dict[str, FilePrint] = {}
-    for rel, path in iter_store_files(root):
+    remote = storefs.is_remote(root)
+    for rel, path, size, mtime_ns in storefs.walk_files(root):
         try:
+            if remote:
+                out[rel] = FilePrint(rel, size, mtime_ns, _edge_hash(path, size))
+                continue
             if not os.path.isfile(path) or os.path.islink(path):
                 continue
             out[rel] = file_print(root, rel)

@@ -36,8 +36,9 @@ import pyarrow as pa
 from schemas.index import INDEX_ENTRIES
 from txlog_io import readstats
 from txlog_io.errors import Anomaly, AnomalyKind, EncodeError
-from txlog_io.positional import PositionalFile
+from txlog_io.positional import PositionalFile, open_input
 from txlog_io.properties import java_string_hash
+from txlog_io.storefs import as_path
 
 SOURCE = "index"
 HEADER = struct.Struct(">qqqqii")
@@ -288,7 +289,7 @@ def index_keys(topic: str, uniq_key: Optional[str], keys: Optional[str], transac
 
 def list_index_files(store_root) -> List[Path]:
     """The store's index files, oldest first (names are yyyyMMddHHmmssSSS creation times)."""
-    d = Path(store_root) / "index"
+    d = as_path(store_root) / "index"
     if not d.is_dir():
         return []
     return sorted((p for p in d.iterdir() if p.is_file() and p.name.isdigit()), key=lambda p: p.name)
@@ -451,7 +452,7 @@ def search_files(files: Sequence[tuple], hashes: np.ndarray, after: np.ndarray) 
 
 def read_index_header(path) -> Optional[IndexHeader]:
     """The 40-byte header alone (None when the file is shorter): what a driver lists before planning."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         head = f.read(HEADER_SIZE)
     readstats.add(len(head), "index")
     return IndexHeader(*HEADER.unpack(head)) if len(head) == HEADER_SIZE else None

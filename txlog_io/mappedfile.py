@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from txlog_io.errors import Anomaly, AnomalyKind, StoreNotFoundError, UsageError
+from txlog_io.storefs import as_path, scandir
 
 FILE_NAME_DIGITS = 20
 REDOLOG_TOPIC = "TRANSACTION_REDOLOG_TOPIC_XXXX"  # 3.1.4 TransactionStateService: redolog is this topic's queue 0
@@ -78,7 +79,7 @@ def offset_to_file_name(offset: int) -> str:
 
 def _scan_directory(directory: Path, source: str, anomalies: list) -> list:
     files = []
-    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+    for entry in sorted(scandir(directory), key=lambda e: e.name):
         if entry.name.startswith("."):
             continue
         if entry.is_dir():
@@ -91,7 +92,7 @@ def _scan_directory(directory: Path, source: str, anomalies: list) -> list:
                                      "file name is not a 20-digit offset; RocketMQ cannot load it",
                                      "20 decimal digits", entry.name, source))
             continue
-        files.append(MappedFile(Path(entry.path), int(entry.name), entry.stat().st_size))
+        files.append(MappedFile(directory / entry.name, int(entry.name), entry.stat().st_size))
     return files
 
 
@@ -147,9 +148,9 @@ def check_mapped_files(files: Sequence[MappedFile], file_size: Optional[int], so
 
 
 def _as_directories(directory) -> list:
-    if isinstance(directory, (str, os.PathLike)):
-        return [Path(directory)]
-    return [Path(d) for d in directory]
+    if isinstance(directory, (str, os.PathLike)) or not hasattr(directory, "__iter__"):
+        return [as_path(directory)]
+    return [as_path(d) for d in directory]
 
 
 def list_mapped_files(directory, expected_file_size: Optional[int] = None, source: str = "commitlog") -> tuple:
@@ -215,8 +216,8 @@ def _resolve_commitlog_dirs(root: Path, commitlog_dirs) -> Optional[list]:
         text = str(d).strip()
         if not text:
             continue
-        p = Path(text)
-        dirs.append(p if p.is_absolute() else root / p)  # relative: taken as relative to the store root
+        p = as_path(text)
+        dirs.append(p if p.is_absolute() else root / text)  # relative: taken as relative to the store root
     if not dirs:
         raise UsageError(f"no commitlog directory in {commitlog_dirs!r}")
     for d in dirs:
@@ -226,14 +227,14 @@ def _resolve_commitlog_dirs(root: Path, commitlog_dirs) -> Optional[list]:
 
 
 def _is_rocksdb_dir(directory: Path) -> bool:
-    names = {e.name for e in os.scandir(directory) if e.is_file()}
+    names = {e.name for e in scandir(directory) if e.is_file()}
     return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
 
 
 def _scan_queue_tree(top: Path, source: str, anomalies: list) -> dict:
     """{(topic, queue_id): [MappedFile]} from top/{topic}/{queueId}/, unchecked (sizes are checked store-wide)."""
     queues = {}
-    for topic_entry in sorted(os.scandir(top), key=lambda e: e.name):
+    for topic_entry in sorted(scandir(top), key=lambda e: e.name):
         if topic_entry.name.startswith("."):
             continue
         if not topic_entry.is_dir():
@@ -241,7 +242,8 @@ def _scan_queue_tree(top: Path, source: str, anomalies: list) -> dict:
                                      "unexpected file where a topic directory belongs", "a topic directory",
                                      topic_entry.name, source))
             continue
-        for queue_entry in sorted(os.scandir(topic_entry.path), key=lambda e: e.name):
+        topic_dir = top / topic_entry.name
+        for queue_entry in sorted(scandir(topic_dir), key=lambda e: e.name):
             if queue_entry.name.startswith("."):
                 continue
             name = queue_entry.name
@@ -250,7 +252,7 @@ def _scan_queue_tree(top: Path, source: str, anomalies: list) -> dict:
                                          "not a queue-id directory (RocketMQ parses the name as an int)",
                                          "a decimal queue id directory", name, source))
                 continue
-            queues[(topic_entry.name, int(name))] = _scan_directory(Path(queue_entry.path), source, anomalies)
+            queues[(topic_entry.name, int(name))] = _scan_directory(topic_dir / name, source, anomalies)
     return queues
 
 
@@ -273,9 +275,8 @@ def _existing_config(config_dir: Path, name: str) -> Optional[Path]:
 def find_dledger_dir(root: Path) -> Optional[Path]:
     """The store's ``dledger-<selfId>/`` holding a ``data/`` directory; several of them in one root are an
     error (replicas of a group are separate stores: give each its own root)."""
-    found = sorted(Path(e.path) for e in os.scandir(root)
-                   if e.is_dir() and e.name.startswith(DLEDGER_PREFIX)
-                   and os.path.isdir(os.path.join(e.path, "data")))
+    found = sorted(root / e.name for e in scandir(root)
+                   if e.is_dir() and e.name.startswith(DLEDGER_PREFIX) and (root / e.name / "data").is_dir())
     if len(found) > 1:
         raise UsageError(f"{root} holds several DLedger stores ({', '.join(p.name for p in found)}); give "
                          f"each replica as its own store root")
@@ -324,7 +325,7 @@ def message_log_kind(root: PathLike) -> Optional[str]:
     """``commitlog``, ``dledger`` or ``converted`` (commitlog/ below dledger-*/data/): where a store root
     keeps its messages; None when it has neither (its records cannot be read, whatever else is there).  Raises
     UsageError for a root holding several dledger-*/data/ (see ``find_dledger_dir``)."""
-    root_path = Path(root)
+    root_path = as_path(root)
     plain = (root_path / "commitlog").is_dir()
     dledger = find_dledger_dir(root_path) is not None     # several replicas in one root: UsageError
     if plain and dledger:
@@ -339,7 +340,7 @@ def discover_store(root: PathLike, commitlog_dirs=None) -> StoreLayout:
     relative paths are taken relative to root.  Raises StoreNotFoundError for a missing root and UsageError when
     the directory has neither a CommitLog nor a consumequeue directory (not a store).
     """
-    root_path = Path(root)
+    root_path = as_path(root)
     if not root_path.exists():
         raise StoreNotFoundError(str(root_path), "store root")
     if not root_path.is_dir():
@@ -395,7 +396,7 @@ def discover_store(root: PathLike, commitlog_dirs=None) -> StoreLayout:
 
     index_dir = root_path / "index"
     if index_dir.is_dir():
-        layout.index_files = sorted(Path(e.path) for e in os.scandir(index_dir)
+        layout.index_files = sorted(index_dir / e.name for e in scandir(index_dir)
                                     if e.is_file() and not e.name.startswith("."))
 
     config_dir = root_path / "config"

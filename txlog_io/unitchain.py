@@ -31,7 +31,6 @@ from each end (a preallocated file is zeros after its data).  Files are opened r
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -46,6 +45,7 @@ from txlog_io.consumequeue import (
     STATETABLE_UNIT_DTYPE,
 )
 from txlog_io.errors import Anomaly, AnomalyKind, TxlogError
+from txlog_io.positional import input_size, open_input
 
 if TYPE_CHECKING:       # Arrow only for drop_misplaced_units; the unit checks need numpy alone
     import pyarrow as pa
@@ -102,8 +102,8 @@ def file_ends(path, dtype: np.dtype) -> Optional[Tuple[Unit, Optional[Unit], Uni
     """(first, the one before the last, last) real unit of one file, or None when it holds none."""
     unit = dtype.itemsize
     block = max(unit, _BLOCK_BYTES - _BLOCK_BYTES % unit)
-    with open(path, "rb") as fh:
-        complete = os.fstat(fh.fileno()).st_size // unit * unit
+    with open_input(path) as fh:
+        complete = input_size(fh) // unit * unit
 
         def at(start: int, end: int, pick: int) -> Optional[Unit]:
             fh.seek(start)

@@ -19,6 +19,12 @@ Everything here runs before any JVM starts (``jobs.main.parse_args`` and ``main`
   second audit on the same ``--out`` fails at once with a clear message instead of racing the first one's
   Delta commits.  The kernel drops the lock when the holder dies (even on ``kill -9``), so a crash never
   leaves a stale lock behind; the file itself stays and is harmless.
+
+A store or ``--out`` given as a URI (``s3://bucket/prefix``, ``s3a://``, any scheme ``pyarrow.fs`` resolves;
+``txlog_io.storefs``) passes the same checks through one listing of the prefix, and every failure of the
+object store -- a missing bucket, a key the server refuses, an endpoint that does not answer, a prefix that
+holds no store -- is one line naming the URI and the server's reason; nothing is written.  ``--out`` is a
+local (or shared) directory: outputs on object storage are refused with one line.
 """
 from __future__ import annotations
 
@@ -28,7 +34,8 @@ import fcntl
 import os
 from typing import Iterable, Iterator, Optional
 
-from txlog_io.errors import UsageError
+from txlog_io import storefs
+from txlog_io.errors import TxlogError, UsageError
 
 LOCK_NAME = ".txaudit.lock"
 _MAX_NAME_BYTES = 255
@@ -48,7 +55,9 @@ def _inside(path: str, root: str) -> bool:
 
 def check_store(root: str) -> str:
     """Absolute path of ``root`` if it is a broker store root with CommitLog data; a UsageError otherwise."""
-    path = os.path.abspath(root)
+    if storefs.is_remote(root):
+        return _check_remote_store(root)
+    path = os.path.abspath(storefs.local_path(root))
     expected = ("expected a RocketMQ store root: a directory holding commitlog/ with 20-digit CommitLog files, "
                 "or dledger-<id>/data/ (DLedger)")
     if not os.path.exists(path):
@@ -88,6 +97,41 @@ def check_store(root: str) -> str:
     return path
 
 
+def _remote_listing(option: str, uri: str):
+    """``storefs.as_path(uri)`` after its one listing, or the UsageError that says why it cannot be listed."""
+    try:
+        path = storefs.as_path(uri)
+        path.exists()
+    except TxlogError as e:
+        raise UsageError(f"{option}: {e}") from None
+    return path
+
+
+def _check_remote_store(root: str) -> str:
+    """``check_store`` of a URI: the same rules, answered from one listing of the prefix."""
+    uri = storefs.normalize_root(root)
+    expected = ("expected a RocketMQ store root: a prefix holding commitlog/ with 20-digit CommitLog files, "
+                "or dledger-<id>/data/ (DLedger)")
+    path = _remote_listing("--store", uri)
+    if not path.exists():
+        raise UsageError(f"--store: store not found: {uri} (no object under this prefix; {expected})")
+    if not path.is_dir():
+        raise UsageError(f"--store: not a prefix but an object: {uri} ({expected})")
+    hint = f"; did you mean {uri}/store?" if (path / "store" / "commitlog").is_dir() else ""
+    commitlog = path / "commitlog"
+    dledger = [d for d in (path, commitlog) if d.is_dir() for d in d.iterdir()
+               if d.name.startswith("dledger-") and d.is_dir()]
+    if dledger:
+        return uri
+    if not commitlog.is_dir():
+        raise UsageError(f"--store: no message log in {uri} (no commitlog/ or dledger-<id>/data/ inside; "
+                         f"{expected}){hint}")
+    if not any(_is_offset_name(p.name) for p in commitlog.iterdir()):
+        raise UsageError(f"--store: {commitlog} holds no CommitLog file (expected files named by 20-digit "
+                         f"offsets such as 00000000000000000000); nothing to audit")
+    return uri
+
+
 def check_broker_name(name: str, option: str = "--broker") -> str:
     """``name`` if it cannot escape ``--out`` as a directory / partition value; a UsageError otherwise."""
     bad = None
@@ -117,8 +161,12 @@ def check_broker_name(name: str, option: str = "--broker") -> str:
 
 
 def check_out(out: str) -> str:
-    """Absolute ``--out`` if it is, or can be created as, a writable directory; a UsageError otherwise."""
-    path = os.path.abspath(out)
+    """Absolute ``--out`` if it is, or can be created as, a writable directory; a UsageError otherwise.  A URI
+    is refused: the Delta sink, the work lists, the report and the run lock write local paths only."""
+    if storefs.is_remote(out):
+        raise UsageError(f"--out: {storefs.normalize_root(out)}: outputs on object storage are not supported "
+                         f"yet (stores are: --store s3://...); give a directory every executor sees")
+    path = os.path.abspath(storefs.local_path(out))
     if os.path.exists(path):
         if not os.path.isdir(path):
             raise UsageError(f"--out: exists and is not a directory: {path}")
@@ -137,18 +185,30 @@ def check_out(out: str) -> str:
 
 def check_out_vs_stores(out: str, stores: Iterable[str], table_names: Iterable[str]) -> None:
     """``--out`` must not be, or lie in, a store; a store must not lie where an output table is written."""
-    real_out = os.path.realpath(out)
+    real_out = _real(out)
     owned = set(table_names) | {LOCK_NAME}
     for s in stores:
-        real_store = os.path.realpath(s)
+        real_store = _real(s)
+        if storefs.is_remote(real_out) != storefs.is_remote(real_store):
+            continue                          # one local, one in a bucket: they cannot overlap
         if _inside(real_out, real_store):
             what = "is the store" if real_out == real_store else "is inside the store"
             raise UsageError(f"--out must not be inside a store (stores are read-only): {out} {what} {s}")
         if _inside(real_store, real_out):
-            first = os.path.relpath(real_store, real_out).split(os.sep)[0]
+            first = real_store[len(real_out):].strip("/").split("/")[0] if storefs.is_remote(real_out) \
+                else os.path.relpath(real_store, real_out).split(os.sep)[0]
             if first in owned:
                 raise UsageError(f"--out {out}: the store {s} lies in the output table directory "
                                  f"{os.path.join(out, first)} (choose another --out)")
+
+
+def _real(path: str) -> str:
+    """``realpath`` of a local path; a URI with the S3 schemes made one (``s3a://b/k`` is ``s3://b/k``)."""
+    parts = storefs.split_uri(path)
+    if parts is None:
+        return os.path.realpath(path)
+    scheme = "s3" if parts[0].lower() in storefs.S3_SCHEMES else parts[0].lower()
+    return f"{scheme}://{parts[1]}"
 
 
 def probe_lock(out: str) -> Optional[str]:

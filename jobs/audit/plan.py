@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from jobs.read.spec import ReadSpec
+from txlog_io.storefs import walk_files
 
 #: logical tables always written (their directory names: ``table.<logical>`` of the config)
 REQUIRED_TABLES = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies")
@@ -41,18 +41,10 @@ def store_fingerprint(store_pairs: Sequence[Tuple[str, str]]) -> Tuple[str, int,
     n_files = n_bytes = 0
     for broker, root in store_pairs:
         h.update(f"store\0{broker}\n".encode())
-        for dirpath, dirs, files in os.walk(root, followlinks=False):
-            dirs.sort()
-            for name in sorted(files):
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                rel = os.path.relpath(path, root)
-                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
-                n_files += 1
-                n_bytes += st.st_size
+        for rel, _, size, mtime_ns in walk_files(root):      # os.walk + lstat, or a bucket's listing
+            h.update(f"{rel}\0{size}\0{mtime_ns}\n".encode("utf-8", "surrogateescape"))
+            n_files += 1
+            n_bytes += size
     return h.hexdigest(), n_files, n_bytes
 
 

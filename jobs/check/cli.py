@@ -108,9 +108,10 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
     try:
         if opts.audit is not None:
             from jobs.audit.run import run_audit
+            from jobs.config import object_store_conf
             from jobs.session import build_session
 
-            spark = build_session(app_name="txaudit-check")
+            spark = build_session(app_name="txaudit-check", extra_conf=object_store_conf())
             try:
                 run_audit(spark, opts.audit)
             except UsageError as e:

@@ -31,6 +31,9 @@ Options (all optional except a path):
                     ``commitlog,consumequeue,statetable,redolog,config,store`` (default: all)
 ==================  ==========================================================================================
 
+Store roots may be URIs (``s3://bucket/prefix/store``, ``s3a://``, any scheme ``pyarrow.fs`` resolves; see
+``txlog_io.storefs``): listed once on the driver, read by ranged GETs on the executors.
+
 Broker names: without ``broker``/``brokers`` a root's name is its directory name, or its parent's name when
 the directory is literally called ``store`` (``.../rocketmq-4.9.8/store`` -> ``rocketmq-4.9.8``).  Names must
 be unique across the roots of one read.
@@ -43,7 +46,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from txlog_io.errors import UsageError
+from txlog_io import storefs
+from txlog_io.errors import TxlogError, UsageError
 
 DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 MIN_SPLIT_BYTES = 4 * 1024
@@ -148,7 +152,13 @@ def _parse_bool(fmt: str, key: str, value: str) -> bool:
 
 def default_broker_name(root: str) -> str:
     """Directory name of the root, or its parent's name when the root is literally called ``store``."""
-    norm = os.path.normpath(os.path.abspath(root))
+    parts = storefs.split_uri(root)
+    if parts is not None:                       # s3://bucket/backups/broker-a/store -> broker-a
+        names = [n for n in parts[1].split("/") if n]
+        if len(names) > 1 and names[-1] == "store":
+            return names[-2]
+        return names[-1] if names else parts[1]
+    norm = os.path.normpath(os.path.abspath(storefs.local_path(root)))
     base = os.path.basename(norm)
     if base == "store":
         parent = os.path.basename(os.path.dirname(norm))
@@ -158,7 +168,9 @@ def default_broker_name(root: str) -> str:
 
 def check_store_root(fmt: str, key: str, root: str, has_commitlog_dirs: bool = False) -> str:
     """Absolute path of ``root`` if it looks like a broker store root; an :class:`OptionError` otherwise."""
-    path = os.path.abspath(root)
+    if storefs.is_remote(root):
+        return _check_remote_root(fmt, key, root, has_commitlog_dirs)
+    path = os.path.abspath(storefs.local_path(root))
     if not os.path.exists(path):
         raise OptionError(fmt, key, f"store root not found: {path}")
     if not os.path.isdir(path):
@@ -170,6 +182,31 @@ def check_store_root(fmt: str, key: str, root: str, has_commitlog_dirs: bool = F
         raise NotAStoreError(fmt, key, f"not a RocketMQ store root (none of {', '.join(_STORE_MARKERS)} "
                                        f"inside): {path}{hint}")
     return path
+
+
+def _check_remote_root(fmt: str, key: str, root: str, has_commitlog_dirs: bool) -> str:
+    uri = storefs.normalize_root(root)
+    try:
+        path = storefs.as_path(uri)
+        found = path.exists()
+    except TxlogError as e:
+        raise OptionError(fmt, key, str(e)) from None
+    if not found:
+        raise OptionError(fmt, key, f"store root not found: {uri} (no object under this prefix)")
+    if not path.is_dir():
+        raise NotAStoreError(fmt, key, f"not a prefix but an object (expected a broker store root): {uri}")
+    if not has_commitlog_dirs and not any((path / m).is_dir() for m in _STORE_MARKERS):
+        hint = f"; did you mean {uri}/store?" if (path / "store").is_dir() else ""
+        raise NotAStoreError(fmt, key, f"not a RocketMQ store root (none of {', '.join(_STORE_MARKERS)} "
+                                       f"inside): {uri}{hint}")
+    return uri
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return storefs.as_path(path).is_dir() if storefs.is_remote(path) else os.path.isdir(path)
+    except TxlogError:
+        return False
 
 
 def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
@@ -216,11 +253,11 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
     if "commitlog_dirs" in opts:
         if len(paths) != 1:
             raise OptionError(fmt, "commitlog_dirs", "only allowed with a single store root")
-        dirs = [os.path.abspath(d) for d in _split_list(opts["commitlog_dirs"])]
+        dirs = [storefs.normalize_root(d) for d in _split_list(opts["commitlog_dirs"])]
         if not dirs:
             raise OptionError(fmt, "commitlog_dirs", "empty list")
         for d in dirs:
-            if not os.path.isdir(d):
+            if not _is_dir(d):
                 raise OptionError(fmt, "commitlog_dirs", f"not a directory: {d}")
         commitlog_dirs = tuple(dirs)
 

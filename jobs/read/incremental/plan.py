@@ -144,7 +144,9 @@ def _commitlog_end(store) -> int:
 def _prefix_sha(path: str, pos: int) -> str:
     h = hashlib.sha256()
     if pos > 0:
-        with open(path, "rb") as f:
+        from txlog_io.positional import open_input  # a local file, or ranged GETs of a store in a bucket
+
+        with open_input(path) as f:
             start = max(0, pos - PREFIX_BYTES)
             f.seek(start)
             h.update(f.read(pos - start))
