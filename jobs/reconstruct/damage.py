@@ -15,7 +15,8 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   expected)``, the part of the file that is gone;
 * FILE_GAP: the missing files' offsets (``length`` is the gap).
 
-Not lost ranges: the torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
+Not lost ranges: damage in a DLedger log's uncommitted tail (at or past the DLEDGER_UNCOMMITTED offset); the
+torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
 header; GARBAGE_AFTER_END: bytes after the zero tail): RocketMQ's own recovery drops them too, so the broker
 never acts on what they held (the reference broker's crash stores are audited as the broker sees them).
 Record findings whose record was still framed and read (BODY_CRC_MISMATCH, PROPERTY_CRC_MISMATCH,
@@ -95,6 +96,14 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
             found.append((off, off + length, f"{kind} [{off}, {off + length})"))
         else:
             found.append((off, off + 1, f"{kind} at {off}"))
+    # a DLedger log's uncommitted tail (past the checkpoint's committedIndex, DLEDGER_UNCOMMITTED) is not the
+    # broker's log: DLedger's recovery truncates it, torn entries included, and its records are flagged
+    # EVIDENCE_NOT_COMMITTED already; damage there hides no record the broker acted on
+    is_tail = pc.fill_null(pc.equal(anomalies.column("kind"), "DLEDGER_UNCOMMITTED"), False)
+    uncommitted = anomalies.filter(is_tail)
+    tail = pc.min(uncommitted.column("physical_offset")).as_py() if uncommitted.num_rows else None
+    if tail is not None:
+        found = [f for f in found if f[0] < tail]
     if not found:
         return EMPTY
     found.sort()
