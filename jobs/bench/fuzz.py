@@ -50,7 +50,7 @@ from jobs.bench.mutants import (  # noqa: F401
 )
 from txlog_io.errors import TxlogError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]        # the repository: jobs/bench/fuzz.py
 FIXTURES = ROOT / "tests" / "data" / "fixtures"
 CONFIG_READERS = {"consumerOffset.json": "read_consumer_offsets", "topics.json": "read_topics",
                   "delayOffset.json": "read_delay_offsets"}
