@@ -23,7 +23,7 @@ from txlog_io.commitlog_kernels import (F_BODY_AT, F_BODY_CRC, F_BODY_SIZE, F_BO
                                         F_RECONSUME, F_STORE_AT, F_STORE_TS, F_STORED_PHYS, F_SYS_FLAG,
                                         F_TOPIC_AT, F_TOPIC_LEN, F_TOTAL, F_V2, copy_bytes, copy_words, le64,
                                         store64)
-from txlog_io.id_kernels import HOST_V6_MAX, host_texts, msg_ids
+from txlog_io.id_kernels import HOST_V4_MAX, HOST_V6_MAX, host_texts, msg_ids
 from txlog_io.jit import njit
 from txlog_io.text_kernels import (decimal_int, equal_words, java_hash, mark_duplicates, or_bytes,
                                    split_entries)
@@ -62,19 +62,24 @@ NAME_MAX = 8                                                                  # 
 
 
 @njit
-def layout(f, with_body, reg):
+def layout(f, with_body, reg, every_entry):
     """Place every region (``reg[r] = (offset, capacity)``, body-relative, 8-byte aligned) for the records of
-    the field matrix ``f``; returns the body's size."""
+    the field matrix ``f``; returns the body's size.  The map's entries get room for one per 10 properties
+    bytes (real properties hold ~15-40 bytes per entry; ``fill`` reports when that is not enough), or with
+    ``every_entry`` for as many as the bytes can hold: a 3-byte segment each.  (Room left unused costs
+    memory: numpy backs large arrays with 2 MiB pages, so a gap in one is resident too.)"""
     n = f.shape[1]
     props = np.int64(0)
     topics = np.int64(0)
     bodies = np.int64(0)
     entries = np.int64(0)
+    hosts = np.int64(0)
     for k in range(n):
         props += f[F_PROPS_LEN, k]
         topics += f[F_TOPIC_LEN, k]
         bodies += f[F_BODY_SIZE, k] if with_body else 0
-        entries += f[F_PROPS_LEN, k] // 3 + 1           # segments of >= 3 bytes plus a shorter last one
+        entries += f[F_PROPS_LEN, k] // (3 if every_entry else 10) + 1
+        hosts += HOST_V6_MAX if f[F_SYS_FLAG, k] & 0x30 else HOST_V4_MAX
     at = np.int64(0)
     for r in range(N_REGIONS):
         if r < R_TOTAL:
@@ -94,7 +99,7 @@ def layout(f, with_body, reg):
         elif r == R_TT_DATA or r == R_COMP_DATA:
             size = NAME_MAX * n
         elif r == R_BORN_DATA or r == R_STORE_DATA:
-            size = HOST_V6_MAX * n
+            size = hosts
         elif r == R_TOPIC_DATA:
             size = topics
         elif r == R_MSGID_DATA:
@@ -134,7 +139,8 @@ def _name(out, at, names, off, i):
 @njit
 def _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at):
     """``fill``'s text part: the topic, map entries and wanted-key entries of every record in one pass over
-    its topic and properties.  Returns (OR of every byte read, map entries, topic / key / value bytes)."""
+    its topic and properties.  Returns (OR of every byte read, map entries or -1 when they do not fit the
+    room ``layout`` gave them, topic / key / value bytes)."""
     n = f.shape[1]
     # topic, map entries (duplicate keys dropped), wanted keys' entries
     t_off, t_data = _words(head, reg, R_TOPIC_OFF, 4), head + reg[R_TOPIC_DATA, 0]
@@ -147,6 +153,7 @@ def _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at):
     most = np.int64(1)
     for k in range(n):
         most = max(most, f[F_PROPS_LEN, k] // 3 + 1)
+    room = reg[R_KEY_OFF, 1] // 4 - 1               # map entries the offsets regions hold
     ks = np.empty(most, np.int64)                  # one record's entries: key start, 0x01 position, value end
     kv = np.empty(most, np.int64)
     ve = np.empty(most, np.int64)
@@ -165,6 +172,8 @@ def _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at):
         o32[m_off + k] = m
         e, h = split_entries(u8, f[F_PROPS_AT, k], f[F_PROPS_AT, k] + f[F_PROPS_LEN, k], ks, kv, ve)
         high |= h
+        if m + e > room:
+            return high, -1, tw, kt, vt
         mark_duplicates(u8, ks, kv, e, dup)
         for j in range(e):
             if dup[j]:
@@ -200,7 +209,8 @@ def fill(u8, f, pos, file_pos, base, crc_ok, with_body, out, o32, o64, reg, ipc,
     ``reg``, then the IPC metadata (``meta`` patched; ``ipc`` = head, row count, body length, nodes and
     buffers positions; see the module docstring).  ``nulls``: per wanted column and the body, its nulls.
     Returns (every topic and properties byte is ASCII, bit i: numeric column NUMBERS[i] parsed exactly,
-    TAGS values that are not UTF-8: their tags_code is left 0)."""
+    TAGS values that are not UTF-8: their tags_code is left 0), or (False, -1, 0) when the map entries did
+    not fit (nothing usable written: call ``layout`` with ``every_entry`` and fill again)."""
     n = f.shape[1]
     head = ipc[0]
     # ---- fixed-width columns
@@ -229,6 +239,8 @@ def fill(u8, f, pos, file_pos, base, crc_ok, with_body, out, o32, o64, reg, ipc,
     v_off, v_data = _words(head, reg, R_VAL_OFF, 4), head + reg[R_VAL_DATA, 0]
     hit = _words(head, reg, R_HIT, 4)              # hit[q * n + k]: the map entry of wanted key q of record k
     high, m, tw, kt, vt = _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at)
+    if m < 0:
+        return False, -1, 0
     # ---- wanted columns: their values copied out of the map's (row q of the offsets: column q), and as each
     # is copied, the value columns derived from it: numbers, TRAN_MSG == "true", the TAGS hash
     w_data = head + reg[R_W_DATA, 0]

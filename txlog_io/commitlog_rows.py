@@ -248,19 +248,22 @@ def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordB
     """One ``batch_kernels.fill`` call into one pooled buffer read as IPC, the ``file`` column added; the rare
     shapes (text that is not all ASCII, numbers that are not plain, TAGS that are not UTF-8) then take the
     exact slow paths for the affected columns only."""
-    reg = np.empty((B.N_REGIONS, 2), np.int64)
-    body = B.layout(f, with_body, reg)
-    if body >= 2 ** 31:
-        raise OverflowError("chunk too large for 32-bit Arrow offsets")
     pool = getattr(_POOLS, "batch", None)
     if pool is None:
         pool = _POOLS.batch = ChunkPool()
-    out = pool.take(_IPC.head + body)
+    reg = np.empty((B.N_REGIONS, 2), np.int64)
     nulls = np.empty(B.NW + 2, np.int64)
-    ascii, plain, bad_tags = B.fill(
-        u8, f, pos, file_pos, base, crc_ok, with_body, out, out.view(np.int32), out.view(np.int64), reg,
-        _IPC_AT, _IPC.meta, _BUF_SRC, _NODE_M, _NODE_NULLS, nulls, _WANTED_DATA, _WANTED_OFF, _WANTED_AT,
-        *_TX_NAMES, *_COMPRESSION_NAMES, I.HEX_LOWER, I.HEX_PAIRS_UPPER, _TRUE)
+    for every_entry in (False, True):       # room for typical properties first, for any if they overflow it
+        body = B.layout(f, with_body, reg, every_entry)
+        if body >= 2 ** 31:
+            raise OverflowError("chunk too large for 32-bit Arrow offsets")
+        out = pool.take(_IPC.head + body)
+        ascii, plain, bad_tags = B.fill(
+            u8, f, pos, file_pos, base, crc_ok, with_body, out, out.view(np.int32), out.view(np.int64), reg,
+            _IPC_AT, _IPC.meta, _BUF_SRC, _NODE_M, _NODE_NULLS, nulls, _WANTED_DATA, _WANTED_OFF, _WANTED_AT,
+            *_TX_NAMES, *_COMPRESSION_NAMES, I.HEX_LOWER, I.HEX_PAIRS_UPPER, _TRUE)
+        if plain >= 0:
+            break
     batch = _IPC.read(out).add_column(0, _FILE_FIELD, _file_column(path, n))
     # text is validated once per record (all-ASCII needs no check); every key and value is cut at ASCII
     # separators, so stays valid
