@@ -180,6 +180,36 @@ def test_chunk_pool_never_hands_out_a_buffer_something_still_references():
     assert bytes(held) == bytes([7]) * 50
 
 
+def test_batches_a_caller_keeps_are_not_overwritten_by_later_ones():
+    """Each batch is read from a pooled buffer (txlog_io.ipc_batch): one the caller still holds is never
+    handed out again, so batches kept across many chunks equal the same rows converted one at a time."""
+    msgs = [Message(topic=f"T{i % 3}", body=bytes([i % 251]) * (100 + i), properties={P.TAGS: f"tag{i}",
+                    P.UNIQ_KEY: f"K{i}", P.REAL_QID: str(i)}, born_host="10.0.0.1:1", store_host="10.0.0.2:2")
+            for i in range(300)]
+    path, _, _ = _write(msgs)
+    kept = [b for b, _ in decode_file(path, with_body=True, chunk_bytes=4096)]
+    assert len(kept) > 10
+    one_by_one = [row for b, _ in decode_file(path, with_body=True, chunk_bytes=4096)
+                  for row in b.to_pylist()]
+    assert pa.Table.from_batches(kept).to_pylist() == one_by_one
+    assert [r["body"] for r in one_by_one] == [m.body for m in msgs]
+    assert [r["real_qid"] for r in one_by_one] == list(range(300))
+
+
+def test_properties_of_many_tiny_entries_overflow_the_first_layout_and_still_decode_exactly():
+    """``batch_kernels.layout`` first gives the map one entry per 10 properties bytes; 4-byte entries
+    overflow that room and the batch is filled again with room for every possible entry."""
+    raw = b"".join(bytes([97 + i % 26]) + b"\x01" + bytes([48 + i % 10]) + b"\x02" for i in range(40))
+    msgs = [Message(topic="T", body=b"x", properties_raw=raw + b"TAGS\x01t\x02", born_host="10.0.0.1:1",
+                    store_host="10.0.0.2:2") for _ in range(5)]
+    path, spans, stored = _write(msgs)
+    rows, anomalies = _rows(path)
+    assert not anomalies
+    for row, m, (start, end) in zip(rows, msgs, spans):
+        assert row["properties"] == _expected(m, start, bytes(stored[start:end]))["properties"]
+        assert len(row["properties"]) == 27 and row["tags"] == "t"
+
+
 def test_a_kernel_is_recompiled_when_a_helper_it_inlines_from_another_kernel_module_changes(tmp_path):
     """numba stamps a function's disk cache with its own file only; the kernel modules inline each other's
     helpers (``commitlog_kernels.u32``, ``copy_bytes``), so ``txlog_io.jit`` stamps them on all of them.

@@ -396,7 +396,8 @@ def _decode_selected(frames: Iterable[Frame], path: str, base: int, with_body: b
             if pos.size:
                 ends = pos + f[K.F_TOTAL]
                 data = np.empty(T.gather_size(pos, ends), np.uint8)
-                starts.append(T.gather(u8, pos, ends, data)[:-1] + np.int64(size))
+                starts.append(T.gather(u8, pos, ends, np.empty(pos.size + 1, np.int32), data)[:-1]
+                              + np.int64(size))
                 parts.append(data)
                 fpos.append(file_pos)
                 crcs.append(crc_ok)

@@ -2,10 +2,12 @@
 
 Layout: see the comment atop ``txlog_io.commitlog``; the loops are the numba kernels of
 ``txlog_io.*_kernels`` (MessageDecoder.java / CommitLog.java semantics, 5.3.3).  This module only
-wraps their flat output buffers into Arrow arrays (no copy) and turns the rare findings into ``Anomaly``
-values.  Order of work: every well-formed record is checked (stored PHYSICALOFFSET, body CRC, 5.2+
-``__CRC32#`` property), *then* the rows are selected (topic filter or transaction relevance), and only the
-selected rows get their topic, properties, hosts, ids and bodies cut out.
+runs them and turns the rare findings into ``Anomaly`` values; the rows of a batch are one
+``batch_kernels.fill`` call into one pooled buffer, read as an Arrow IPC message (``txlog_io.ipc_batch``: no
+copy, one Arrow call instead of one constructor per column).  Order of work: every well-formed record is
+checked (stored PHYSICALOFFSET, body CRC, 5.2+ ``__CRC32#`` property), *then* the rows are selected (topic
+filter or transaction relevance), and only the selected rows get their topic, properties, hosts, ids and
+bodies cut out.
 
 Rare shapes take a slower exact path for the affected values only: bytes that are not valid UTF-8 (decoded
 with U+FFFD like ``bytes.decode("utf-8", "replace")``), a TAGS value that is not valid UTF-8 (hashed as that
@@ -20,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.store import COMMITLOG
+from txlog_io import batch_kernels as B
 from txlog_io import commitlog_kernels as K
 from txlog_io import commitlog_layout as L
 from txlog_io import crc_kernels as C
@@ -27,23 +30,30 @@ from txlog_io import id_kernels as I
 from txlog_io import properties as P
 from txlog_io import text_kernels as T
 from txlog_io.errors import Anomaly, AnomalyKind
+from txlog_io.ipc_batch import Template
 from txlog_io.positional import ChunkPool
 
 SOURCE = "commitlog"
 SCHEMA = COMMITLOG.arrow_schema()
 _NAMES = SCHEMA.names          # iterating the schema builds a Field object per column, per batch
-_TX_NAMES = K.pack_strings(["NOT", "PREPARED", "COMMIT", "ROLLBACK"])
-_COMPRESSION_NAMES = K.pack_strings(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"])  # bits+1
-#: property columns of COMMITLOG, in the order of the rows of text_columns' ``w_off``
-_WANTED = (P.UNIQ_KEY, P.TAGS, P.KEYS, P.PGROUP, P.REAL_TOPIC, P.REAL_QID, P.TRAN_MSG, P.TRANSACTION_CHECK_TIMES,
-           P.TRAN_PREPARED_QUEUE_OFFSET, P.CHECK_IMMUNITY_TIME_IN_SECONDS, P.TRANSACTION_ID)
-_W = {k: i for i, k in enumerate(_WANTED)}
-_WANTED_DATA, _WANTED_OFF, _WANTED_AT = T.wanted_keys(_WANTED)
+
+
+def _names(names: list) -> tuple:
+    """``pack_strings`` of names of at most 8 bytes, readable 8 bytes at a time (``batch_kernels._name``)."""
+    data, off = K.pack_strings(names)
+    return np.concatenate([data, np.zeros(8, np.uint8)]), off
+
+
+_TX_NAMES = _names(["NOT", "PREPARED", "COMMIT", "ROLLBACK"])
+_COMPRESSION_NAMES = _names(["NONE", "ZLIB", "LZ4", "ZSTD", "ZLIB", "UNKNOWN"])  # bits+1
+_WANTED_DATA, _WANTED_OFF, _WANTED_AT = T.wanted_keys(B.WANTED)
+#: COMMITLOG's property columns, in the order of batch_kernels.WANTED (their wanted-key index)
+_COLUMN_Q = {name: q for q, name in enumerate((
+    "uniq_key", "tags", "keys", "pgroup", "real_topic", "real_qid", "tran_msg", "transaction_check_times",
+    "tran_prepared_queue_offset", "check_immunity_time_s", "transaction_id"))}
 _TX_TOPICS = K.pack_strings(L.TX_SYSTEM_TOPICS)
 _TRUE = np.frombuffer(b"true", np.uint8)
-_INT_RANGE = {pa.int32(): (np.int32, -(1 << 31), (1 << 31) - 1),
-              pa.int64(): (np.int64, -(1 << 63), (1 << 63) - 1)}
-_NO_TOPICS = K.pack_strings([])
+_INT_RANGE = {pa.int32(): (-(1 << 31), (1 << 31) - 1), pa.int64(): (-(1 << 63), (1 << 63) - 1)}
 
 
 def anomaly(kind, file, pos, base, detail, expected=None, actual=None, length=None) -> Anomaly:
@@ -78,12 +88,6 @@ def _binary(off: np.ndarray, data: np.ndarray, valid: Optional[np.ndarray] = Non
                                  [_bitmap(valid), pa.py_buffer(off), pa.py_buffer(data)])
 
 
-def _names(index: np.ndarray, names: tuple) -> pa.Array:
-    """The string column ``names[index]`` (``names``: ``pack_strings`` of the names) built by a kernel: a
-    dictionary array cast to strings cost ~27 us per 4096 rows, two columns per batch."""
-    return _binary(*T.pick_names(index, *names)).view(pa.string())
-
-
 #: per thread: the last file's ``file`` column, sliced for each batch of that file (one file, many batches)
 _FILE_COLUMN = threading.local()
 
@@ -91,7 +95,7 @@ _FILE_COLUMN = threading.local()
 def _file_column(path: str, n: int) -> pa.Array:
     path_col = getattr(_FILE_COLUMN, "col", None)
     if path_col is None or path_col[0] != path or len(path_col[1]) < n:
-        path_col = _FILE_COLUMN.col = (path, _names(np.zeros(max(n, 8192), np.int64), K.pack_strings([path])))
+        path_col = _FILE_COLUMN.col = (path, pa.array([path] * max(n, 8192), pa.string()))
     return path_col[1].slice(0, n)
 
 
@@ -104,28 +108,16 @@ def to_utf8(arr: pa.Array) -> pa.Array:
                         pa.string())
 
 
-#: per thread: output buffers of ``_cut`` (bodies) reused once the batch that held them is gone (see
-#: positional.ChunkPool: a fresh multi-MiB array per batch costs a page fault per 4 KiB)
+#: per thread: the batches' buffers, reused once the batch that held one is gone (see positional.ChunkPool:
+#: a fresh multi-MiB array per batch costs a page fault per 4 KiB)
 _POOLS = threading.local()
-
-
-def _cut(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    size = T.gather_size(starts, ends)
-    if size >= 2 ** 31:
-        raise OverflowError("chunk too large for 32-bit Arrow offsets")
-    pool = getattr(_POOLS, "cut", None)
-    if pool is None:
-        pool = _POOLS.cut = ChunkPool()
-    data = pool.take(size)
-    off = T.gather(u8, starts, ends, data)
-    return _binary(off, data)
 
 
 def _int_column(strings: pa.Array, typ: pa.DataType) -> pa.Array:
     try:
         return strings.cast(typ)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        _, lo, hi = _INT_RANGE[typ]
+        lo, hi = _INT_RANGE[typ]
         out = []
         for v in strings.to_pylist():
             try:
@@ -207,94 +199,126 @@ def batch_of(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, base: int, p
     return _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, pos.size)
 
 
+def _ipc_tables() -> tuple:
+    """(buf_src, node_m, node_nulls) of ``batch_kernels.fill`` for the IPC schema (COMMITLOG without
+    ``file``): per IPC buffer the region that holds it, per array node whether its length is the map
+    entries' and which ``nulls`` slot holds its null count."""
+    one = {"file_position": B.R_FILE_POSITION, "physical_offset": B.R_PHYSICAL, "total_size": B.R_TOTAL,
+           "magic_version": B.R_MAGIC, "body_crc": B.R_BODY_CRC, "body_crc_ok": B.R_CRC_OK,
+           "queue_id": B.R_QUEUE_ID, "flag": B.R_FLAG, "queue_offset": B.R_QUEUE_OFFSET,
+           "stored_physical_offset": B.R_STORED_PHYS, "sys_flag": B.R_SYS_FLAG, "born_timestamp": B.R_BORN_TS,
+           "store_timestamp": B.R_STORE_TS, "reconsume_times": B.R_RECONSUME,
+           "prepared_transaction_offset": B.R_PREPARED, "body_size": B.R_BODY_SIZE,
+           "tags_code": B.R_TAGS_CODE}
+    texts = {"transaction_type": (B.R_TT_OFF, B.R_TT_DATA), "born_host": (B.R_BORN_OFF, B.R_BORN_DATA),
+             "store_host": (B.R_STORE_OFF, B.R_STORE_DATA), "topic": (B.R_TOPIC_OFF, B.R_TOPIC_DATA),
+             "msg_id": (B.R_MSGID_OFF, B.R_MSGID_DATA), "compression": (B.R_COMP_OFF, B.R_COMP_DATA)}
+    numbers = {q: B.R_NUMBER + i for i, (q, _) in enumerate(B.NUMBERS)}
+    bufs, node_m, node_nulls = [], [], []
+    for name in _NAMES[1:]:
+        q = _COLUMN_Q.get(name)
+        node_m.append(0)
+        node_nulls.append(B.N_BODY if name == "body" else B.N_ZERO if q is None else q)
+        if name in one:
+            bufs += [B.R_NONE, one[name]]
+        elif name in texts:
+            bufs += [B.R_NONE, *texts[name]]
+        elif name == "properties":            # map, then its entries struct, key and value (map entries long)
+            bufs += [B.R_NONE, B.R_MAP_OFF, B.R_NONE, B.R_NONE, B.R_KEY_OFF, B.R_KEY_DATA,
+                     B.R_NONE, B.R_VAL_OFF, B.R_VAL_DATA]
+            node_m += [1, 1, 1]
+            node_nulls += [B.N_ZERO] * 3
+        elif name == "body":
+            bufs += [B.R_BODY_VALID, B.R_BODY_OFF, B.R_BODY_DATA]
+        elif q in numbers:
+            bufs += [B.R_VALID + q, numbers[q]]
+        elif q == B.Q_TRAN_MSG:
+            bufs += [B.R_VALID + q, B.R_TRAN_MSG]
+        else:
+            bufs += [B.R_VALID + q, B.R_W_OFF + q, B.R_W_DATA]
+    if len(bufs) != _IPC.buffers or len(node_m) != _IPC.nodes:
+        raise AssertionError("batch_kernels regions do not match the COMMITLOG schema")
+    return tuple(np.asarray(x, np.int64) for x in (bufs, node_m, node_nulls))
+
+
+_IPC = Template(SCHEMA.remove(0))               # every column but ``file``, added to each batch afterwards
+_IPC_AT = np.asarray([_IPC.head, _IPC.length_at, _IPC.body_len_at, _IPC.nodes_at, _IPC.buffers_at], np.int64)
+_BUF_SRC, _NODE_M, _NODE_NULLS = _ipc_tables()
+_FILE_FIELD = SCHEMA.field(0)
+
+
 def _batch(u8, f, pos, file_pos, base, path, with_body, crc_ok, n) -> pa.RecordBatch:
-    sys_flag = f[K.F_SYS_FLAG]
-    topic_at, topic_len, props_at, props_len = f[K.F_TOPIC_AT], f[K.F_TOPIC_LEN], f[K.F_PROPS_AT], f[K.F_PROPS_LEN]
-    (t_off, t_data, map_off, k_off, k_data, v_off, v_data, w_off, w_data, present, ascii) = T.text_columns(
-        u8, topic_at, topic_len, props_at, props_len, _WANTED_DATA, _WANTED_OFF, _WANTED_AT)
+    """One ``batch_kernels.fill`` call into one pooled buffer read as IPC, the ``file`` column added; the rare
+    shapes (text that is not all ASCII, numbers that are not plain, TAGS that are not UTF-8) then take the
+    exact slow paths for the affected columns only."""
+    pool = getattr(_POOLS, "batch", None)
+    if pool is None:
+        pool = _POOLS.batch = ChunkPool()
+    reg = np.empty((B.N_REGIONS, 2), np.int64)
+    nulls = np.empty(B.NW + 2, np.int64)
+    for every_entry in (False, True):       # room for typical properties first, for any if they overflow it
+        body = B.layout(f, with_body, reg, every_entry)
+        if body >= 2 ** 31:
+            raise OverflowError("chunk too large for 32-bit Arrow offsets")
+        out = pool.take(_IPC.head + body)
+        ascii, plain, bad_tags = B.fill(
+            u8, f, pos, file_pos, base, crc_ok, with_body, out, out.view(np.int32), out.view(np.int64), reg,
+            _IPC_AT, _IPC.meta, _BUF_SRC, _NODE_M, _NODE_NULLS, nulls, _WANTED_DATA, _WANTED_OFF, _WANTED_AT,
+            *_TX_NAMES, *_COMPRESSION_NAMES, I.HEX_LOWER, I.HEX_PAIRS_UPPER, _TRUE)
+        if plain >= 0:
+            break
+    batch = _IPC.read(out).add_column(0, _FILE_FIELD, _file_column(path, n))
     # text is validated once per record (all-ASCII needs no check); every key and value is cut at ASCII
     # separators, so stays valid
-    clean = ascii or (T.utf8_ok(u8, topic_at, topic_len) and T.utf8_ok(u8, props_at, props_len))
+    clean = ascii or (T.utf8_ok(u8, f[K.F_TOPIC_AT], f[K.F_TOPIC_LEN])
+                      and T.utf8_ok(u8, f[K.F_PROPS_AT], f[K.F_PROPS_LEN]))
+    if clean and plain == (1 << len(B.NUMBERS)) - 1 and not bad_tags:
+        return batch
+    return _exact(batch, out, reg, clean, plain, bad_tags)
 
-    def text(off, data, valid=None) -> pa.Array:
-        arr = _binary(off, data, valid)
-        return arr.view(pa.string()) if clean else to_utf8(arr)
 
-    topic = text(t_off, t_data)
-    keys = text(k_off, k_data)
-    values = text(v_off, v_data)
-
-    def prop(key: str) -> pa.Array:
-        q = _W[key]
-        return text(w_off[q], w_data, present[q])
-
-    def number(key: str, typ: pa.DataType) -> pa.Array:
-        # most batches lack most of these keys: an all-null column needs no parse (~5-10 us per cast)
-        q = _W[key]
-        if not present[q].any():
-            return pa.nulls(n, typ)
-        dtype, lo, hi = _INT_RANGE[typ]
-        values, plain = T.decimal_ints(w_data, w_off[q], present[q], lo, hi)
-        if plain:
-            return pa.Array.from_buffers(typ, n, [_bitmap(present[q]), pa.py_buffer(values.astype(dtype))])
-        return _int_column(prop(key), typ)
-
-    tags = prop(P.TAGS)
-    tags_code, bad_tags = T.java_hashes(w_data, w_off[_W[P.TAGS]], present[_W[P.TAGS]])
-    for i in np.flatnonzero(bad_tags).tolist():
-        tags_code[i] = P.java_string_hash(tags[i].as_py())
-    born6 = (sys_flag & L.BORNHOST_V6_FLAG) != 0
-    store6 = (sys_flag & L.STOREHOST_V6_FLAG) != 0
-    born_host = _binary(*I.host_texts(u8, f[K.F_BORN_AT], born6, I.HEX_LOWER)).view(pa.string())
-    store_host = _binary(*I.host_texts(u8, f[K.F_STORE_AT], store6, I.HEX_LOWER)).view(pa.string())
-    msg_id = _binary(*I.msg_ids(u8, pos, f[K.F_STORE_AT], store6, I.HEX_PAIRS_UPPER)).view(pa.string())
-    tran_type = _names((sys_flag & L.TRANSACTION_MASK) >> 2, _TX_NAMES)
-    # index into _COMPRESSION_NAMES: 0 = not compressed, else type bits + 1 (bits 0 and 3 both mean zlib)
-    comp_idx = np.where(sys_flag & 1, np.minimum(((sys_flag & 0x700) >> 8) + 1, 5), 0)
-    compression = _names(comp_idx, _COMPRESSION_NAMES)
-    body_at = f[K.F_BODY_AT]
-    body = _cut(u8, body_at, body_at + f[K.F_BODY_SIZE]) if with_body else pa.nulls(n, pa.binary())
-    pmap = pa.MapArray.from_arrays(_numeric(map_off, pa.int32()), keys, values)
-    q_tran = _W[P.TRAN_MSG]
-    tran_msg = np.packbits(T.values_equal(w_data, w_off[q_tran], present[q_tran], _TRUE), bitorder="little")
-    i8, i32, i64 = pa.int8(), pa.int32(), pa.int64()
-    cols = {
-        "file": _file_column(path, n),
-        "file_position": _numeric(file_pos, i64),
-        "physical_offset": _numeric(file_pos + base, i64),
-        "total_size": _numeric(f[K.F_TOTAL], i32),
-        "magic_version": _numeric(f[K.F_V2] + 1, i8),
-        "body_crc": _numeric(f[K.F_BODY_CRC], i32),
-        "body_crc_ok": pa.array(crc_ok, pa.bool_()),
-        "queue_id": _numeric(f[K.F_QUEUE_ID], i32),
-        "flag": _numeric(f[K.F_FLAG], i32),
-        "queue_offset": _numeric(f[K.F_QUEUE_OFFSET], i64),
-        "stored_physical_offset": _numeric(f[K.F_STORED_PHYS], i64),
-        "sys_flag": _numeric(sys_flag, i32),
-        "transaction_type": tran_type,
-        "born_timestamp": _numeric(f[K.F_BORN_TS], i64),
-        "born_host": born_host,
-        "store_timestamp": _numeric(f[K.F_STORE_TS], i64),
-        "store_host": store_host,
-        "reconsume_times": _numeric(f[K.F_RECONSUME], i32),
-        "prepared_transaction_offset": _numeric(f[K.F_PREPARED], i64),
-        "body_size": _numeric(f[K.F_BODY_SIZE], i32),
-        "topic": topic,
-        "properties": pmap,
-        "msg_id": msg_id,
-        "uniq_key": prop(P.UNIQ_KEY),
-        "tags": tags,
-        "keys": prop(P.KEYS),
-        "pgroup": prop(P.PGROUP),
-        "real_topic": prop(P.REAL_TOPIC),
-        "real_qid": number(P.REAL_QID, pa.int32()),
-        "tran_msg": pa.Array.from_buffers(pa.bool_(), n, [_bitmap(present[q_tran]), pa.py_buffer(tran_msg)]),
-        "transaction_check_times": number(P.TRANSACTION_CHECK_TIMES, pa.int32()),
-        "tran_prepared_queue_offset": number(P.TRAN_PREPARED_QUEUE_OFFSET, pa.int64()),
-        "check_immunity_time_s": number(P.CHECK_IMMUNITY_TIME_IN_SECONDS, pa.int64()),
-        "transaction_id": prop(P.TRANSACTION_ID),
-        "tags_code": _numeric(tags_code, i64),
-        "compression": compression,
-        "body": body,
-    }
+def _exact(batch: pa.RecordBatch, out: np.ndarray, reg: np.ndarray, clean: bool, plain: int,
+           bad_tags: int) -> pa.RecordBatch:
+    """``batch`` with the columns of the rare shapes redone exactly: text with invalid UTF-8 decoded with
+    U+FFFD, numeric properties that are not plain ``[+-]digits`` parsed by ``_int_column``, the TAGS hash of
+    TAGS values that are not UTF-8 taken from their decoded text."""
+    cols = dict(zip(_NAMES, batch.columns))
+    if not clean:
+        for name in ("topic", *_TEXT_PROPS):
+            cols[name] = to_utf8(cols[name].view(pa.binary()))
+        pmap = cols["properties"]
+        cols["properties"] = pa.MapArray.from_arrays(pmap.offsets, to_utf8(pmap.keys.view(pa.binary())),
+                                                     to_utf8(pmap.items.view(pa.binary())))
+    for i, (q, _) in enumerate(B.NUMBERS):
+        if not plain & (1 << i):
+            name = _NAME_OF_Q[q]
+            strings = _wanted_strings(out, reg, q, batch.num_rows, clean)
+            cols[name] = _int_column(strings, SCHEMA.field(name).type)
+    if bad_tags:
+        codes = out[_IPC.head + reg[B.R_TAGS_CODE, 0]:].view(np.int64)[:batch.num_rows].copy()
+        tags = cols["tags"]
+        _, bad = T.java_hashes(*_column_data(out, reg, B.Q_TAGS, batch.num_rows))
+        for i in np.flatnonzero(bad).tolist():
+            codes[i] = P.java_string_hash(tags[i].as_py())
+        cols["tags_code"] = _numeric(codes, pa.int64())
     return pa.RecordBatch.from_arrays([cols[name] for name in _NAMES], schema=SCHEMA)
+
+
+_TEXT_PROPS = ("uniq_key", "tags", "keys", "pgroup", "real_topic", "transaction_id")
+_NAME_OF_Q = {q: name for name, q in _COLUMN_Q.items()}
+
+
+def _column_data(out: np.ndarray, reg: np.ndarray, q: int, n: int) -> tuple:
+    """(data, offsets, validity) of wanted column ``q`` in a filled buffer."""
+    head = _IPC.head
+    off = out[head + reg[B.R_W_OFF + q, 0]:].view(np.int32)[:n + 1]
+    data = out[head + reg[B.R_W_DATA, 0]:head + reg[B.R_W_DATA, 0] + reg[B.R_W_DATA, 1]]
+    bits = out[head + reg[B.R_VALID + q, 0]:][:(n + 7) // 8]
+    valid = np.unpackbits(bits, bitorder="little")[:n].astype(bool)
+    return data, off, valid
+
+
+def _wanted_strings(out: np.ndarray, reg: np.ndarray, q: int, n: int, clean: bool) -> pa.Array:
+    data, off, valid = _column_data(out, reg, q, n)
+    arr = _binary(off.copy(), data.copy(), valid)
+    return arr.view(pa.string()) if clean else to_utf8(arr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from txlog_io.commitlog_kernels import PHYSICAL_OFFSET_AT, copy_bytes, i32, store64, u32
+from txlog_io.commitlog_kernels import PHYSICAL_OFFSET_AT, copy_words, i32, store64, u32
 from txlog_io.jit import njit
 
 
@@ -30,16 +30,17 @@ HEX_LOWER = np.frombuffer(b"0123456789abcdef", np.uint8).copy()
 HEX_UPPER = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
 
 
+#: the longest host texts: "255.255.255.255:-2147483648", "[ffff:..:ffff]:-2147483648"
+HOST_V4_MAX, HOST_V6_MAX = 27, 53
+
+
 @njit
-def host_texts(u8, at, v6, hexd):
+def host_texts(u8, at, v6, hexd, off, data):
     """InetAddress.getHostAddress + port: "a.b.c.d:port" or "[x:x:x:x:x:x:x:x]:port" (lower-case groups
-    without leading zeros or zero compression) for the host fields starting at ``at``."""
+    without leading zeros or zero compression) for the host fields starting at ``at``, as Arrow offsets
+    ``off`` (n + 1) and bytes ``data`` (room for HOST_V4_MAX / HOST_V6_MAX per row and 8 more); returns the
+    bytes used."""
     n = at.size
-    off = np.empty(n + 1, np.int32)
-    upper = 0
-    for k in range(n):                  # longest: "255.255.255.255:-2147483648", "[ffff:..:ffff]:-2147483648"
-        upper += 53 if v6[k] else 27
-    data = np.empty(upper, np.uint8)
     w = 0
     for k in range(n):
         off[k] = w
@@ -54,7 +55,7 @@ def host_texts(u8, at, v6, hexd):
                         break
             if same:                              # the same host as the record before: copy its text
                 prev = off[k - 1]
-                copy_bytes(data, w, data, prev, w - prev)
+                copy_words(data, w, data, prev, w - prev)
                 w += w - prev
                 continue
         if v6[k]:
@@ -86,7 +87,7 @@ def host_texts(u8, at, v6, hexd):
         w += 1
         w = _put_int(data, w, i32(u8, port_at))
     off[n] = w
-    return off, data[:w]
+    return w
 
 
 def hex_pairs(digits: np.ndarray) -> np.ndarray:
@@ -109,18 +110,17 @@ _S16, _S32, _S48 = np.uint64(16), np.uint64(32), np.uint64(48)
 
 
 @njit
-def msg_ids(u8, pos, store_at, v6, pairs):
-    """offsetMsgId: upper-case hex of store IP + port + the stored PHYSICALOFFSET (32 or 56 characters);
-    ``pairs``: ``hex_pairs`` of the digits.  Four bytes -> one 8-character store (the byte-by-byte loop cost
-    17 ns/record)."""
+def msg_ids(u8, pos, store_at, v6, pairs, off, data):
+    """offsetMsgId: upper-case hex of store IP + port + the stored PHYSICALOFFSET (32 or 56 characters) as
+    Arrow offsets ``off`` (n + 1) and bytes ``data`` (room for 56 per row); ``pairs``: ``hex_pairs`` of the
+    digits.  Four bytes -> one 8-character store (the byte-by-byte loop cost 17 ns/record).  Returns the bytes
+    used."""
     n = pos.size
-    off = np.empty(n + 1, np.int32)
     total = 0
     for k in range(n):
         off[k] = total
         total += 56 if v6[k] else 32
     off[n] = total
-    data = np.empty(total, np.uint8)
     for k in range(n):
         w = np.int64(off[k])
         ip_port = 20 if v6[k] else 8
@@ -130,4 +130,4 @@ def msg_ids(u8, pos, store_at, v6, pairs):
         for j in range(0, 8, 4):
             store64(data, w, _hex4(u8, pos[k] + PHYSICAL_OFFSET_AT + j, pairs))
             w += 8
-    return off, data
+    return total
