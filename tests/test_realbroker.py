@@ -15,8 +15,6 @@ Central cannot be reached on a machine that has not fetched the jars yet.
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import subprocess
 import sys
 import time
@@ -106,7 +104,10 @@ def realbroker_runs(request, tmp_path_factory) -> Runs:
                             for t in ("transactions", "check_back_worklist", "recovery_worklist",
                                       "audit_anomalies", "profiles")}
         res.audits[mode]["stdout"] = p.stdout
-    print(f"\nrealbroker timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in res.timings.items()), file=sys.stderr)
+    line = "realbroker timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in res.timings.items()) + "; " + \
+        ", ".join(f"{n} {r.seconds:.0f}s" for n, r in res.runs.items())
+    (base / "timings.txt").write_text(line + "\n")
+    print("\n" + line, file=sys.stderr)
     return res
 
 
@@ -137,9 +138,16 @@ def test_broker_run_truth_is_consistent(realbroker_runs, version, scenario):
         if x.cls in ("discard", "died_discard"):
             assert x.state == "DISCARDED", (k, x, run.broker_discards)
         if x.cls.startswith("inflight"):
-            want = "PREPARED" if not scenario.endswith("_restart") else \
-                {"inflight_commit": "COMMITTED", "inflight_rollback": "ROLLED_BACK"}[x.cls]
-            assert x.state == want, (k, x, run.steps)
+            if scenario.endswith("_restart"):
+                want = {"inflight_commit": "COMMITTED", "inflight_rollback": "ROLLED_BACK"}[x.cls]
+            elif scenario.endswith("kill9"):
+                want = "PREPARED"          # killed the moment they were sent: never checked
+            else:
+                # a graceful stop takes seconds to minutes on a loaded machine (5.3.3: 25 s seen) and the check
+                # service keeps running meanwhile: once the immunity time is over it checks the halves, finds
+                # no producer and may discard them before it stops.  Either way the broker's log says which.
+                want = "DISCARDED" if k in run.broker_discards else "PREPARED"
+            assert x.state == want, (k, x, run.steps, run.broker_discards)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -189,3 +197,17 @@ def test_audit_discards_and_work_lists_equal_the_truth(realbroker_runs, version,
         assert "AT_CHECK_MAX" in rows.loc[k, "flags"] and rows.loc[k, "check_times"] >= rb.TX_CHECK_MAX, \
             (k, rows.loc[k].to_dict())
     assert (cb["producer_group"] == "PID_RB_TX").all() and (cb["real_topic"] == "TopicRbTx").all()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("version,scenario", [c for c in CASES if c[1].endswith("clean")],
+                         ids=[broker_name(*c) for c in CASES if c[1].endswith("clean")])
+def test_audit_of_a_cleanly_stopped_broker_has_no_findings(realbroker_runs, version, scenario, mode):
+    """A store RocketMQ shut down normally is not damaged: no decoder finding, no unattributable evidence, no
+    transaction flagged for review (in-flight halves are only PREPARED_* / deadline flags)."""
+    name = broker_name(version, scenario)
+    _run(realbroker_runs, name)
+    a = _audit(realbroker_runs, mode, name)
+    assert a["audit_anomalies"].empty, a["audit_anomalies"][["code", "detail"]].to_string()
+    rec = a["recovery_worklist"]
+    assert set(rec["action"]) <= {"RESUME_DISCARDED"}, rec[["uniq_key", "action", "reason"]].to_string()

@@ -502,6 +502,14 @@ public class TxWorkload {
                 if (System.currentTimeMillis() > deadline) {
                     fail("answer: no check-back for " + open);
                 }
+                // started while the broker was down: learn the real topic's route as soon as the broker is
+                // back and register with it (heartbeat), so that its check-backs find this producer
+                try {
+                    p.getDefaultMQProducerImpl().getMqClientFactory().updateTopicRouteInfoFromNameServer(topic);
+                    p.getDefaultMQProducerImpl().getMqClientFactory().sendHeartbeatToAllBrokerWithLock();
+                } catch (Exception e) {
+                    // the broker is not back yet
+                }
                 Thread.sleep(300);
             }
             Thread.sleep(opFlushMs);

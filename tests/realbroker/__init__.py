@@ -201,6 +201,7 @@ LOGBACK = """<?xml version="1.0" encoding="UTF-8"?>
     <encoder><pattern>%d{{HH:mm:ss.SSS}} %-5p [%t] %c{{0}} - %m%n</pattern></encoder>
   </appender>
   <logger name="RocketmqTransaction" level="INFO"/>
+  <logger name="RocketmqBroker" level="INFO"/>
   <root level="WARN"><appender-ref ref="FILE"/></root>
 </configuration>
 """
@@ -306,6 +307,22 @@ class Cluster:
         self.procs.append(self.broker)
         _wait_port(self.broker_port, self.broker, 120)
         self._wait_registered(60)
+        if self.dledger:
+            self._wait_leader(120)
+
+    def _wait_leader(self, timeout: float) -> None:
+        """A DLedger broker serves writes once its one-node group elected it (DLedgerRoleChangeHandler)."""
+        end = time.monotonic() + timeout
+        log = self.logs / "broker-rocketmq.log"
+        while time.monotonic() < end:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            if len(re.findall(r"Finish handling broker role change succ=true term=\d+ role=LEADER", text)) \
+                    >= self.broker_starts:
+                return
+            if not self.broker.alive():
+                break
+            time.sleep(0.2)
+        raise HarnessError(f"DLedger broker not LEADER after {timeout:.0f} s:\n{self.broker.tail()}")
 
     def _wait_registered(self, timeout: float) -> None:
         """The broker logs "boot success" once it registered with the NameServer (both versions)."""
