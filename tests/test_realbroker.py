@@ -1,5 +1,5 @@
-"""The audit against real RocketMQ brokers (issue 30): released 4.9.8 and 5.3.3 jars, fetched from Maven Central
-by tests/realbroker/fetch.sh into a cache outside the repository, run on 127.0.0.1 by the harness in
+"""The audit against real RocketMQ brokers (issue 30): released 4.9.8 and 5.3.3 jars, fetched from Maven
+Central by tests/realbroker/fetch.sh into a cache outside the repository, run on 127.0.0.1 by the harness in
 tests/realbroker/ with a real TransactionMQProducer (commit, rollback, UNKNOW answered on check-back, never
 answered -> discarded after transactionCheckMax, a producer JVM that halts before answering, in-flight halves
 at the stop), then a clean stop, a kill -9, or a kill -9 + restart (+ the in-flight halves answered on
@@ -99,8 +99,8 @@ def realbroker_runs(request, tmp_path_factory) -> Runs:
         if not stores:
             res.audit_errors[mode] = "no store"
             continue
-        p = subprocess.run(["bash", SUBMIT, "--master", "local[2]", "audit", *stores, "--out", str(out), "--mode",
-                            mode, "--conf-file", str(conf), "--no-report", "--conf",
+        p = subprocess.run(["bash", SUBMIT, "--master", "local[2]", "audit", *stores, "--out", str(out),
+                            "--mode", mode, "--conf-file", str(conf), "--no-report", "--conf",
                             "spark.sql.shuffle.partitions=2"], capture_output=True, text=True, timeout=1800,
                            stdin=subprocess.DEVNULL, cwd=ROOT)
         res.timings[f"audit {mode}"] = time.monotonic() - t1
@@ -151,7 +151,7 @@ def test_broker_run_truth_is_consistent(realbroker_runs, version, scenario):
             elif scenario.endswith("kill9"):
                 want = "PREPARED"          # killed the moment they were sent: never checked
             else:
-                # a graceful stop takes seconds to minutes on a loaded machine (5.3.3: 25 s seen) and the check
+                # a graceful stop takes seconds to minutes on a loaded machine (5.3.3: 25 s seen), the check
                 # service keeps running meanwhile: once the immunity time is over it checks the halves, finds
                 # no producer and may discard them before it stops.  Either way the broker's log says which.
                 want = "DISCARDED" if k in run.broker_discards else "PREPARED"
@@ -206,8 +206,9 @@ def test_audit_discards_and_work_lists_equal_the_truth(realbroker_runs, version,
     for k in prepared - listed:
         r = rows.loc[k]
         at_max = "AT_CHECK_MAX" in r["flags"] and r["check_times"] >= rb.TX_CHECK_MAX
-        immune = "PREPARED_PAST_TIMEOUT" not in r["flags"] and r["check_immunity_time_s"] == rb.INFLIGHT_IMMUNITY_S \
-            and r["age_ms"] < rb.INFLIGHT_IMMUNITY_S * 1000
+        immune = ("PREPARED_PAST_TIMEOUT" not in r["flags"]
+                  and r["check_immunity_time_s"] == rb.INFLIGHT_IMMUNITY_S
+                  and r["age_ms"] < rb.INFLIGHT_IMMUNITY_S * 1000)
         assert at_max or immune, (k, r.to_dict())
     assert (cb["producer_group"] == "PID_RB_TX").all() and (cb["real_topic"] == "TopicRbTx").all()
 

@@ -7,10 +7,10 @@
 * ``Cluster`` starts a NameServer and a broker (each its own JVM, own process group, loopback, free ports),
   store under a temporary directory, short ``transactionTimeOut`` / ``transactionCheckInterval`` /
   ``transactionCheckMax``; ``stop_broker(clean=True)`` sends SIGTERM (BrokerStartup's shutdown hook runs
-  ``BrokerController.shutdown()``), ``clean=False`` sends SIGKILL; ``start_broker()`` again restarts on the same
-  store.  ``close()`` kills every process it started (process groups), also on test failure.
-* ``Cluster.workload(mode, ...)`` runs TxWorkload (modes ``die``, ``run``, ``answer``) and ``truth(log)`` turns
-  its JSON lines into the expected state per transaction.
+  ``BrokerController.shutdown()``), ``clean=False`` sends SIGKILL; ``start_broker()`` again restarts on the
+  same store.  ``close()`` kills every process it started (process groups), also on test failure.
+* ``Cluster.workload(mode, ...)`` runs TxWorkload (modes ``die``, ``run``, ``answer``) and ``truth(logs)``
+  turns their JSON lines into the expected state per transaction.
 
 Nothing here imports the project's ``jobs`` package: the tests drive the audit through ``./spark-submit.sh``.
 """
@@ -100,8 +100,8 @@ def compile_workload(version: str) -> Path:
         return out
     tmp = lib.parent / f"workload-{digest}.tmp{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([java_bin("javac"), "-nowarn", "-encoding", "UTF-8", "-cp", classpath(lib), "-d", str(tmp),
-                        str(WORKLOAD_SRC)], capture_output=True, text=True, timeout=600)
+    p = subprocess.run([java_bin("javac"), "-nowarn", "-encoding", "UTF-8", "-cp", classpath(lib), "-d",
+                        str(tmp), str(WORKLOAD_SRC)], capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise HarnessError(f"javac TxWorkload.java against RocketMQ {version}: {p.stderr[-3000:]}")
     try:
@@ -368,11 +368,12 @@ class Cluster:
     # ---- the producer ------------------------------------------------------------------------------------
     def start_workload(self, mode: str, log: Path, timeout_s: int = 90, **opts) -> Proc:
         """Start TxWorkload ``mode`` (its JSON lines go to ``log``)."""
-        args = ["--namesrv", self.namesrv_addr, "--broker", f"127.0.0.1:{self.broker_port}", "--log", str(log),
-                "--timeout-s", str(timeout_s)]
+        args = ["--namesrv", self.namesrv_addr, "--broker", f"127.0.0.1:{self.broker_port}", "--log",
+                str(log), "--timeout-s", str(timeout_s)]
         for k, v in opts.items():
             args += [f"--{k.replace('_', '-')}", str(v)]
-        p = _spawn(f"workload-{mode}", self._java("TxWorkload", "128m", mode, *args, cp_extra=(self.classes,)),
+        p = _spawn(f"workload-{mode}",
+                   self._java("TxWorkload", "128m", mode, *args, cp_extra=(self.classes,)),
                    self.logs / f"workload-{mode}.out", self._env(), self.work)
         p.timeout_s = timeout_s
         self.procs.append(p)
@@ -480,9 +481,10 @@ DLEDGER_SCENARIOS = ("dledger_clean", "dledger_kill9")     # 4.9.8 only (enableD
 WORKLOAD = {"counts": "commit=3,rollback=2,check_commit=2,check_rollback=2,check2_commit=1,discard=2",
             "died": "died_commit=2,died_discard=2", "inflight": 2}
 RESTART_CHECK_INTERVAL_MS = 5000
-# CHECK_IMMUNITY_TIME_IN_SECONDS of the in-flight halves when the broker is not restarted: no check-back while a
-# graceful stop takes seconds (4.9.8's check service kept checking for 3-6 s after SIGTERM on a loaded machine).
-# Not after a restart: 5.3.3 consumed the immunity copies before the kill and never checked those halves again.
+# CHECK_IMMUNITY_TIME_IN_SECONDS of the in-flight halves when the broker is not restarted: no check-back while
+# a graceful stop takes seconds (4.9.8's check service kept checking for 3-6 s after SIGTERM on a loaded
+# machine; a long stop still checks and may discard them, docs/realbroker.md).  Not after a restart: 5.3.3
+# consumed the immunity copies before the kill and never checked those halves again.
 INFLIGHT_IMMUNITY_S = 10
 
 
@@ -511,8 +513,8 @@ def run_scenario(version: str, scenario: str, work: Path, seed: int = 7) -> Scen
     try:
         cluster.start()
         steps.append(f"started {time.monotonic() - t0:.1f}s")
-        run = cluster.start_workload("run", run_log, seed=seed, counts=WORKLOAD["counts"], died=WORKLOAD["died"],
-                                     inflight=WORKLOAD["inflight"], op_flush_ms=1500,
+        run = cluster.start_workload("run", run_log, seed=seed, counts=WORKLOAD["counts"],
+                                     died=WORKLOAD["died"], inflight=WORKLOAD["inflight"], op_flush_ms=1500,
                                      immunity_s=0 if scenario.endswith("_restart") else INFLIGHT_IMMUNITY_S)
         cluster.wait_phase(run, run_log, "online")
         cluster.workload("die", die_log, seed=seed, counts=WORKLOAD["died"])
