@@ -205,7 +205,7 @@ def test_properties_of_many_tiny_entries_overflow_the_first_layout_and_still_dec
     path, spans, stored = _write(msgs)
     rows, anomalies = _rows(path)
     assert not anomalies
-    for row, m, (start, end) in zip(rows, msgs, spans):
+    for row, m, (start, end) in zip(rows, msgs, spans, strict=True):
         assert row["properties"] == _expected(m, start, bytes(stored[start:end]))["properties"]
         assert len(row["properties"]) == 27 and row["tags"] == "t"
 

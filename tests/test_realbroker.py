@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,7 +64,7 @@ def realbroker_runs(request, tmp_path_factory) -> Runs:
             rb.compile_workload(v)              # fetches the jars first (once per machine)
     except rb.FetchUnavailable as e:
         msg = f"REAL-BROKER TESTS SKIPPED: {e}"
-        warnings.warn(msg)
+        warnings.warn(msg, stacklevel=2)
         print(f"\n*** {msg}\n", file=sys.stderr)
         pytest.skip(msg)
     res = Runs(base)
@@ -165,13 +164,13 @@ def test_audit_states_equal_the_truth(realbroker_runs, version, scenario, mode):
     run = _run(realbroker_runs, name)
     a = _audit(realbroker_runs, mode, name)
     tx = a["transactions"]
-    got = dict(zip(tx["keys"], tx["state"]))
+    got = dict(zip(tx["keys"], tx["state"], strict=True))
     want = {k: x.state for k, x in run.truth.items()}
     wrong = {k: (got.get(k), want.get(k)) for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k)}
     assert not wrong, f"{name} --mode {mode}: (audit, truth) per key: {wrong}; broker: {run.steps}"
     assert len(tx) == len(want), tx["keys"].tolist()
     # the transaction key is the producer's UNIQ_KEY (its msgId), one row per transaction
-    assert dict(zip(tx["keys"], tx["uniq_key"])) == {k: x.uniq for k, x in run.truth.items()}
+    assert dict(zip(tx["keys"], tx["uniq_key"], strict=True)) == {k: x.uniq for k, x in run.truth.items()}
     assert (tx["transaction_key"] == tx["uniq_key"]).all()
     prof = a["profiles"]
     assert prof["profile"].tolist() == ["4.3-5.0" if version.startswith("4.") else "5.1+"]
@@ -187,7 +186,7 @@ def test_audit_discards_and_work_lists_equal_the_truth(realbroker_runs, version,
     run = _run(realbroker_runs, name)
     a = _audit(realbroker_runs, mode, name)
     tx = a["transactions"]
-    discards = {k: int(n) for k, n in zip(tx["keys"], tx["discards"]) if n}
+    discards = {k: int(n) for k, n in zip(tx["keys"], tx["discards"], strict=True) if n}
     assert discards == run.broker_discards, (discards, run.broker_discards, run.steps)
     by_uniq = {x.uniq: k for k, x in run.truth.items()}
     rec = a["recovery_worklist"]
@@ -228,5 +227,5 @@ def test_audit_of_a_cleanly_stopped_broker_has_no_findings(realbroker_runs, vers
     rec = a["recovery_worklist"]
     by_uniq = {x.uniq: x for x in run.truth.values()}
     allowed = {"DISCARDED": "RESUME_DISCARDED", "PREPARED": "REDRIVE_EXPIRED"}
-    for u, action in zip(rec["uniq_key"], rec["action"]):
+    for u, action in zip(rec["uniq_key"], rec["action"], strict=True):
         assert action == allowed.get(by_uniq[u].state), rec[["uniq_key", "action", "reason"]].to_string()

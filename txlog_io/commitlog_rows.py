@@ -235,6 +235,7 @@ def _ipc_tables() -> tuple:
         elif q == B.Q_TRAN_MSG:
             bufs += [B.R_VALID + q, B.R_TRAN_MSG]
         else:
+            assert q is not None, name          # every other column is a wanted property
             bufs += [B.R_VALID + q, B.R_W_OFF + q, B.R_W_DATA]
     if len(bufs) != _IPC.buffers or len(node_m) != _IPC.nodes:
         raise AssertionError("batch_kernels regions do not match the COMMITLOG schema")
@@ -282,7 +283,7 @@ def _exact(batch: pa.RecordBatch, out: np.ndarray, reg: np.ndarray, clean: bool,
     """``batch`` with the columns of the rare shapes redone exactly: text with invalid UTF-8 decoded with
     U+FFFD, numeric properties that are not plain ``[+-]digits`` parsed by ``_int_column``, the TAGS hash of
     TAGS values that are not UTF-8 taken from their decoded text."""
-    cols = dict(zip(_NAMES, batch.columns))
+    cols = dict(zip(_NAMES, batch.columns, strict=True))
     if not clean:
         for name in ("topic", *_TEXT_PROPS):
             cols[name] = to_utf8(cols[name].view(pa.binary()))

@@ -384,7 +384,7 @@ class Cluster:
             rc = p.popen.wait(timeout=p.timeout_s + 120)
         except subprocess.TimeoutExpired:
             p.signal(signal.SIGKILL)
-            raise HarnessError(f"{p.name} hung:\n{p.tail()}")
+            raise HarnessError(f"{p.name} hung:\n{p.tail()}") from None
         if rc != 0:
             raise HarnessError(f"{p.name} exit {rc}:\n{p.tail()}\nbroker:\n"
                                f"{self.broker.tail() if self.broker else ''}")
