@@ -245,7 +245,8 @@ def parse_args(argv: Sequence[str]):
 
             # one name for several stores = replicas of one DLedger group (one broker): DLedger stores only
             shared = {b for b in brokers if brokers.count(b) > 1}
-            if any(message_log_kind(s) != "dledger" for s, b in zip(stores, brokers) if b in shared):
+            if any(message_log_kind(s) != "dledger" for s, b in zip(stores, brokers, strict=False)
+                   if b in shared):
                 raise UsageError(f"broker names must be unique, got {brokers} (name each store with "
                                  f"--broker; only the replicas of one DLedger group may share a name)")
         guard.check_out_vs_stores(out, stores, [*cfg.table_names.values(), "audit_runs", "message_bodies"])
@@ -369,4 +370,6 @@ def run_report(opts: ReportOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from txlog_io import process_exit
+
+    process_exit.run(main)

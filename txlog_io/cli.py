@@ -247,11 +247,11 @@ def dump_store(paths, out: _Out, with_body: bool) -> None:
         layout = discover_store(root)
         out.findings_out(layout.anomalies)
         out.findings_out(verify_dledger(layout))
-        for tag, fn in (("commitlog", lambda: _dump_files_commitlog(layout, out, with_body)),
-                        ("consumequeue", lambda: dump_consumequeue([str(root / "consumequeue")], out)
-                         if (root / "consumequeue").is_dir() else None),
-                        ("statetable", lambda: _dump_files_units(layout.statetable, out, "statetable")),
-                        ("redolog", lambda: _dump_files_units(layout.redolog, out, "redolog"))):
+        for tag, fn in (("commitlog", lambda L=layout: _dump_files_commitlog(L, out, with_body)),
+                        ("consumequeue", lambda r=root: dump_consumequeue([str(r / "consumequeue")], out)
+                         if (r / "consumequeue").is_dir() else None),
+                        ("statetable", lambda L=layout: _dump_files_units(L.statetable, out, "statetable")),
+                        ("redolog", lambda L=layout: _dump_files_units(L.redolog, out, "redolog"))):
             out.tag = tag
             fn()
         out.tag = "config"
@@ -301,5 +301,12 @@ def main(argv=None) -> int:
     return 1 if args.verify and out.findings else 0
 
 
+def console_main() -> None:
+    """The console script: :func:`main`, its status the process's exit status (txlog_io.process_exit)."""
+    from txlog_io import process_exit
+
+    process_exit.run(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

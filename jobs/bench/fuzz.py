@@ -270,10 +270,10 @@ def build_corpus(work: Path, stores: List[Tuple[str, Path]]) -> List[Target]:
         dst_root = work / "corpus" / label
         bounds = tuple(commitlog_bounds(layout))
 
-        def add(kind, src: Path, rel: str, limit=None, **kw):
-            dst = dst_root / rel
+        def add(kind, src: Path, rel: str, limit=None, _root=dst_root, _label=label, _bounds=bounds, **kw):
+            dst = _root / rel
             _copy(src, dst, limit)
-            targets.append(Target(kind, str(dst), f"{label}/{rel}", data_end=_data_end(dst), commitlog=bounds,
+            targets.append(Target(kind, str(dst), f"{_label}/{rel}", data_end=_data_end(dst), commitlog=_bounds,
                                   **kw))
 
         for mf in layout.commitlog[:2]:
@@ -476,4 +476,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from txlog_io import process_exit
+
+    process_exit.run(main)
