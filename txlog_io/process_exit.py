@@ -1,17 +1,17 @@
-"""How the command-line programs end: their exit status is the status their ``main`` returned, never a signal
-raised while the interpreter tears itself down.
+"""How the command-line programs end: their exit status is the status their ``main`` returned, never a
+signal raised while the interpreter tears itself down.
 
-Why not a plain ``sys.exit(main())``: by the time ``main`` returns, native threads that Python does not own are
-still alive -- pyarrow's C++ CPU and I/O thread pools (``std::thread`` workers), deltalake's tokio runtime,
-jemalloc's background threads, OpenBLAS's servers.  A pyarrow dataset read through a Python file system (the
-Delta tables are read that way: ``deltalake``'s ``DeltaStorageHandler`` wrapped in ``pyarrow.fs.PyFileSystem``,
-``pre_buffer=True``) runs ``PyReadableFile::ReadAt`` / ``Close`` and drops Python file objects on an I/O-pool
-thread, taking the GIL there.  If such a task is still queued or running when the main thread enters
-``Py_FinalizeEx``, the worker tries to take the GIL of a finalizing interpreter and is ended with
-``pthread_exit``; the forced unwind meets the ``noexcept`` frame of the ``std::thread`` body and libstdc++
-calls ``std::terminate`` ("terminate called without an active exception", SIGABRT, exit 134), or CPython
-aborts with ``PyGILState_Release: thread state ... must be current``.  The work was done; the status says it
-failed.
+Why not a plain ``sys.exit(main())``: by the time ``main`` returns, native threads that Python does not own
+are still alive -- pyarrow's C++ CPU and I/O thread pools (``std::thread`` workers), deltalake's tokio
+runtime, jemalloc's background threads, OpenBLAS's servers. A pyarrow dataset read through a Python file
+system (the Delta tables are read that way: ``deltalake``'s ``DeltaStorageHandler`` wrapped in
+``pyarrow.fs.PyFileSystem``, ``pre_buffer=True``) runs ``PyReadableFile::ReadAt`` / ``Close`` and drops Python
+file objects on an I/O-pool thread, taking the GIL there. If such a task is still queued or running when the
+main thread enters ``Py_FinalizeEx``, the worker tries to take the GIL of a finalizing interpreter and is
+ended with ``pthread_exit``; the forced unwind meets the ``noexcept`` frame of the ``std::thread`` body and
+libstdc++ calls ``std::terminate`` ("terminate called without an active exception", SIGABRT, exit 134), or
+CPython aborts with ``PyGILState_Release: thread state ... must be current``. The work was done; the status
+says it failed.
 
 :func:`run` ends the process in a controlled order instead:
 

@@ -273,8 +273,8 @@ def build_corpus(work: Path, stores: List[Tuple[str, Path]]) -> List[Target]:
         def add(kind, src: Path, rel: str, limit=None, _root=dst_root, _label=label, _bounds=bounds, **kw):
             dst = _root / rel
             _copy(src, dst, limit)
-            targets.append(Target(kind, str(dst), f"{_label}/{rel}", data_end=_data_end(dst), commitlog=_bounds,
-                                  **kw))
+            targets.append(Target(kind, str(dst), f"{_label}/{rel}", data_end=_data_end(dst),
+                                  commitlog=_bounds, **kw))
 
         for mf in layout.commitlog[:2]:
             end = _data_end(mf.path)
