@@ -372,4 +372,6 @@ def run_report(opts: ReportOptions) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from txlog_io import process_exit
+
+    process_exit.run(main)

@@ -1,6 +1,4 @@
 """``python -m refbroker``: same as the ``txlog-refbroker`` console script."""
-import sys
+from refbroker.cli import console_main
 
-from refbroker.cli import main
-
-sys.exit(main())
+console_main()

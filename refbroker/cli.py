@@ -107,5 +107,12 @@ def main(argv=None) -> int:
     return 0
 
 
+def console_main() -> None:
+    """The console script: :func:`main`, its status the process's exit status (txlog_io.process_exit)."""
+    from txlog_io import process_exit
+
+    process_exit.run(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -1,6 +1,4 @@
 """``python -m txlog_io`` = ``txlog-dump``."""
-import sys
+from txlog_io.cli import console_main
 
-from txlog_io.cli import main
-
-sys.exit(main())
+console_main()

@@ -44,5 +44,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return int(module.main(rest) or 0)
 
 
+def console_main() -> None:
+    """The console script: :func:`main`, its status the process's exit status (txlog_io.process_exit)."""
+    from txlog_io import process_exit
+
+    process_exit.run(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()
