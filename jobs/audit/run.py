@@ -21,7 +21,10 @@ driver around the modules that do the work:
    the store is never decoded with every body just to read the ops.
 3. **reconstruct** -- ``jobs.reconstruct.spark.reconstruct``: on the driver when the records read are few (the
    outputs come back as Arrow tables and are counted and written from the driver, without Spark jobs), else
-   per broker on the executors (the transactions DataFrame is then persisted while the outputs are written).
+   distributed on the executors (linking as Spark joins, the rules per partition of transactions; the
+   transactions DataFrame is then persisted while the outputs are written); ``reconstruct.path`` forces a
+   path (driver, broker = one task per broker, distributed), and ``audit_runs.config_json`` records the path
+   taken and its reduce tasks (``"reconstruct": {"path", "reduce_tasks"}``).
 4. **aggregate** -- counts per state / flag / broker (small ``groupBy`` results, the only things collected).
 5. **write** -- one Delta table per output through ``jobs.delta.sink.write_table`` (one commit per table, the
    run's previous rows replaced): ``transactions``, ``check_back_worklist``, ``recovery_worklist``,
@@ -215,17 +218,23 @@ def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
     return int(min(MAX_AUTO_SHUFFLE_PARTITIONS, max(cores, 4 * gib, 1)))
 
 
-def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, float]):
-    """``jobs.reconstruct.spark.reconstruct``: on the driver when the transaction-relevant rows are at most
-    ``LOCAL_MAX_ROWS`` (``n_rows``; with the transaction queue units and findings, a few hundred MB of Arrow
-    at most), else per broker on the executors with the outputs materialized once.  One broker is one
-    reducer task either way, so the driver is no slower and skips the shuffle, the checkpoint and the
-    executor-side writes: a 4 GiB store with 28,887 transactions (idle machine, warm) spent 7.1 s reducing on
-    the executors at the former bound of LOCAL_MAX_ROWS // 4."""
+def _reconstruct_path(options) -> str:
+    """The ``reconstruct.path`` setting (``auto`` when the options carry no config)."""
+    return getattr(getattr(options, "config", None), "reconstruct_path", "auto")
+
+
+def _reconstruct(inputs: dict, params, override, n_rows: int, phases: Dict[str, float], path: str = "auto"):
+    """``jobs.reconstruct.spark.reconstruct``: with ``path`` auto, on the driver when the transaction-relevant
+    rows are at most ``LOCAL_MAX_ROWS`` (``n_rows``; with the transaction queue units and findings, a few
+    hundred MB of Arrow at most), else distributed (linking as Spark joins, the rules per partition of
+    transactions) with the outputs materialized once; another ``path`` forces it.  Below the bound the driver
+    skips the shuffles, the checkpoint and the executor-side writes: a 4 GiB store with 28,887 transactions
+    (idle machine, warm) spent 7.1 s reducing on the executors at the former bound of LOCAL_MAX_ROWS // 4."""
     from jobs.reconstruct.spark import LOCAL_MAX_ROWS, reconstruct
 
-    return reconstruct(inputs, params, override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS,
-                       timings=phases)
+    if path == "auto":
+        path = "driver" if n_rows <= LOCAL_MAX_ROWS else "distributed"
+    return reconstruct(inputs, params, override, materialize=True, path=path, timings=phases)
 
 
 def _local_read_applies(options) -> bool:
@@ -235,6 +244,7 @@ def _local_read_applies(options) -> bool:
     incremental run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
     incremental = getattr(options, "incremental", False)
     return (not options.include_bodies and len(set(options.brokers)) == len(options.brokers)
+            and _reconstruct_path(options) in ("auto", "driver")
             and (options.mode == "full" or (options.mode == "indexed" and not incremental)))
 
 
@@ -428,7 +438,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
                     inputs["op_bodies"] = op_bodies
                 if incremental is not None:
                     inputs["carried"] = carried_input(incremental)
-                result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases)
+                result = _reconstruct(inputs, params, override, n_records + n_anomalies, phases,
+                                      _reconstruct_path(options))
             arrow = result.arrow                          # None: reduced on the executors
             # Arrow outputs stay Arrow: a DataFrame of them (createDataFrame, ~0.3 s each on the 8 GiB bench)
             # only for the bodies join
@@ -495,6 +506,8 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
             "detected_profiles": detected, "include_bodies": bool(options.include_bodies),
             "config_json": json.dumps(dict(config_document(options, params_doc, override),
                                            shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
+                                           reconstruct={"path": result.path,
+                                                        "reduce_tasks": result.reduce_tasks},
                                            commitlog_files=commitlog_files(frames.layout_info),
                                            **({"incremental": incremental.describe()}
                                               if incremental else {})),
