@@ -4,17 +4,18 @@ The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each ru
 
 1. **Row-local** -- evidence rows from the input rows (``partitioned.evidence_batches``), one ``mapInArrow``
    over the input partitions.
-2. **Global, by key** -- the linking of jobs/reconstruct/evidence.py (``link_ends``, ``link_ops``) as Spark
-   aggregations and joins, so that every evidence row gets its transaction id ``tx``:
-   END -> the copies at its PREPARED_TRANSACTION_OFFSET (max tx / queue id / queue offset / mechanism over
-   the copies at that offset; else its own (UNIQ_KEY, PGROUP, topic) or "P" id, computed with the row);
-   copies learn ``committed`` from the COMMIT ENDs' offsets; OP rows (one per half offset, already exploded
-   from batched 5.1+ bodies) -> the half copies at (queue id, queue offset) (max tx, any committed);
-   ``named`` for half copies, COMMIT ENDs (by their target) and the ORIGREF twins of copies (by
-   TRAN_PREPARED_QUEUE_OFFSET).  Keys compare as the reducer's ``key_ids`` do (null equals null:
-   ``eqNullSafe``).  Then ONE shuffle by (broker, tx) over ``reduce_tasks`` partitions, sorted within by
-   (broker, tx, ord), and the unchanged per-transaction rules (jobs/reconstruct/rules.py) over chunks of
-   whole transactions (``partitioned.reduce_chunks``).
+2. **Global, by key** -- the linking of jobs/reconstruct/evidence.py (``link_ends``, ``link_ops``) as two Spark
+   windows, one shuffle each, so that every evidence row gets its transaction id ``tx``: by (broker,
+   CommitLog offset), a copy by its own offset and an END by its PREPARED_TRANSACTION_OFFSET (the END takes
+   the max tx / queue id / queue offset / mechanism of the copies there, else its own (UNIQ_KEY, PGROUP,
+   topic) or "P" id, computed with the row; copies learn ``committed``); by (broker, queue id, half-queue
+   offset), a half copy by its queue offset, an OP (one per half offset: batched 5.1+ bodies are already
+   exploded) by the offset it names, a COMMIT END by its target's and an ORIGREF twin by
+   TRAN_PREPARED_QUEUE_OFFSET (OPs take the halves' max tx and whether one is committed; the others learn
+   ``named``).  Window groups compare keys as the reducer's ``key_ids`` do (null equals null).  Then ONE
+   shuffle by (broker, tx) over ``reduce_tasks`` partitions, sorted within by (broker, tx, ord), and the
+   unchanged per-transaction rules (jobs/reconstruct/rules.py) over chunks of whole transactions
+   (``partitioned.reduce_chunks``).
 3. **Per broker, small** -- the facts (counts, bounds, consume offsets) are summed per partition and merged
    on the driver; with the decoder findings (collected: they grow with damage, not with the broker) they
    give each broker's profile, params and ``lost_at``, shipped to the tasks with the functions.  The
@@ -24,7 +25,7 @@ The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each ru
    the shuffle by transaction.  The check-back list is ranked across brokers by the caller
    (jobs/reconstruct/spark.py, one window over the small table).
 
-Skew: the linking joins are keyed by CommitLog or queue offsets (no hot key); the shuffle by transaction
+Skew: the linking windows are keyed by CommitLog or queue offsets (a few rows per key, no hot key); the shuffle by transaction
 puts a transaction's rows in one task, and a chunk holds whole transactions, so a transaction with many
 re-put copies and checks is a few more rows in its chunk, not a task of its own.
 """
