@@ -118,10 +118,11 @@ def by_broker(table: pa.Table) -> Iterator[tuple]:
 
 
 def chunks_by_key(batches: Iterable[pa.RecordBatch], key: Callable[[pa.Table], Sequence[pa.Array]],
-                  min_rows: int = CHUNK_ROWS) -> Iterator[pa.Table]:
+                  min_rows: Optional[int] = None) -> Iterator[pa.Table]:
     """Tables of whole key groups from batches sorted by ``key`` (a function of a table -> its key columns):
-    batches are gathered to at least ``min_rows`` rows, then cut before the last key's group (which goes on
-    with the next batches)."""
+    batches are gathered to at least ``min_rows`` rows (default CHUNK_ROWS), then cut before the last key's
+    group (which goes on with the next batches)."""
+    min_rows = CHUNK_ROWS if min_rows is None else min_rows
     held: List[pa.Table] = []
     n = 0
     for b in batches:
