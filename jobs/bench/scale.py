@@ -45,6 +45,8 @@ PROFILE = "5.1+"
 SCENARIO = "clean"
 SEED = 1
 AS_OF = "2026-11-22T00:00:00Z"
+#: environment of the session's Python workers (inherited from this process on a local master)
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_ARENA_MAX": "2"}
 
 
 def _rss_kb(pid: int) -> int:
@@ -178,9 +180,15 @@ def run(argv: Optional[Sequence[str]] = None) -> List[dict]:
     workdir.mkdir(parents=True, exist_ok=True)
     from jobs.session import build_session
 
+    # the cap is an address-space limit (RLIMIT_AS), not a resident-set one: allocators that reserve address
+    # space ahead (glibc's 64 MiB per-thread arenas, Arrow's mimalloc / jemalloc pools) hit it with little
+    # memory in use, so the workers allocate from the system pool with two arenas
+    for k, v in WORKER_ENV.items():
+        os.environ.setdefault(k, v)
     spark = build_session(app_name="txaudit-bench-scale", master=args.master, extra_conf={
         "spark.driver.memory": args.driver_memory, "spark.executor.pyspark.memory": args.worker_memory,
-        "spark.ui.showConsoleProgress": "false"})
+        "spark.ui.showConsoleProgress": "false",
+        **{f"spark.executorEnv.{k}": v for k, v in WORKER_ENV.items()}})
     runs: List[dict] = []
     try:
         for n in counts:
