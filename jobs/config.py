@@ -35,6 +35,8 @@ from txlog_io.storefs import S3Settings
 PROFILE_NAMES = ("3.x", "4.0-4.2", "4.3-4.5", "4.6-4.9", "5.0", "5.1+")
 MODES = ("indexed", "full")
 DELTA_WRITERS = ("auto", "delta-rs", "spark")
+#: where the reconstruction reduces (jobs.reconstruct.spark.reconstruct's ``path``)
+RECONSTRUCT_PATHS = ("auto", "driver", "broker", "distributed")
 OP_BODY_FORMATS = ("none", "single", "batched")
 TRANSACTION_SCHEMES = ("statetable", "real-topic", "half-topic")
 MIN_SPLIT_BYTES = 4 * 1024
@@ -101,6 +103,7 @@ class AuditConfig:
     include_bodies: bool = False
     broker_profile: str = "auto"
     delta_writer: str = "auto"
+    reconstruct_path: str = "auto"
     tables: Tuple[Tuple[str, str], ...] = ()
     broker_overrides: Tuple[Tuple[str, object], ...] = ()    # (BrokerProfile field, typed value)
     profiles: Tuple[Tuple[str, BrokerProfile], ...] = ()
@@ -354,6 +357,8 @@ def _apply(settings: Dict[str, object], src: str, key: str, value, profile_names
         settings["broker_profile"] = _choice(src, key, value, ("auto",) + tuple(profile_names))
     elif key == "delta.writer":
         settings["delta_writer"] = _choice(src, key, value, DELTA_WRITERS)
+    elif key == "reconstruct.path":
+        settings["reconstruct_path"] = _choice(src, key, value, RECONSTRUCT_PATHS)
     elif key.startswith("table."):
         name = str(value).strip()
         if not _TABLE_NAME.match(name):
@@ -478,6 +483,7 @@ def object_store_conf(settings: Optional[S3Settings] = None) -> Dict[str, str]:
 
 
 __all__ = ["AuditConfig", "BrokerProfile", "ConfigError", "PROFILE_NAMES", "MODES", "DELTA_WRITERS",
+           "RECONSTRUCT_PATHS",
            "load_audit_config", "load_broker_profiles", "profile_name_for_version", "read_conf_file",
            "parse_properties", "conf_dir", "object_store_settings", "delta_storage_options", "spark_s3a_conf",
            "executor_env", "object_store_conf"]

@@ -68,3 +68,33 @@ RECON_OUTPUT = Table.of("recon_output", _output_columns(), "Every reconstruction
 #: RECON_OUTPUT.out value -> the table its rows belong to
 RECON_OUTPUT_TABLES = {"transactions": TRANSACTIONS, "check_back": CHECK_BACK, "recovery": RECOVERY,
                        "anomalies": AUDIT_ANOMALIES, "profiles": PROFILES}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the distributed reduce (jobs/reconstruct/distributed.py): evidence rows as a DataFrame, per-broker facts
+# ------------------------------------------------------------------------------------------------------------
+
+_i8 = pa.int8()
+#: evidence columns (jobs/reconstruct/evidence.py Evidence: ``i`` int64 pairs, ``c`` int8 codes, ``s`` strings)
+EVIDENCE_INT_COLUMNS = ("physical_offset", "total_size", "queue_id", "queue_offset", "store_timestamp",
+                        "born_timestamp", "real_qid", "check_times", "tran_prepared_qo", "immunity_s", "pto",
+                        "half_offset", "target_qid", "target_qo")
+EVIDENCE_CODE_COLUMNS = ("role", "mechanism", "end_type", "target_mech", "crc", "has_target", "committed",
+                         "copy_committed", "named")
+EVIDENCE_STR_COLUMNS = ("tx", "msg_id", "uniq_key", "transaction_id", "keys", "pgroup", "real_topic", "piece",
+                        "st_state")
+
+RECON_EVIDENCE = Table.of("recon_evidence", [
+    C("broker", _str, False, "broker / store name"),
+    C("ord", _i64, False, "the row's place in the driver reducer's evidence order (kind, then input order)"),
+    *[C(n, _i64, True, "evidence integer column") for n in EVIDENCE_INT_COLUMNS],
+    *[C(n, _i8, True, "evidence code column (0 = none)") for n in EVIDENCE_CODE_COLUMNS],
+    *[C(n, _str, True, "evidence string column") for n in EVIDENCE_STR_COLUMNS],
+    C("own_tx", _str, True, "END rows: the id they have when PREPARED_TRANSACTION_OFFSET finds no copy"),
+    C("problems", _i8, True, "bits of the consume-queue findings naming the row's CommitLog offset"),
+], "Evidence rows of the distributed reduce, linked by Spark joins and shuffled by transaction")
+
+RECON_FACTS = Table.of("recon_facts", [
+    C("broker", _str, False, "broker / store name"),
+    C("facts_json", _str, False, "partial per-broker facts of one input partition (counts, bounds, offsets)"),
+], "Per-partition broker facts of the distributed reduce, merged on the driver")

@@ -60,24 +60,38 @@ def expectations(store: str) -> dict:
     return dict(exp)
 
 
-@pytest.fixture(scope="module")
-def audits(spark):
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import AuditParams, commitlog_bounds_from_layout, reconstruct
+def _params() -> dict:
+    from jobs.reconstruct.spark import AuditParams
 
-    out = {}
     params = {}
     for store in STORES:
         as_of = max(r["storeTimestamp"] for r in _truth(store))
         # README: transactionTimeOut 1000, transactionCheckInterval 1000, transactionCheckMax 3
         params[store] = AuditParams.for_profile("4.3-5.0", {"transactionTimeOut": 1000, "transactionCheckInterval":
                                                             1000, "transactionCheckMax": 3, "as_of_ms": as_of})
+    return params
+
+
+def _frames(spark, mode: str) -> dict:
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import commitlog_bounds_from_layout
+
+    sf = load_store_frames(spark, [str(DLEDGER / f"store-{s}") for s in STORES], mode=mode, brokers=list(STORES),
+                           include_bodies=True)
+    frames = {n: getattr(sf, n) for n in ("commitlog", "consumequeue", "statetable", "redolog",
+                                           "consumer_offsets", "anomalies")}
+    frames["commitlog_bounds"] = commitlog_bounds_from_layout(spark, sf.layout_info)
+    return frames
+
+
+@pytest.fixture(scope="module")
+def audits(spark):
+    from jobs.reconstruct.spark import reconstruct
+
+    out = {}
+    params = _params()
     for mode in MODES:
-        sf = load_store_frames(spark, [str(DLEDGER / f"store-{s}") for s in STORES], mode=mode, brokers=list(STORES),
-                               include_bodies=True)
-        frames = {n: getattr(sf, n) for n in ("commitlog", "consumequeue", "statetable", "redolog",
-                                               "consumer_offsets", "anomalies")}
-        frames["commitlog_bounds"] = commitlog_bounds_from_layout(spark, sf.layout_info)
+        frames = _frames(spark, mode)
         result = reconstruct(frames, params, materialize=True)
         out[mode] = {name: [r.asDict(recursive=True) for r in getattr(result, name).collect()]
                      for name in ("transactions", "check_back", "recovery", "anomalies")}
@@ -168,3 +182,18 @@ def test_replicas_given_together_are_one_broker(spark, tmp_path):
     assert {a["broker"] for a in found} == {"n0"}
     assert sf.commitlog.where("topic = 'RMQ_SYS_TRANS_HALF_TOPIC'").count() == sum(
         1 for r in _truth("clean") if r["topic"] == "RMQ_SYS_TRANS_HALF_TOPIC")
+
+
+def test_distributed_path_equals_the_driver(spark):
+    """Both DLedger stores (the crashed one with its torn entry and uncommitted tail), full mode: the
+    distributed path (linking as Spark joins, the rules per partition of transactions) gives the driver
+    reducer's rows in every output table."""
+    from jobs.reconstruct.spark import reconstruct
+
+    frames = {k: v.localCheckpoint() for k, v in _frames(spark, "full").items()}
+    want = reconstruct(frames, _params(), path="driver").arrow
+    got = reconstruct(frames, _params(), materialize=True, path="distributed")
+    assert got.path == "distributed"
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        rows = getattr(got, name).toArrow().to_pylist()
+        assert sorted(map(repr, rows)) == sorted(map(repr, want[name].to_pylist())), name

@@ -184,14 +184,16 @@ def audit_params():
     return params
 
 
-def test_executor_path_equals_driver_path(frames, audit):
-    """The same reducer shuffled per broker (groupBy(broker).applyInArrow, re-ranked across brokers) gives
-    exactly the driver path's rows, urgency ranks included."""
+@pytest.mark.parametrize("path", ["broker", "distributed"])
+def test_executor_path_equals_driver_path(frames, audit, path):
+    """The same reducer shuffled per broker (groupBy(broker).applyInArrow), or linked with Spark joins and
+    reduced per partition of transactions (distributed), re-ranked across brokers, gives exactly the driver
+    path's rows, urgency ranks included."""
     from jobs.reconstruct.spark import reconstruct
 
     result = reconstruct({k: v for k, v in frames.items() if k != "real_error"}, audit_params(),
-                         materialize=True, local=False)
-    assert result.arrow is None
+                         materialize=True, path=path)
+    assert result.arrow is None and result.path == path
     got = _result_dicts(result)
     for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
         key = repr

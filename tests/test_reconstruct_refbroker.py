@@ -331,6 +331,30 @@ def matrix(tmp_path_factory):
     return stores
 
 
+def matrix_params(matrix) -> tuple:
+    """(params by broker, profile override by broker) of the matrix: the generation profile's settings and
+    as_of; full-mode brokers get their profile forced, indexed ones (suffix IDX) are auto-detected."""
+    from jobs.reconstruct.spark import AuditParams
+
+    params, override = {}, {}
+    for name, st in matrix.items():
+        s = st.summary["profile_settings"]
+        p = AuditParams.for_profile(RECON_PROFILE[st.profile], {
+            "as_of_ms": st.as_of, "fileReservedTime": s["fileReservedTime"],
+            **{k: s[k] for k in ("transactionTimeOut", "transactionCheckMax", "transactionCheckInterval")
+               if s[k] is not None}})
+        params[name] = params[name + IDX] = p
+        override[name] = RECON_PROFILE[st.profile]
+    return params, override
+
+
+def matrix_options(matrix, names, suffix=""):
+    from jobs.read.spec import ReadSpec
+
+    return ReadSpec(stores=tuple(str(matrix[n].out / "store") for n in names),
+                    brokers=tuple(n + suffix for n in names), split_bytes=SPLIT_BYTES)
+
+
 @pytest.fixture(scope="module")
 def audit(spark, matrix):
     """{mode: {output: [row dicts]}} (broker names without the indexed suffix) + timing.
@@ -344,30 +368,14 @@ def audit(spark, matrix):
     from jobs.read.full import read_local
     from jobs.read.indexed.read import read_indexed_local
     from jobs.reconstruct.local import reduce_local
-    from jobs.reconstruct.spark import AuditParams
 
     started = time.perf_counter()
-    params, override = {}, {}
-    for name, st in matrix.items():
-        s = st.summary["profile_settings"]
-        p = AuditParams.for_profile(RECON_PROFILE[st.profile], {
-            "as_of_ms": st.as_of, "fileReservedTime": s["fileReservedTime"],
-            **{k: s[k] for k in ("transactionTimeOut", "transactionCheckMax", "transactionCheckInterval")
-               if s[k] is not None}})
-        params[name] = params[name + IDX] = p
-        override[name] = RECON_PROFILE[st.profile]         # indexed brokers: auto-detected
-
-    def options(names, suffix=""):
-        from jobs.read.spec import ReadSpec
-
-        return ReadSpec(stores=tuple(str(matrix[n].out / "store") for n in names),
-                        brokers=tuple(n + suffix for n in names), split_bytes=SPLIT_BYTES)
-
+    params, override = matrix_params(matrix)
     names = list(matrix)
     parts = {}
     outs = []
     for mode, reader, suffix in (("full", read_local, ""), ("indexed", read_indexed_local, IDX)):
-        o = options(names, suffix)
+        o = matrix_options(matrix, names, suffix)
         read = reader(spark, o, 10 ** 9)
         assert read is not None, mode       # no store declined, 3.x ones included
         layout = LazyStoreFrames(spark, list(o.stores), list(o.brokers), mode=mode).layout_info
@@ -742,3 +750,29 @@ def test_indexed_mode_reports_and_scans_what_its_indexes_miss(matrix, views, aud
         if st.healthy and st.scenario != "retention":
             assert not findings[name], (name, findings[name])
     assert checked
+
+
+def test_distributed_path_equals_the_driver_reduce(spark, matrix):
+    """Every store of the matrix (healthy and damaged, every profile), read in full mode as the audit reads
+    it, gives the same rows of every output table when reduced on the distributed path (linking as Spark
+    joins, the rules per partition of transactions) as on the driver."""
+    from jobs.read.frames import LazyStoreFrames
+    from jobs.read.full import read_local
+    from jobs.reconstruct.local import bounds_table
+    from jobs.reconstruct.reducer import input_table, reduce_input
+    from jobs.reconstruct.spark import reduce_arrow
+
+    params, override = matrix_params(matrix)
+    o = matrix_options(matrix, list(matrix))
+    read = read_local(spark, o, 10 ** 9)
+    layout = LazyStoreFrames(spark, o.stores, o.brokers, mode="full").layout_info
+    table = input_table(commitlog=read.commitlog, op_bodies=read.op_bodies, consumequeue=read.consumequeue,
+                        statetable=read.statetable, redolog=read.redolog,
+                        consumer_offsets=read.consumer_offsets, anomalies=read.anomalies,
+                        commitlog_bounds=bounds_table(layout))
+    want = reduce_input(table, params, override, 60000, True)
+    got = reduce_arrow(spark, table, "distributed", params, override, True)
+    assert got.path == "distributed" and got.reduce_tasks >= 1
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        rows = getattr(got, name).toArrow().to_pylist()
+        assert sorted(map(repr, rows)) == sorted(map(repr, want[name].to_pylist())), name

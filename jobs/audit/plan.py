@@ -147,6 +147,7 @@ class AuditPlan:
     table_names: Dict[str, str]     # logical name -> directory name under ``out``
     required_tables: Dict[str, str]  # the always-written tables' directory names
     writer: str                     # Delta writer chosen for the session ("delta-rs" or "spark")
+    reconstruct_path: str           # reconstruct.path: auto, driver, broker or distributed
     frames: Any                     # StoreFrames, or LazyStoreFrames when the one-job read applies
     local_read: bool                # the one-job read (Arrow to the driver) is tried first
     incremental: Any = None         # jobs.read.incremental.plan.Plan of an --incremental run
@@ -162,12 +163,14 @@ class AuditPlan:
         return self.frames.layout_info
 
 
-def local_read_applies(spec: ReadSpec, incremental: bool) -> bool:
+def local_read_applies(spec: ReadSpec, incremental: bool, reconstruct_path: str = "auto") -> bool:
     """Full or indexed mode, no bodies (the ``message_bodies`` join reads the records frame), distinct brokers
     (DLedger replicas of one group are collapsed by the DataFrame plan).  Incremental runs in full mode too
     (from the resume offset, the carried rows merged: jobs.read.incremental.read.read_local); an indexed
-    incremental run falls back (MODE_UNSUPPORTED) through the DataFrame plan."""
+    incremental run falls back (MODE_UNSUPPORTED) through the DataFrame plan.  A forced ``reconstruct.path``
+    other than the driver's reads through the DataFrame plan."""
     return (not spec.include_bodies and len(set(spec.brokers)) == len(spec.brokers)
+            and reconstruct_path in ("auto", "driver")
             and (spec.mode == "full" or (spec.mode == "indexed" and not incremental)))
 
 
@@ -180,7 +183,8 @@ def plan_audit(spark, options) -> AuditPlan:
     spec = ReadSpec(stores=tuple(options.stores), brokers=tuple(options.brokers), mode=options.mode,
                     include_bodies=bool(options.include_bodies), split_bytes=int(cfg.split_bytes))
     incremental = bool(getattr(options, "incremental", False))
-    local = local_read_applies(spec, incremental)
+    reconstruct_path = getattr(cfg, "reconstruct_path", "auto")
+    local = local_read_applies(spec, incremental, reconstruct_path)
     as_of_ms = epoch_ms(options.as_of)
     fingerprint, store_files, store_bytes = store_fingerprint(options.store_pairs)
     file_prints = store_file_rows(options.store_pairs)     # the repair refuses a changed store
@@ -196,7 +200,8 @@ def plan_audit(spark, options) -> AuditPlan:
         run_date=options.as_of.astimezone(dt.timezone.utc).date(), out=options.out, profile=options.profile,
         params=params, override=override, config_doc=doc, table_names=dict(names),
         required_tables={t: cfg.table(t) for t in REQUIRED_TABLES},
-        writer=delta_sink.choose_writer(spark, cfg.delta_writer), frames=frames, local_read=local,
+        writer=delta_sink.choose_writer(spark, cfg.delta_writer), reconstruct_path=reconstruct_path,
+        frames=frames, local_read=local,
         fingerprint=fingerprint, store_files=store_files, store_bytes=store_bytes, file_prints=file_prints,
         commitlog_bytes=sum(s.commitlog_bytes for s in frames.layout_info))
     if incremental:

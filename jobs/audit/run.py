@@ -21,7 +21,10 @@ driver around the modules that do the work, one function per stage, each handed 
    the store is never decoded with every body just to read the ops.
 3. **reconstruct** -- ``jobs.reconstruct.spark.reconstruct``: on the driver when the records read are few (the
    outputs come back as Arrow tables and are counted and written from the driver, without Spark jobs), else
-   per broker on the executors (the transactions DataFrame is then persisted while the outputs are written).
+   distributed on the executors (linking as Spark joins, the rules per partition of transactions; the
+   transactions DataFrame is then persisted while the outputs are written); ``reconstruct.path`` forces a
+   path (driver, broker = one task per broker, distributed), and ``audit_runs.config_json`` records the path
+   taken and its reduce tasks (``"reconstruct": {"path", "reduce_tasks"}``).
 4. **aggregate** -- counts per state / flag / broker (small ``groupBy`` results, the only things collected).
 5. **write** -- one Delta table per output through ``jobs.delta.sink.write_table`` (one commit per table, the
    run's previous rows replaced): ``transactions``, ``check_back_worklist``, ``recovery_worklist``,
@@ -222,12 +225,12 @@ class Reconstructed:
 def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
                        phases: Dict[str, float]) -> Reconstructed:
     """The one-job read's tables reduced on the driver (``jobs.reconstruct.local``); the DataFrame plan's
-    frames by ``jobs.reconstruct.spark.reconstruct``: on the driver when the transaction-relevant rows are at
-    most ``LOCAL_MAX_ROWS`` (with the transaction queue units and findings, a few hundred MB of Arrow at
-    most), else per broker on the executors with the outputs materialized once.  One broker is one reducer
-    task either way, so the driver is no slower and skips the shuffle, the checkpoint and the executor-side
-    writes: a 4 GiB store with 28,887 transactions (idle machine, warm) spent 7.1 s reducing on the
-    executors at the former bound of LOCAL_MAX_ROWS // 4."""
+    frames by ``jobs.reconstruct.spark.reconstruct``: with ``reconstruct.path`` auto, on the driver when the
+    transaction-relevant rows are at most ``LOCAL_MAX_ROWS`` (with the transaction queue units and findings,
+    a few hundred MB of Arrow at most), else distributed (linking as Spark joins, the rules per partition of
+    transactions) with the outputs materialized once; another path forces it.  Below the bound the driver
+    skips the shuffles, the checkpoint and the executor-side writes: a 4 GiB store with 28,887 transactions
+    (idle machine, warm) spent 7.1 s reducing on the executors at the former bound of LOCAL_MAX_ROWS // 4."""
     from jobs.reconstruct.spark import LOCAL_MAX_ROWS, AuditResult, reconstruct
 
     if inputs.local is not None:
@@ -243,9 +246,10 @@ def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
         from jobs.reconstruct.local import carried_input
 
         frames["carried"] = carried_input(plan.incremental)
-    n_rows = inputs.n_records + inputs.n_anomalies
-    result = reconstruct(frames, plan.params, plan.override, materialize=True, local=n_rows <= LOCAL_MAX_ROWS,
-                         timings=phases)
+    path = plan.reconstruct_path
+    if path == "auto":
+        path = "driver" if inputs.n_records + inputs.n_anomalies <= LOCAL_MAX_ROWS else "distributed"
+    result = reconstruct(frames, plan.params, plan.override, materialize=True, path=path, timings=phases)
     arrow = result.arrow                          # None: reduced on the executors
     # Arrow outputs stay Arrow: a DataFrame of them (createDataFrame, ~0.3 s each on the 8 GiB bench) only
     # for the bodies join
@@ -384,7 +388,7 @@ def write_run_row(spark, plan: AuditPlan, row: dict) -> TableOutput:
     return TableOutput(RUNS_TABLE, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
 
 
-def _run_row(spark, plan: AuditPlan, counts: tuple, tables: Dict[str, TableOutput],
+def _run_row(spark, plan: AuditPlan, result, counts: tuple, tables: Dict[str, TableOutput],
              phases: Dict[str, float], started_at: dt.datetime, finished_at: dt.datetime,
              elapsed: float) -> dict:
     from schemas.runs import AUDIT_RUNS
@@ -403,6 +407,7 @@ def _run_row(spark, plan: AuditPlan, counts: tuple, tables: Dict[str, TableOutpu
         "detected_profiles": detected, "include_bodies": plan.spec.include_bodies,
         "config_json": json.dumps(dict(plan.config_doc,
                                        shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
+                                       reconstruct={"path": result.path, "reduce_tasks": result.reduce_tasks},
                                        commitlog_files=commitlog_files(plan.layout_info),
                                        **({"incremental": incremental.describe()} if incremental else {})),
                                   sort_keys=True, default=str),
@@ -453,7 +458,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
         with _phase(phases, "write", spark):
             tables = write_outputs(spark, plan, inputs, rec, phases)
         finished_at = dt.datetime.now(dt.timezone.utc)
-        row = _run_row(spark, plan, counts, tables, phases, started_at, finished_at,
+        row = _run_row(spark, plan, rec.result, counts, tables, phases, started_at, finished_at,
                        time.monotonic() - t_start)
         tables[RUNS_TABLE] = write_run_row(spark, plan, row)
         if plan.incremental is not None:

@@ -2,6 +2,7 @@
 
     txlog-bench decode ...   CommitLog decoder alone (txlog_io/bench.py, Spark-free)
     txlog-bench audit ...    the Spark audit at scale (jobs/bench/audit.py)
+    txlog-bench scale ...    transaction-heavy brokers on the distributed reduce path (jobs/bench/scale.py)
     txlog-bench fuzz ...     decoder robustness (jobs/bench/fuzz.py)
     txlog-bench repair ...   offline repair of a store copy vs a plain cp (refbroker/repair_bench.py)
 
@@ -14,8 +15,8 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-USAGE = "usage: txlog-bench {decode,audit,fuzz,repair} ..."
-_COMMANDS = {"decode": "txlog_io.bench", "audit": "jobs.bench.audit", "fuzz": "jobs.bench.fuzz",
+USAGE = "usage: txlog-bench {decode,audit,scale,fuzz,repair} ..."
+_COMMANDS = {"decode": "txlog_io.bench", "audit": "jobs.bench.audit", "scale": "jobs.bench.scale", "fuzz": "jobs.bench.fuzz",
              "repair": "refbroker.repair_bench"}
 
 

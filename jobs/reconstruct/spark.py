@@ -68,6 +68,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from jobs.config import RECONSTRUCT_PATHS
+from jobs.reconstruct.distributed import reduce_distributed
 from jobs.reconstruct.flags import FLAGS, RECOVERY_ACTIONS
 from jobs.reconstruct.local import bounds_rows as _bounds_rows
 from jobs.reconstruct.params import (  # noqa: F401 - re-exported: the constants' historical home
@@ -95,6 +97,7 @@ from jobs.reconstruct.params import (  # noqa: F401 - re-exported: the constants
     ParamsArg,
     check_override,
 )
+from jobs.reconstruct.partitioned import output_union
 from jobs.reconstruct.reducer import reduce_input
 from schemas.core import Table
 from schemas.recon import RECON_INPUT, RECON_OUTPUT, RECON_OUTPUT_TABLES
@@ -102,6 +105,9 @@ from schemas.recon import RECON_INPUT, RECON_OUTPUT, RECON_OUTPUT_TABLES
 #: inputs up to this many rows (all brokers together) are reduced on the driver; above, per broker on the
 #: executors.  ~200 bytes per row in Arrow: 40 MB at the limit.
 LOCAL_MAX_ROWS = 200_000
+#: where the reduction runs (``reconstruct(path=...)``, config key ``reconstruct.path``): ``auto`` = the driver
+#: up to LOCAL_MAX_ROWS input rows, else ``distributed``; ``broker`` = one executor task per broker
+PATHS = RECONSTRUCT_PATHS
 #: frame name -> RECON_INPUT.src
 _SOURCES = {"commitlog": "commitlog", "op_bodies": "op_body", "consumequeue": "consumequeue",
             "statetable": "statetable", "redolog": "redolog", "consumer_offsets": "consumer_offsets",
@@ -115,10 +121,13 @@ class AuditResult:
     are only created when asked for."""
 
     def __init__(self, frames: Optional[Dict[str, DataFrame]] = None,
-                 arrow: Optional[Dict[str, pa.Table]] = None, spark=None):
+                 arrow: Optional[Dict[str, pa.Table]] = None, spark=None, path: str = "driver",
+                 reduce_tasks: int = 1):
         self._frames = dict(frames or {})
         self.arrow = arrow
         self._spark = spark
+        #: the path the reduction took (PATHS but auto) and how many reduce tasks (or driver threads) it ran
+        self.path, self.reduce_tasks = path, reduce_tasks
 
     def _get(self, name: str) -> DataFrame:
         if name not in self._frames:
@@ -216,24 +225,11 @@ def input_frame(frames: Any) -> DataFrame:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _output_union(outs: Dict[str, pa.Table]) -> pa.Table:
-    """The five output tables as RECON_OUTPUT rows (what one applyInArrow call returns)."""
-    schema = RECON_OUTPUT.arrow_schema()
-    parts = []
-    for name, tbl in outs.items():
-        n = tbl.num_rows
-        cols = [pa.array([name] * n, pa.string()) if f.name == "out"
-                else tbl.column(f.name).cast(f.type) if f.name in tbl.column_names else pa.nulls(n, f.type)
-                for f in schema]
-        parts.append(pa.Table.from_arrays(cols, schema=schema))
-    return pa.concat_tables(parts)
-
-
 def _reduce_per_broker(wide: DataFrame, params, profile_override, op_bodies_given: bool,
                        critical_within_ms: int) -> DataFrame:
     def reduce_group(table: pa.Table) -> pa.Table:
         outs = reduce_input(table, params, profile_override, critical_within_ms, op_bodies_given)
-        return _output_union(outs)
+        return output_union(outs)
 
     return wide.groupBy("broker").applyInArrow(reduce_group, RECON_OUTPUT.spark_schema())
 
@@ -241,7 +237,7 @@ def _reduce_per_broker(wide: DataFrame, params, profile_override, op_bodies_give
 def _split(out: DataFrame) -> Dict[str, DataFrame]:
     frames = {name: conform(out.where(F.col("out") == name), table)
               for name, table in RECON_OUTPUT_TABLES.items()}
-    # ranks came per broker: rank again over every broker, in the same order
+    # ranks came per broker (or per chunk of transactions): rank again over every broker, in the same order
     c = F.col
     cb = frames["check_back"]
     prio = F.when(c("priority") == "CRITICAL", 0).when(c("priority") == "HIGH", 1).otherwise(2)
@@ -260,27 +256,49 @@ def reconstruct(
     local: Optional[bool] = None,
     critical_within_ms: int = 60000,
     timings: Optional[Dict[str, float]] = None,
+    path: Optional[str] = None,
 ) -> AuditResult:
     """Frames (a mapping or an object with attributes; see the module doc) -> AuditResult.
 
     ``params``: None (each broker's profile defaults, as_of = its newest store time), one AuditParams for all,
     or {broker or profile: AuditParams}.  ``profile_override``: a profile for all brokers or
-    {broker: profile}.  ``local``: True = collect the inputs and reduce on the driver (one Spark job); False =
-    reduce per broker on the executors (one shuffle); None = local when the inputs have at most
-    LOCAL_MAX_ROWS rows (one count job decides).  ``materialize`` (executor path): compute the outputs now as
-    a local checkpoint, so that each output read does not run the reduction again.  ``timings``: receives
-    the seconds of ``reconstruct.collect`` / ``.reduce`` / ``.frames`` (driver path) or ``.executors``.
+    {broker: profile}.  ``path`` (PATHS): ``driver`` = collect the inputs and reduce on the driver (one Spark
+    job); ``broker`` = reduce per broker on the executors (one shuffle); ``distributed`` = link with Spark
+    joins and reduce per partition of transactions (jobs/reconstruct/distributed.py); ``auto`` / None = the
+    driver when the inputs have at most LOCAL_MAX_ROWS rows (one count job decides), else distributed.
+    ``local`` (when ``path`` is None or auto): True = driver, False = broker.  ``materialize`` (executor
+    paths): compute the outputs now as a local checkpoint, so that each output read does not run the
+    reduction again.  ``timings``: receives the seconds of ``reconstruct.collect`` / ``.reduce`` / ``.frames``
+    (driver path) or ``.executors``.
     """
     t = timings if timings is not None else {}
     t0 = time.monotonic()
     check_override(profile_override)
+    if path not in (None, *PATHS):
+        raise ValueError(f"unknown reconstruct path {path!r}; expected one of {PATHS}")
     wide = input_frame(frames)
-    spark = wide.sparkSession
     op_bodies_given = _frame(frames, "op_bodies") is not None
-    if local is None:
-        local = wide.count() <= LOCAL_MAX_ROWS
+    if path in (None, "auto"):
+        if local is None:
+            local = wide.count() <= LOCAL_MAX_ROWS
+            path = "driver" if local else "distributed"
+        else:
+            path = "driver" if local else "broker"
     carried = _frame(frames, "carried")     # Arrow RECON_INPUT rows (an incremental run's carried state)
-    if local:
+    return reduce_frame(wide, path, params, profile_override, op_bodies_given, materialize, critical_within_ms,
+                        carried, t, t0)
+
+
+def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_override=None,
+                 op_bodies_given: bool = True, materialize: bool = True, critical_within_ms: int = 60000,
+                 carried: Optional[pa.Table] = None, timings: Optional[Dict[str, float]] = None,
+                 t0: Optional[float] = None) -> AuditResult:
+    """RECON_INPUT rows (``wide``, plus ``carried`` Arrow rows) reduced on ``path`` (driver, broker or
+    distributed); see :func:`reconstruct`."""
+    t = timings if timings is not None else {}
+    t0 = time.monotonic() if t0 is None else t0
+    spark = wide.sparkSession
+    if path == "driver":
         table = wide.toArrow()
         if carried is not None and carried.num_rows:
             table = pa.concat_tables([table, carried.cast(table.schema)])
@@ -290,11 +308,30 @@ def reconstruct(
         return AuditResult(arrow=outs, spark=spark)
     if carried is not None and carried.num_rows:
         wide = wide.union(spark.createDataFrame(carried, schema=RECON_INPUT.spark_schema()))
-    out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
+    if path == "distributed":
+        dist = reduce_distributed(wide, params, profile_override, op_bodies_given, critical_within_ms)
+        out, tasks = dist.out, dist.reduce_tasks
+    elif path == "broker":
+        out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
+        dist, tasks = None, None
+    else:
+        raise ValueError(f"unknown reconstruct path {path!r}")
     if materialize:
         out = out.localCheckpoint(eager=True)
+        if dist is not None:
+            dist.unpersist()
+    if tasks is None and materialize:       # one task per broker
+        tasks = out.where(F.col("out") == "profiles").count()
     t["reconstruct.executors"] = time.monotonic() - t0
-    return AuditResult(frames=_split(out))
+    return AuditResult(frames=_split(out), path=path, reduce_tasks=tasks)
+
+
+def reduce_arrow(spark, table: pa.Table, path: str, params: ParamsArg = None, profile_override=None,
+                 op_bodies_given: bool = True, critical_within_ms: int = 60000) -> AuditResult:
+    """A RECON_INPUT Arrow table (jobs.reconstruct.reducer.input_table) reduced on ``path`` through Spark (the
+    executor paths' equality with ``reduce_input`` on the same rows is what the tests check)."""
+    wide = spark.createDataFrame(table, schema=RECON_INPUT.spark_schema())
+    return reduce_frame(wide, path, params, profile_override, op_bodies_given, True, critical_within_ms)
 
 
 def detect_profile(
@@ -321,12 +358,15 @@ __all__ = [
     "AuditParams",
     "AuditResult",
     "reconstruct",
+    "reduce_frame",
+    "reduce_arrow",
     "input_frame",
     "detect_profile",
     "commitlog_bounds_from_layout",
     "empty_frame",
     "conform",
     "LOCAL_MAX_ROWS",
+    "PATHS",
     "PROFILES",
     "HALF_TOPIC",
     "OP_TOPIC",

@@ -1,0 +1,265 @@
+"""The distributed reduce: no task and no driver holds a whole broker's evidence.
+
+The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each runs where it scales:
+
+1. **Row-local** -- evidence rows from the input rows (``partitioned.evidence_batches``), one ``mapInArrow``
+   over the input partitions.
+2. **Global, by key** -- the linking of jobs/reconstruct/evidence.py (``link_ends``, ``link_ops``) as two Spark
+   windows, one shuffle each, so that every evidence row gets its transaction id ``tx``: by (broker,
+   CommitLog offset), a copy by its own offset and an END by its PREPARED_TRANSACTION_OFFSET (the END takes
+   the max tx / queue id / queue offset / mechanism of the copies there, else its own (UNIQ_KEY, PGROUP,
+   topic) or "P" id, computed with the row; copies learn ``committed``); by (broker, queue id, half-queue
+   offset), a half copy by its queue offset, an OP (one per half offset: batched 5.1+ bodies are already
+   exploded) by the offset it names, a COMMIT END by its target's and an ORIGREF twin by
+   TRAN_PREPARED_QUEUE_OFFSET (OPs take the halves' max tx and whether one is committed; the others learn
+   ``named``).  Window groups compare keys as the reducer's ``key_ids`` do (null equals null).  Then ONE
+   shuffle by (broker, tx) over ``reduce_tasks`` partitions, sorted within by (broker, tx, ord), and the
+   unchanged per-transaction rules (jobs/reconstruct/rules.py) over chunks of whole transactions
+   (``partitioned.reduce_chunks``).
+3. **Per broker, small** -- the facts (counts, bounds, consume offsets) are summed per partition and merged
+   on the driver; with the decoder findings (collected: they grow with damage, not with the broker) they
+   give each broker's profile, params and lost CommitLog ranges, shipped to the tasks with the functions.  The
+   findings no transaction owns go their own way: the consume-queue comparison shuffled by (broker,
+   CommitLog offset), orphan ops from the linked OP rows without an id, missing op bodies by an anti-join;
+   the consume-queue findings that name evidence rows are joined back to them as ``problems`` bits before
+   the shuffle by transaction.  The check-back list is ranked across brokers by the caller
+   (jobs/reconstruct/spark.py, one window over the small table).
+
+Skew: the linking windows are keyed by CommitLog or queue offsets (a few rows per key, no hot key); the shuffle by transaction
+puts a transaction's rows in one task, and a chunk holds whole transactions, so a transaction with many
+re-put copies and checks is a few more rows in its chunk, not a task of its own.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from jobs.reconstruct import partitioned as part
+from jobs.reconstruct import rules as txrules
+from jobs.reconstruct.damage import damaged_ranges
+from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
+from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
+from schemas.audit import AUDIT_ANOMALIES
+from schemas.audit import PROFILES as PROFILES_TABLE
+from schemas.recon import RECON_EVIDENCE, RECON_FACTS, RECON_OUTPUT
+
+#: linked evidence rows per reduce task (at least one task per core): with chunked rules a task's memory does
+#: not grow with it, only its duration
+ROWS_PER_TASK = 250_000
+MAX_TASKS = 10_000
+_ANOMALY_COLUMNS = ["kind", "source", "physical_offset", "file", "position", "length", "detail", "expected",
+                    "actual"]
+_EV = RECON_EVIDENCE.names
+_TYPES = {f.name: f.dataType for f in RECON_EVIDENCE.spark_schema().fields}
+
+
+def reduce_tasks(n_rows: int, cores: int) -> int:
+    """Partitions of the shuffle by transaction for ``n_rows`` linked evidence rows."""
+    return int(min(MAX_TASKS, max(cores, 1, math.ceil(n_rows / ROWS_PER_TASK))))
+
+
+class Distributed:
+    """The outputs of one distributed reduce: ``out`` (RECON_OUTPUT rows, lazy), ``reduce_tasks``, and the
+    intermediates it persisted (``unpersist()`` once ``out`` is materialized)."""
+
+    def __init__(self, out: DataFrame, tasks: int, persisted: List[DataFrame]):
+        self.out, self.reduce_tasks, self.persisted = out, tasks, persisted
+
+    def unpersist(self) -> None:
+        for df in self.persisted:
+            df.unpersist()
+        self.persisted = []
+
+
+def _persist(df: DataFrame, persisted: List[DataFrame]) -> DataFrame:
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    persisted.append(df)
+    return df
+
+
+def _facts_and_findings(wide: DataFrame, op_bodies_given: bool) -> Tuple[Dict[str, dict], Dict[str, pa.Table]]:
+    """{broker: merged facts} and {broker: its decoder findings as Arrow} (two small jobs)."""
+    def facts(it):
+        for batch in part.partial_facts(it, op_bodies_given):
+            yield batch
+
+    rows = wide.mapInArrow(facts, RECON_FACTS.spark_schema()).collect()
+    merged = part.merge_facts(r.asDict() for r in rows)
+    anomalies = wide.where(F.col("src") == "anomaly").select("broker", *_ANOMALY_COLUMNS).toArrow()
+    by_broker = {b: t for b, t in part.by_broker(anomalies)} if anomalies.num_rows else {}
+    empty = anomalies.schema.empty_table()
+    return merged, {b: by_broker.get(b, empty) for b in merged}
+
+
+def _context(facts: Dict[str, dict], findings: Dict[str, pa.Table], params, profile_override,
+             critical_within_ms: int) -> Tuple[part.Context, List[dict]]:
+    profiles = {b: txrules.profile_row(b, f, override_for(profile_override, b)) for b, f in facts.items()}
+    broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
+    brokers = {}
+    for b, f in facts.items():
+        an = findings[b]
+        brokers[b] = part.BrokerContext(f, profiles[b]["profile"], broker_params.get(b), damaged_ranges(an), an,
+                                        [dict(a, broker=b) for a in an.select(_ANOMALY_COLUMNS).to_pylist()])
+    return part.Context(brokers, critical_within_ms), list(profiles.values())
+
+
+def _evidence(wide: DataFrame, op_bodies_given: bool) -> DataFrame:
+    def to_evidence(it):
+        from pyspark import TaskContext
+
+        yield from part.evidence_batches(it, TaskContext.get().partitionId(), op_bodies_given)
+
+    return wide.mapInArrow(to_evidence, RECON_EVIDENCE.spark_schema())
+
+
+def link(ev: DataFrame) -> DataFrame:
+    """Unlinked RECON_EVIDENCE rows -> linked ones with the ORIGREF rows added: evidence.link_ends and link_ops
+    as two windows, each one shuffle (see the module docstring)."""
+    c = F.col
+    role = c("role")
+    is_copy, is_end = role == COPY, role == END
+    # link_ends, keyed by (broker, CommitLog offset): a copy by its own offset, an END by the offset it names.
+    # Rows without that offset are in no group (a copy without an offset matches nothing, nor does an END
+    # without PREPARED_TRANSACTION_OFFSET): they take the values of a group of none.
+    w = Window.partitionBy("broker", "_k")
+    key = F.when(is_copy, c("physical_offset")).when(is_end, c("pto"))
+    by_offset = ev.where((is_copy | is_end) & key.isNotNull()).withColumn("_k", key)
+    copy_val = (lambda name: F.max(F.when(is_copy, c(name))).over(w))
+    target_tx = copy_val("tx")
+    linked_ends = [
+        ("tx", F.coalesce(target_tx, c("own_tx"))), ("target_qid", copy_val("queue_id")),
+        ("target_qo", copy_val("queue_offset")),
+        ("target_mech", F.coalesce(F.max(F.when(is_copy & (c("mechanism") > 0), c("mechanism"))).over(w),
+                                   F.lit(0))),
+        ("has_target", target_tx.isNotNull())]
+    committed = F.max(is_end & (c("end_type") == COMMIT_T)).over(w)
+    cols = {name: F.when(is_end, e.cast(_TYPES[name])).otherwise(c(name)) for name, e in linked_ends}
+    cols["committed"] = F.when(is_copy, committed.cast("tinyint")).otherwise(c("committed"))
+    by_offset = by_offset.select(*[cols[n].cast(_TYPES[n]).alias(n) if n in cols
+                                   else c(n) for n in _EV])
+    unkeyed = ev.where((is_copy | is_end) & key.isNull()).withColumn("tx", F.when(is_end, c("own_tx"))
+                                                                     .otherwise(c("tx"))).select(*_EV)
+    linked = by_offset.unionByName(unkeyed)
+
+    # link_ops, keyed by (broker, queue id, half-queue offset): a half copy by its queue offset, an OP by the
+    # half offset it names, a COMMIT END by its target's, an ORIGREF twin by TRAN_PREPARED_QUEUE_OFFSET;
+    # null equals null here (window groups), as in the reducer's key_ids
+    half = is_copy & (c("mechanism") == HALF_Q)
+    commit_target = is_end & (c("end_type") == COMMIT_T) & c("target_qo").isNotNull()
+    orig = (linked.where(half & c("tran_prepared_qo").isNotNull())
+            .withColumn("role", F.lit(ORIGREF).cast("tinyint"))
+            .withColumn("ord", c("ord") + F.lit(part.KIND_ORIGREF << part.KIND_SHIFT)))
+    ops = ev.where(role == OP)
+    in_q = linked.where(half | commit_target).unionByName(orig).unionByName(ops)
+    role = c("role")
+    half, is_op = (role == COPY) & (c("mechanism") == HALF_Q), role == OP
+    qid = F.when(role == END, c("target_qid")).otherwise(c("queue_id"))
+    qo = (F.when(role == END, c("target_qo")).when(role == OP, c("half_offset"))
+          .when(role == ORIGREF, c("tran_prepared_qo")).otherwise(c("queue_offset")))
+    w = Window.partitionBy("broker", "_q", "_o")
+    in_q = in_q.withColumn("_q", qid).withColumn("_o", qo)
+    half_tx = F.max(F.when(half, c("tx"))).over(w)
+    cols = {"tx": F.when(is_op, half_tx).otherwise(c("tx")),
+            "copy_committed": F.when(is_op, F.coalesce(F.max(F.when(half, c("committed") > 0)).over(w),
+                                                       F.lit(False)).cast("tinyint")).otherwise(c("copy_committed")),
+            "named": F.when(is_op, c("named")).otherwise(F.coalesce(F.max(is_op).over(w), F.lit(False))
+                                                         .cast("tinyint"))}
+    in_q = in_q.select(*[cols[n].cast(_TYPES[n]).alias(n) if n in cols else c(n) for n in _EV])
+    rest = linked.where(~(half | commit_target)).unionByName(ev.where(~(is_copy | is_end | (role == OP)))
+                                                             .select(*_EV))
+    return in_q.unionByName(rest)
+
+
+def _as_output(df: DataFrame, name: str) -> DataFrame:
+    """Rows of one output table as RECON_OUTPUT rows."""
+    have = set(df.columns)
+    return df.select(*[(F.lit(name) if f.name == "out" else F.col(f.name) if f.name in have else F.lit(None))
+                       .cast(f.dataType).alias(f.name) for f in RECON_OUTPUT.spark_schema().fields])
+
+
+def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_given: bool,
+                       critical_within_ms: int = 60000, tasks: Optional[int] = None) -> Distributed:
+    """RECON_INPUT rows (any brokers) -> the reducer's outputs as RECON_OUTPUT rows (check_back ranked per
+    chunk: rank them again).  ``tasks``: partitions of the shuffle by transaction (default: reduce_tasks of
+    the linked rows)."""
+    spark = wide.sparkSession
+    c = F.col
+    persisted: List[DataFrame] = []
+    wide = _persist(wide, persisted)
+    facts, findings = _facts_and_findings(wide, op_bodies_given)
+    has_cq = any(f.pop(part.CQ_UNITS, 0) for f in facts.values())
+    ctx, profile_rows = _context(facts, findings, params, profile_override, critical_within_ms)
+
+    cores = int(spark.sparkContext.defaultParallelism or 1)
+    # the union of the link's parts has the partitions of all of them: as many as a shuffle has, each task
+    # reading several (every Python step over the rows costs a worker round trip per partition)
+    narrow = max(cores, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    ev = _persist(_evidence(wide, op_bodies_given), persisted)
+    ev.count()          # materialized once: both windows of the link read it
+    linked = _persist(link(ev).coalesce(narrow), persisted)
+    n_rows = linked.count()
+    if tasks is None:
+        tasks = reduce_tasks(n_rows, cores)
+
+    def orphans(it):
+        yield from part.orphan_batches(it, ctx)
+
+    anomaly_frames = [linked.where((c("role") == OP) & c("tx").isNull()).coalesce(cores)
+                      .mapInArrow(orphans, AUDIT_ANOMALIES.spark_schema())]
+    with_tx = linked.where(c("tx").isNotNull())
+    if has_cq:
+        def cq(it):
+            yield from part.cq_chunks(it, ctx)
+
+        key = F.coalesce(c("commitlog_offset"), c("physical_offset"))
+        cq_in = (wide.where(c("src").isin("commitlog", "consumequeue") & c("topic").isin(*TX_SYSTEM_TOPICS))
+                 .select("src", "broker", "topic", "physical_offset", "commitlog_offset", "queue_id",
+                         "queue_offset", "total_size", "size"))
+        cqf = _persist(cq_in.repartition(tasks, c("broker"), key).sortWithinPartitions(c("broker"), key)
+                       .mapInArrow(cq, AUDIT_ANOMALIES.spark_schema()), persisted)
+        anomaly_frames.append(cqf)
+        bit = F.lit(0)
+        for code, b in part.PROBLEM_BITS.items():
+            bit = F.when(c("code") == code, F.lit(b)).otherwise(bit)
+        bits = (cqf.where(c("code").isin(*part.PROBLEM_BITS))
+                .groupBy(c("broker").alias("_b"), c("physical_offset").alias("_o"))
+                .agg(F.bit_or(bit.cast("tinyint")).alias("_p")))
+        n_bits = bits.count()
+        if n_bits:
+            with_tx = (with_tx.join(F.broadcast(bits) if n_bits <= 1_000_000 else bits,
+                                    (c("broker") == c("_b")) & c("physical_offset").eqNullSafe(c("_o")), "left")
+                       .withColumn("problems", F.coalesce(c("_p"), F.lit(0)).cast("tinyint")).select(*_EV))
+
+    def missing(it):
+        yield from part.missing_body_batches(it, op_bodies_given)
+
+    op_records = (wide.where((c("src") == "commitlog") & (c("topic") == OP_TOPIC))
+                  .select("broker", "topic", "physical_offset", "queue_id", "queue_offset", "body"))
+    if op_bodies_given:
+        given = wide.where(c("src") == "op_body").select("broker", "physical_offset").distinct()
+        op_records = op_records.join(given, ["broker", "physical_offset"], "left_anti")
+    anomaly_frames.append(op_records.coalesce(cores).mapInArrow(missing, AUDIT_ANOMALIES.spark_schema()))
+    decoder = [a for b in ctx.brokers for a in part.decoder_findings(b, findings[b])]
+    if decoder:
+        anomaly_frames.append(spark.createDataFrame(part.anomalies_table(decoder),
+                                                    schema=AUDIT_ANOMALIES.spark_schema()))
+
+    def reduce(it):
+        yield from part.reduce_chunks(it, ctx)
+
+    out = (with_tx.repartition(tasks, c("broker"), c("tx")).sortWithinPartitions("broker", "tx", "ord")
+           .mapInArrow(reduce, RECON_OUTPUT.spark_schema()))
+    for df in anomaly_frames:
+        out = out.unionByName(_as_output(df, "anomalies"))
+    profiles = pa.Table.from_pylist(profile_rows, schema=PROFILES_TABLE.arrow_schema())
+    out = out.unionByName(_as_output(spark.createDataFrame(profiles, schema=PROFILES_TABLE.spark_schema()),
+                                     "profiles"))
+    return Distributed(out, tasks, persisted)
+
+
+__all__ = ["reduce_distributed", "reduce_tasks", "link", "Distributed", "ROWS_PER_TASK"]
