@@ -8,15 +8,16 @@ item 4; the reasons are ``indexed_gaps.GAP_*``). What decides those ranges is sm
 * the dispatch point per store: the end of the record the newest unit of ANY consume queue points to
   (found by bisection to the zero tail of each queue's newest file, ``consumequeue.last_unit_end``), and the
   end of the last 3.x statetable / redolog unit;
-* ``CID_RMQ_SYS_TRANS``'s consumed offsets (consumerOffset.json).
+* ``CID_RMQ_SYS_TRANS``'s consumed offsets (consumerOffset.json);
+* the holes in a queue's offsets (``jobs.read.indexed.holes``: a file missing, cut or zeroed in the middle).
 
 The queue extremes come from the transaction queues' units. When their files are small (at most
 ``DRIVER_READ_BYTES`` in all: thousands of transactions) the driver reads them with the data source's own
-reader (``jobs.sources.formats.StoreReader``: the very rows Spark would get) -- no Spark job at all; larger ones
-are aggregated by one Spark job and only a row per queue is collected. The gap rows themselves are derived by
-:func:`queue_gaps` in plain Python from those rows (one implementation for both paths). This replaced a lazy
-Spark plan collected at planning time whose joins and aggregations cost ~18 Spark jobs (adaptive execution
-runs each exchange as its own job) on every indexed audit, however small the store.
+reader (``jobs.sources.formats.StoreReader``: the very rows Spark would get) -- no Spark job at all; larger
+ones are aggregated by one Spark job and only a row per queue is collected. The gap rows themselves are
+derived by :func:`queue_gaps` in plain Python from those rows (one implementation for both paths). This
+replaced a lazy Spark plan collected at planning time whose joins and aggregations cost ~18 Spark jobs
+(adaptive execution runs each exchange as its own job) on every indexed audit, however small the store.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.read.indexed.holes import hole_gaps, queue_holes, queue_holes_of_frame
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
 from jobs.sources.formats import (
     CONSUMEQUEUE_FORMAT,
@@ -92,7 +94,8 @@ def extremes_of_units(units: pa.Table) -> List[dict]:
         [("queue_offset", "first"), ("queue_offset", "last"), ("commitlog_offset", "first"),
          ("p_end", "last")])
     return [dict(zip(_EXTREMES, (r["broker"], r["topic"], r["queue_id"], r["queue_offset_first"],
-                                 r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"])))
+                                 r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"]),
+                     strict=False))
             for r in agg.to_pylist()]
 
 
@@ -113,7 +116,7 @@ def units_end(tables: Sequence[pa.Table]) -> Dict[str, int]:
     out: Dict[str, int] = {}
     for t in tables:
         for b, off, size in zip(t.column("broker").to_pylist(), t.column("commitlog_offset").to_pylist(),
-                                t.column("size").to_pylist()):
+                                t.column("size").to_pylist(), strict=False):
             out[b] = max(out.get(b, off + size), off + size)
     return out
 
@@ -147,9 +150,9 @@ def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dic
         clog_end = s.commitlog_files[-1][1] + s.commitlog_files[-1][2]
         queue_dir = os.path.join(s.root, "consumequeue")
 
-        def gap(start, end, reason, queue, detail):
+        def gap(start, end, reason, queue, detail, broker=s.broker, queue_dir=queue_dir):
             if start < end:
-                rows.append((s.broker, int(start), int(end), reason, queue, detail, queue_dir))
+                rows.append((broker, int(start), int(end), reason, queue, detail, queue_dir))
 
         dispatched = max(ends.get(s.broker, clog_start), clog_start)
         gap(dispatched, clog_end, GAP_TAIL, None, "records after the last one any index points to")
@@ -199,11 +202,13 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
         units = driver_table(CONSUMEQUEUE_FORMAT,
                              opts_for(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS)))
         mine = units.filter(pc.is_in(units.column("broker"), pa.array(sorted(brokers), pa.string())))
-        extremes = extremes_of_units(mine)
+        extremes, holes = extremes_of_units(mine), queue_holes(mine)
     else:
         from pyspark.sql import functions as F
 
-        extremes = extremes_of_frame(tx_queues.where(F.col("broker").isin(*brokers))) if brokers else []
+        mine = tx_queues.where(F.col("broker").isin(*brokers)) if brokers else None
+        extremes = extremes_of_frame(mine) if brokers else []
+        holes = queue_holes_of_frame(mine) if brokers else []
     ends = dispatch_ends(stores)
     driver_tables = None
     if any(s.statetable_files or s.redolog_files for s in stores):
@@ -218,7 +223,8 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
-    return IndexedPlan(queue_gaps(stores, extremes, ends, consumed) if stores else [], units, driver_tables)
+    gaps = queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes) if stores else []
+    return IndexedPlan(gaps, units, driver_tables)
 
 
 def index_units(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
@@ -292,7 +298,7 @@ def driver_positions(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Tab
     if index is None:
         return None
     offsets: Dict[str, set] = {}
-    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset"))):
+    for b, off in zip(*(index.column(c).to_pylist() for c in ("broker", "commitlog_offset")), strict=False):
         offsets.setdefault(b, set()).add(off)
     brokers, found = [], []
     keys: Dict[tuple, int] = {}
