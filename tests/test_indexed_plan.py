@@ -145,3 +145,27 @@ def test_lookup_tasks_find_what_every_index_file_holds(base_store):  # noqa: F81
             lookup_fetch(item, out)
         found = [o for b in out["commitlog"] for o in b.column("physical_offset").to_pylist()]
         assert set(found) == wanted and not out["lost"] and not out["hit_anomalies"]
+
+
+def test_a_hole_in_a_queue_is_scanned_and_named():
+    from jobs.read.indexed.gaps import ORDINARY_GAPS, gap_anomalies
+    from jobs.read.indexed.holes import GAP_QUEUE_HOLE, hole_gaps, queue_holes
+
+    units = _units([("b", HALF_TOPIC, 0, q, 100 * q, 50) for q in (0, 1, 2, 6, 7)]
+                   + [("b", OP_TOPIC, 0, q, 1000 + 10 * q, 10) for q in (0, 2)]
+                   + [("b", "RealTopic", 0, q, 10 * q, 10) for q in (0, 5)])      # not a transaction queue
+    holes = queue_holes(units)
+    assert sorted((h["topic"], h["q_before"], h["q_after"]) for h in holes) == [(HALF_TOPIC, 2, 6),
+                                                                               (OP_TOPIC, 0, 2)]
+    rows = hole_gaps([_store()], holes)
+    by = {r[4]: r for r in rows}
+    # from the end of the unit before the hole to the record of the unit after it
+    assert by[f"{HALF_TOPIC}/0"][:4] == ("b", 250, 600, GAP_QUEUE_HOLE)
+    assert "queue offsets 3..5 have no unit between units 2 and 6" in by[f"{HALF_TOPIC}/0"][5]
+    assert by[f"{OP_TOPIC}/0"][:4] == ("b", 1010, 1020, GAP_QUEUE_HOLE)
+    assert "queue offset 1 has no unit" in by[f"{OP_TOPIC}/0"][5]
+    assert GAP_QUEUE_HOLE not in ORDINARY_GAPS and len(gap_anomalies(rows)) == 2
+    # contiguous queues, or units out of CommitLog order: no row
+    assert queue_holes(_units([("b", HALF_TOPIC, 0, q, 100 * q, 50) for q in range(5)])) == []
+    assert hole_gaps([_store()], queue_holes(_units([("b", HALF_TOPIC, 0, 0, 900, 50),
+                                                     ("b", HALF_TOPIC, 0, 3, 100, 50)]))) == []

@@ -6,7 +6,12 @@
 * the half consume queue's file copied under the next file's name: UNIT_FILE_OUT_OF_ORDER at that file
   (covering its units), and every transaction keeps the intact store's state and flags, in both modes: the
   copy's units are not cross-checked (RocketMQ's recovery would keep them, its writer never wrote them; they
-  would be 30 CQ_MISMATCH findings flagging 30 intact transactions)."""
+  would be 30 CQ_MISMATCH findings flagging 30 intact transactions);
+* a hole in the middle of the half queue (a reference-broker store with 8-unit queue files: a file deleted,
+  one cut to 3 units, one zeroed after 3 units, one torn mid-unit): indexed mode scans the CommitLog between the
+  units around the hole (jobs/read/indexed/holes.py) and names it (INDEX_INCOMPLETE, QUEUE_UNITS_MISSING);
+  every transaction has full mode's state.  Without that scan indexed mode dropped 3 (cut) and 2 (zeroed) of
+  120 transactions and flagged halves that are intact in the CommitLog PREPARED_RECORD_MISSING."""
 from __future__ import annotations
 
 import shutil
@@ -38,7 +43,34 @@ def stores(tmp_path_factory):
     copy = dq / offset_to_file_name(int(last.name) + last.stat().st_size)
     shutil.copyfile(last, copy)
     units = len(copy.read_bytes().rstrip(b"\0")) // 20 + (len(copy.read_bytes().rstrip(b"\0")) % 20 > 0)
-    return {"intact": str(intact), "trunc": str(truncated), "dup": str(dup)}, copy.name, units
+    roots = {"intact": str(intact), "trunc": str(truncated), "dup": str(dup)}
+    roots.update(_hole_stores(base / "holes"))
+    return roots, copy.name, units
+
+
+HOLE_CASES = ("hole_missing", "hole_cut", "hole_zeroed", "hole_torn")
+
+
+def _hole_stores(base: Path) -> dict:
+    """A 5.1+ store (120 transactions, crashes) with 8-unit consume-queue files, intact and with a hole in the
+    middle of its half queue made four ways."""
+    import refbroker
+
+    src = Path(refbroker.generate("5.1+", "crashy", 120, 7, base / "gen", cq_file_units=8,
+                                  commitlog_file_mb=1).store_dir)
+    out = {}
+    for name in ("hole_intact", *HOLE_CASES):
+        shutil.copytree(src, base / name)
+        out[name] = str(base / name)
+    files = {name: sorted((base / name / "consumequeue" / HALF_TOPIC / "0").iterdir()) for name in out}
+    files["hole_missing"][10].unlink()
+    f = files["hole_cut"][12]
+    f.write_bytes(f.read_bytes()[:60])
+    for name, i, keep in (("hole_zeroed", 14, 60), ("hole_torn", 16, 50)):
+        data = bytearray(files[name][i].read_bytes())
+        data[keep:] = bytes(len(data) - keep)
+        files[name][i].write_bytes(bytes(data))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +121,42 @@ def test_duplicated_half_queue_file_is_reported_and_changes_nothing(audits, stor
         assert not _codes(audit, "intact", "UNIT_FILE_OUT_OF_ORDER"), mode
         assert _flags(audit, "dup") == _flags(audit, "intact"), mode
         assert not _codes(audit, "dup", "CQ_MISMATCH"), mode
+
+
+def test_a_hole_in_the_half_queue_costs_no_transaction_in_indexed_mode(audits):
+    full, indexed = audits["full"], audits["indexed"]
+    truth = _states(full, "hole_intact")
+    assert len(truth) == 120 and _states(indexed, "hole_intact") == truth
+    assert not [a for a in _codes(indexed, "hole_intact", "INDEX_INCOMPLETE")
+                if "QUEUE_UNITS_MISSING" in a["detail"]]
+    for broker in HOLE_CASES:
+        assert _states(indexed, broker) == _states(full, broker) == truth, broker
+        holes = [a for a in _codes(indexed, broker, "INDEX_INCOMPLETE")
+                 if "QUEUE_UNITS_MISSING" in a["detail"]]
+        assert len(holes) == 1 and holes[0]["file"].endswith(f"consumequeue/{HALF_TOPIC}/0"), (broker, holes)
+        assert "have no unit between units" in holes[0]["detail"], holes[0]["detail"]
+
+
+def test_holes_by_spark_equal_the_driver_s(spark, stores):
+    """The Spark path of large queues (one window) finds the holes the driver path finds."""
+    import pyarrow as pa
+
+    from jobs.read.indexed.holes import queue_holes, queue_holes_of_frame
+    from txlog_io.consumequeue import decode_consumequeue
+
+    roots, _, _ = stores
+    tables = []
+    for broker in HOLE_CASES:
+        queue = Path(roots[broker]) / "consumequeue" / HALF_TOPIC / "0"
+        for f in sorted(queue.iterdir()):
+            for batch, _ in decode_consumequeue(str(f), topic=HALF_TOPIC, queue_id=0):
+                t = pa.Table.from_batches([batch]).select(["topic", "queue_id", "queue_offset",
+                                                          "commitlog_offset", "size"])
+                tables.append(t.add_column(0, "broker", pa.array([broker] * t.num_rows, pa.string())))
+    units = pa.concat_tables(tables)
+    driver = queue_holes(units)
+    by_spark = queue_holes_of_frame(spark.createDataFrame(units.to_pandas()))
+    key = lambda h: (h["broker"], h["q_before"])  # noqa: E731
+    assert len(driver) == len(HOLE_CASES)
+    assert sorted(driver, key=key) == sorted(({k: (int(v) if k not in ("broker", "topic") else v)
+                                              for k, v in h.items()} for h in by_spark), key=key)

@@ -8,15 +8,16 @@ item 4; the reasons are ``indexed_gaps.GAP_*``). What decides those ranges is sm
 * the dispatch point per store: the end of the record the newest unit of ANY consume queue points to
   (found by bisection to the zero tail of each queue's newest file, ``consumequeue.last_unit_end``), and the
   end of the last 3.x statetable / redolog unit;
-* ``CID_RMQ_SYS_TRANS``'s consumed offsets (consumerOffset.json).
+* ``CID_RMQ_SYS_TRANS``'s consumed offsets (consumerOffset.json);
+* the holes in a queue's offsets (``jobs.read.indexed.holes``: a file missing, cut or zeroed in the middle).
 
 The queue extremes come from the transaction queues' units. When their files are small (at most
 ``DRIVER_READ_BYTES`` in all: thousands of transactions) the driver reads them with the data source's own
-reader (``jobs.sources.formats.StoreReader``: the very rows Spark would get) -- no Spark job at all; larger ones
-are aggregated by one Spark job and only a row per queue is collected. The gap rows themselves are derived by
-:func:`queue_gaps` in plain Python from those rows (one implementation for both paths). This replaced a lazy
-Spark plan collected at planning time whose joins and aggregations cost ~18 Spark jobs (adaptive execution
-runs each exchange as its own job) on every indexed audit, however small the store.
+reader (``jobs.sources.formats.StoreReader``: the very rows Spark would get) -- no Spark job at all; larger
+ones are aggregated by one Spark job and only a row per queue is collected. The gap rows themselves are
+derived by :func:`queue_gaps` in plain Python from those rows (one implementation for both paths). This
+replaced a lazy Spark plan collected at planning time whose joins and aggregations cost ~18 Spark jobs
+(adaptive execution runs each exchange as its own job) on every indexed audit, however small the store.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.read.indexed.holes import hole_gaps, queue_holes, queue_holes_of_frame
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
 from jobs.sources.formats import (
     CONSUMEQUEUE_FORMAT,
@@ -201,11 +203,13 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
         units = driver_table(CONSUMEQUEUE_FORMAT,
                              opts_for(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS)))
         mine = units.filter(pc.is_in(units.column("broker"), pa.array(sorted(brokers), pa.string())))
-        extremes = extremes_of_units(mine)
+        extremes, holes = extremes_of_units(mine), queue_holes(mine)
     else:
         from pyspark.sql import functions as F
 
-        extremes = extremes_of_frame(tx_queues.where(F.col("broker").isin(*brokers))) if brokers else []
+        mine = tx_queues.where(F.col("broker").isin(*brokers)) if brokers else None
+        extremes = extremes_of_frame(mine) if brokers else []
+        holes = queue_holes_of_frame(mine) if brokers else []
     ends = dispatch_ends(stores)
     driver_tables = None
     if any(s.statetable_files or s.redolog_files for s in stores):
@@ -220,7 +224,8 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
-    return IndexedPlan(queue_gaps(stores, extremes, ends, consumed) if stores else [], units, driver_tables)
+    gaps = queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes) if stores else []
+    return IndexedPlan(gaps, units, driver_tables)
 
 
 def index_units(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
