@@ -98,6 +98,9 @@ WRITE_SITES_REVIEWED = {
     ("jobs/bench/fuzz.py", "campaign"),         # removes its case directories
     ("jobs/bench/fuzz.py", "main"),
     ("jobs/bench/audit.py", "bench_size"),          # bench's own generated stores / work directory
+    ("jobs/bench/scale.py", "generate_store"),      # txlog-bench scale: its own generated store's marker
+    ("jobs/bench/scale.py", "audit_once"),          # its own audit config file under its work directory
+    ("jobs/bench/scale.py", "run"),                 # creates / removes its own work directory and outputs
     ("jobs/bench/audit.py", "calibrate"),
     ("jobs/bench/audit.py", "generate_store"),
     ("jobs/bench/audit.py", "run"),

@@ -56,7 +56,8 @@ def realbroker_runs(request, tmp_path_factory) -> Runs:
     # only the scenarios whose tests were selected (-k, node ids) get a broker run
     selected = {broker_name(it.callspec.params["version"], it.callspec.params["scenario"])
                 for it in request.session.items
-                if hasattr(it, "callspec") and "scenario" in it.callspec.params}
+                if hasattr(it, "callspec") and {"version", "scenario"} <= it.callspec.params.keys()
+                and Path(str(it.path)).name == Path(__file__).name}
     base = tmp_path_factory.mktemp("realbroker")
     t0 = time.monotonic()
     try:
