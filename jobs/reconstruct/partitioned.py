@@ -50,7 +50,7 @@ from jobs.reconstruct.evidence import (
     uniq_tx,
 )
 from jobs.reconstruct.groups import ints, strings
-from jobs.reconstruct.params import OP_TOPIC, AuditParams
+from jobs.reconstruct.params import AuditParams
 from jobs.reconstruct.reducer import (
     _BySrc,
     _corrupt_rows,
@@ -62,13 +62,13 @@ from jobs.reconstruct.reducer import (
     _reconstruct_finding,
     _relevant,
     _uncommitted_rows,
+    op_rows_of,
 )
 from schemas.audit import AUDIT_ANOMALIES
 from schemas.recon import (
     EVIDENCE_CODE_COLUMNS,
     EVIDENCE_INT_COLUMNS,
     EVIDENCE_STR_COLUMNS,
-    OP_BODY_COLUMNS,
     RECON_EVIDENCE,
     RECON_FACTS,
     RECON_OUTPUT,
@@ -213,13 +213,7 @@ def evidence_batches(batches: Iterable[pa.RecordBatch], partition: int,
         for broker, sub in by_broker(pa.Table.from_batches([b])):
             src = _BySrc(sub)
             records = _relevant(src["commitlog"])
-            if op_bodies_given:
-                op_rows = src["op_body"].select(list(OP_BODY_COLUMNS))
-            else:
-                op_rows = records.filter(pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC),
-                                                              False),
-                                                 pc.is_valid(records.column("body")))
-                                         ).select(list(OP_BODY_COLUMNS))
+            op_rows = op_rows_of(src, records, op_bodies_given)
             for kind, ev in ((KIND_RECORD, record_evidence(records)), (KIND_OP, op_rows_evidence(op_rows)),
                              (KIND_ST, statetable_evidence(src["statetable"])),
                              (KIND_REDO, redolog_evidence(src["redolog"]))):
@@ -259,12 +253,7 @@ def partial_facts(batches: Iterable[pa.RecordBatch], op_bodies_given: bool) -> I
             src = _BySrc(sub)
             cl = src["commitlog"]
             records = _relevant(cl)
-            if op_bodies_given:
-                op_rows = src["op_body"].select(list(OP_BODY_COLUMNS))
-            else:
-                op_rows = records.filter(pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC),
-                                                              False),
-                                                 pc.is_valid(records.column("body"))))
+            op_rows = op_rows_of(src, records, op_bodies_given)
             d = _facts(cl, records, op_rows, src)
             d[CQ_UNITS] = src["consumequeue"].num_rows
             _merge(acc.setdefault(broker, {}), d)

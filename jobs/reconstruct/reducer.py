@@ -387,6 +387,16 @@ def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op
     }
 
 
+def op_rows_of(sub: "_BySrc", records: pa.Table, has_op_input: bool) -> pa.Table:
+    """The op records' OP_BODY_COLUMNS: the ``op_body`` input when given, else the op topic's relevant
+    records that carry a body."""
+    if has_op_input:
+        return sub["op_body"].select(list(OP_BODY_COLUMNS))
+    is_op = pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False),
+                    pc.is_valid(records.column("body")))
+    return records.filter(is_op).select(list(OP_BODY_COLUMNS))
+
+
 def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
                    pool: Optional[ThreadPoolExecutor] = None) -> dict:
     """One broker's facts, linked evidence, problem rows and findings (everything but the profile-dependent
@@ -395,11 +405,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     sub = _BySrc(sub)
     cl = sub["commitlog"]
     records = _relevant(cl)
-    if has_op_input:
-        op_rows = sub["op_body"].select(list(OP_BODY_COLUMNS))
-    else:
-        op_rows = records.filter(pc.and_(pc.fill_null(pc.equal(records.column("topic"), OP_TOPIC), False),
-                                         pc.is_valid(records.column("body")))).select(list(OP_BODY_COLUMNS))
+    op_rows = op_rows_of(sub, records, has_op_input)
     anomalies = sub["anomaly"]
 
     def side():
