@@ -47,6 +47,7 @@ from jobs.reconstruct.params import (
     SEP,
     TIMER_TOPIC,
 )
+from schemas.recon import EVIDENCE_CODE_COLUMNS, EVIDENCE_INT_COLUMNS, EVIDENCE_STR_COLUMNS
 
 # role codes (0 = none); mechanism codes keep the order of their names (max() over names = max over codes)
 COPY, END, OP, DISCARD, ST, REDO_P, REDO_E, ORIGREF = range(1, 9)
@@ -55,13 +56,9 @@ COMMIT_T, ROLLBACK_T = 1, 2
 CRC_FALSE, CRC_TRUE = 1, 2                  # body_crc_ok: 0 = null
 MECH_NAMES = {HALF_Q: "HALF_QUEUE", PREP_R: "PREPARED_RECORD"}
 
-INT_FIELDS = ("physical_offset", "total_size", "queue_id", "queue_offset", "store_timestamp",
-              "born_timestamp", "real_qid", "check_times", "tran_prepared_qo", "immunity_s", "pto",
-              "half_offset", "target_qid", "target_qo")
-CODE_FIELDS = ("role", "mechanism", "end_type", "target_mech", "crc", "has_target", "committed",
-               "copy_committed", "named")
-STR_FIELDS = ("tx", "msg_id", "uniq_key", "transaction_id", "keys", "pgroup", "real_topic", "piece",
-              "st_state")
+INT_FIELDS = EVIDENCE_INT_COLUMNS             # the evidence columns are schemas.recon's (named once)
+CODE_FIELDS = EVIDENCE_CODE_COLUMNS
+STR_FIELDS = EVIDENCE_STR_COLUMNS
 
 _SYSTEM_EXACT = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC)
 _SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
