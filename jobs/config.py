@@ -419,18 +419,29 @@ def load_audit_config(conf_file=None, overrides: Optional[Mapping[str, object]] 
 # object storage (one place for pyarrow.fs, delta-rs and Spark's S3A)
 # ------------------------------------------------------------------------------------------------------------
 
+#: delta-rs commit options a user may set in the environment (passed on as they are)
+_DELTA_COMMIT_KEYS = ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_COPY_IF_NOT_EXISTS", "AWS_CONDITIONAL_PUT")
+
+
 def object_store_settings(env: Optional[Mapping[str, str]] = None) -> S3Settings:
     """The S3 settings of this process (``env`` defaults to ``os.environ``)."""
     return S3Settings.from_env(env)
 
 
-def delta_storage_options(settings: Optional[S3Settings] = None) -> Dict[str, str]:
-    """delta-rs ``storage_options`` of the same settings.  ``AWS_S3_ALLOW_UNSAFE_RENAME``: delta-rs would
-    otherwise refuse S3 commits without a locking provider; one writer per ``--out`` is what the run lock
-    provides (a user's ``AWS_S3_LOCKING_PROVIDER`` / ``aws_conditional_put`` still reach delta-rs from the
-    environment)."""
-    s = settings or object_store_settings()
-    opts = {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+def delta_storage_options(settings: Optional[S3Settings] = None,
+                          env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """delta-rs ``storage_options`` of the same settings.
+
+    Commits: delta-rs (1.x) writes each ``_delta_log/<version>.json`` with a conditional PUT
+    (``If-None-Match: *``, put-if-absent), which AWS S3 and the S3-compatible servers with conditional writes
+    refuse (412) when the version exists: two writers can never both commit a version, so no DynamoDB lock
+    and no ``AWS_S3_ALLOW_UNSAFE_RENAME`` (a copy-then-delete rename, not atomic) are set.  A server without
+    conditional writes needs one of delta-rs' own options, taken from the environment when set there:
+    ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` (then only the run lock keeps writers apart), ``AWS_COPY_IF_NOT_EXISTS``
+    or ``AWS_CONDITIONAL_PUT``."""
+    s = settings or object_store_settings(env)
+    env = os.environ if env is None else env
+    opts = {k: env[k] for k in _DELTA_COMMIT_KEYS if env.get(k)}
     if s.endpoint_url:
         opts["AWS_ENDPOINT_URL"] = s.endpoint_url
         if s.endpoint_url.lower().startswith("http://"):

@@ -135,9 +135,7 @@ def _repair_options(ns):
     from refbroker.repair import ACTIONS
 
     store = _check_store(ns.store)
-    out = os.path.abspath(ns.out)
-    if not os.path.isdir(out):
-        raise UsageError(f"--out: not a directory: {out}")
+    out = _existing_out(ns.out)
     actions = tuple(a.strip().upper() for a in (ns.actions or ",".join(ACTIONS)).split(",") if a.strip())
     bad = [a for a in actions if a not in ACTIONS]
     if bad or not actions:
@@ -187,6 +185,16 @@ def _check_out(out: str) -> str:
     return guard.check_out(out)
 
 
+def _existing_out(out: str) -> str:
+    """``--out`` of ``report`` / ``repair``: an audit's output directory (or prefix) that exists."""
+    path = guard.check_out(out)
+    from jobs.delta import outfs
+
+    if not outfs.isdir(path):
+        raise UsageError(f"--out: not a directory: {path}")
+    return path
+
+
 def _config(ns) -> AuditConfig:
     conf_file = None
     if ns.conf_file:
@@ -209,9 +217,7 @@ def parse_args(argv: Sequence[str]):
     if ns.command is None:
         raise UsageError("missing subcommand: audit, demo, check, report or repair")
     if ns.command == "report":
-        out = os.path.abspath(ns.out)
-        if not os.path.isdir(out):
-            raise UsageError(f"--out: not a directory: {out}")
+        out = _existing_out(ns.out)
         if ns.run_id is not None and not ns.run_id.strip():
             raise UsageError("--run-id: must not be empty")
         return ns.validate_only, ReportOptions(out=out, run_id=ns.run_id)

@@ -106,13 +106,11 @@ WRITE_SITES_REVIEWED = {
     ("jobs/bench/audit.py", "run"),
     ("jobs/bench/audit.py", "warm_up"),
     ("jobs/delta/sink.py", "_start"),               # Parquet data files under --out/<table>
-    ("jobs/delta/sink.py", "_write_data_files"),
     ("jobs/delta/sink.py", "_commit_files"),        # Delta log under --out/<table>
     ("jobs/delta/sink.py", "_write_with_spark"),
     ("jobs/delta/sink.py", "retract_run"),
     ("jobs/demo.py", "run_demo"),                   # the demo's --out
     ("jobs/audit/guard.py", "out_lock"),                  # --out/.txaudit.lock
-    ("jobs/delta/sink.py", "_write_arrow_files"),   # Parquet files of small tables, written by the driver
     ("txlog_io/dledger.py", "write"),               # DLedger encoder twin (refbroker writes its stores with it)
     ("txlog_io/dledger_bench.py", "main"),          # removes its own work directory
     ("txlog_io/jit.py", "_writable"),               # the numba cache directory (never under a store)
@@ -125,13 +123,25 @@ WRITE_SITES_REVIEWED = {
     ("jobs/repair/requests.py", "write_requests"),
     ("jobs/repair/run.py", "write_repair_log"),         # --out/repair_log (the store copy: refbroker.repair, --into)
     ("jobs/report/write.py", "_write"),                   # --out/report/<run_id>.html, index.html
-    ("jobs/report/write.py", "write_report"),
     ("txlog_io/readstats.py", "flush"),             # per-process byte counts under $TXAUDIT_READ_STATS_DIR
     ("jobs/bench/audit.py", "read_stats_dir"),      # the bench's <dir>/.readstats
     ("txlog_io/java_baseline.py", "compile_baseline"),  # javac output under ~/.cache/txaudit-java
+    # --out as a directory or a bucket prefix (jobs.delta.outfs): the sink's data files, report pages, work lists,
+    # the repair log; never a store (guard.check_out_vs_stores refuses an --out in or around a store)
+    ("jobs/delta/outfs.py", "makedirs"),
+    ("jobs/delta/outfs.py", "write_bytes"),
+    ("jobs/delta/outfs.py", "remove"),
+    ("jobs/delta/outfs.py", "__init__"),            # Output: one data file being written
+    ("jobs/audit/bucketlock.py", "_put"),           # <out>/.txaudit.lock in a bucket (conditional PUTs)
+    ("jobs/audit/bucketlock.py", "release"),        # deletes that lock object (If-Match: our ETag)
+    ("jobs/bench/s3server.py", "create_bucket"),    # the local test/bench S3 server's own buckets and uploads
+    ("jobs/bench/s3server.py", "upload"),
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",
-                 "create_table_with_add_actions", "create_write_transaction", "save"}
+                 "create_table_with_add_actions", "create_write_transaction", "save",
+                 # object stores: pyarrow.fs and boto3 writes
+                 "open_output_stream", "open_append_stream", "delete_file", "delete_dir", "delete_dir_contents",
+                 "create_dir", "copy_file", "put_object", "delete_object"}
 _MODULE_CALLS = {"os": {"replace", "rename", "remove", "unlink", "ftruncate", "truncate", "makedirs", "mkdir",
                         "rmdir", "removedirs", "link", "symlink"},
                  "shutil": {"rmtree", "copy", "copy2", "copyfile", "copytree", "move"},
@@ -144,6 +154,8 @@ def _is_write(node: ast.Call) -> bool:
     receiver = ast.unparse(f.value) if isinstance(f, ast.Attribute) else ""
     if name in _ANY_RECEIVER or name in _MODULE_CALLS.get(receiver, ()):
         return True
+    if name == "OSFile":
+        return any(c in ast.unparse(node) for c in ('"w', "'w", '"a', "'a"))
     if name == "mmap":
         return "ACCESS_WRITE" in ast.unparse(node) or "ACCESS_COPY" in ast.unparse(node)
     if name == "open" and receiver == "os":

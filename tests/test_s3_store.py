@@ -153,12 +153,6 @@ def test_bad_remote_store_is_one_line_exit_2(s3, case, capsys, tmp_path, monkeyp
     assert s3.summary(mark)["writes"] == 0
 
 
-def test_out_in_a_bucket_is_refused_in_one_line(s3, capsys):
-    code, err = _cli(["audit", "--store", _local("rocketmq-4.9.8"), "--out", f"s3://{BUCKET}/txaudit",
-                      "--as-of", AS_OF], capsys)
-    assert code == 2 and len(err) == 1 and "object storage" in err[0]
-
-
 def test_broker_names_of_uris():
     from jobs.sources.options import default_broker_name
 
@@ -181,7 +175,9 @@ def test_one_set_of_settings_feeds_arrow_delta_and_spark(tmp_path):
                                                                                    "AKIAPROFILE")
     delta = delta_storage_options(s)
     assert delta["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000" and delta["AWS_ALLOW_HTTP"] == "true"
-    assert delta["AWS_SECRET_ACCESS_KEY"] == "profile-secret" and delta["AWS_S3_ALLOW_UNSAFE_RENAME"] == "true"
+    assert delta["AWS_SECRET_ACCESS_KEY"] == "profile-secret" and "AWS_S3_ALLOW_UNSAFE_RENAME" not in delta
+    assert delta_storage_options(s, dict(env, AWS_S3_ALLOW_UNSAFE_RENAME="true"))["AWS_S3_ALLOW_UNSAFE_RENAME"] \
+        == "true"                                      # a server without conditional writes: the user's choice
     spark = spark_s3a_conf(s)
     assert spark["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
     assert spark["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"

@@ -23,8 +23,11 @@ Everything here runs before any JVM starts (``jobs.main.parse_args`` and ``main`
 A store or ``--out`` given as a URI (``s3://bucket/prefix``, ``s3a://``, any scheme ``pyarrow.fs`` resolves;
 ``txlog_io.storefs``) passes the same checks through one listing of the prefix, and every failure of the
 object store -- a missing bucket, a key the server refuses, an endpoint that does not answer, a prefix that
-holds no store -- is one line naming the URI and the server's reason; nothing is written.  ``--out`` is a
-local (or shared) directory: outputs on object storage are refused with one line.
+holds no store -- is one line naming the URI and the server's reason; nothing is written.  ``--out`` in an
+S3 bucket (``s3://`` / ``s3a://``) is checked by one listing of its prefix and one of its bucket (missing
+bucket, refused key, unreachable endpoint, an object where the prefix should be: one line, nothing
+written); its run lock is a lock object created with a conditional PUT (``jobs.audit.bucketlock``).  Other
+schemes offer no such PUT through the clients here: ``--out gs://...`` and the like are refused with one line.
 """
 from __future__ import annotations
 
@@ -161,11 +164,10 @@ def check_broker_name(name: str, option: str = "--broker") -> str:
 
 
 def check_out(out: str) -> str:
-    """Absolute ``--out`` if it is, or can be created as, a writable directory; a UsageError otherwise.  A URI
-    is refused: the Delta sink, the work lists, the report and the run lock write local paths only."""
+    """Absolute ``--out`` if it is, or can be created as, a writable directory; a UsageError otherwise.  An
+    S3 URI: its bucket must exist and answer, and the prefix must not be an object."""
     if storefs.is_remote(out):
-        raise UsageError(f"--out: {storefs.normalize_root(out)}: outputs on object storage are not supported "
-                         f"yet (stores are: --store s3://...); give a directory every executor sees")
+        return _check_remote_out(out)
     path = os.path.abspath(storefs.local_path(out))
     if os.path.exists(path):
         if not os.path.isdir(path):
@@ -181,6 +183,32 @@ def check_out(out: str) -> str:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--out: cannot create {path}: {parent} is not writable")
     return path
+
+
+def _check_remote_out(out: str) -> str:
+    from pyarrow import fs as pafs
+
+    uri = storefs.normalize_root(out)
+    scheme, rest = storefs.split_uri(uri)
+    if scheme.lower() not in storefs.S3_SCHEMES:
+        raise UsageError(f"--out: {uri}: outputs on {scheme}:// are not supported (no run lock there: only S3 "
+                         f"offers the conditional PUT it needs); use s3://, s3a:// or a directory")
+    bucket, _, key = rest.partition("/")
+    if not bucket or not key:
+        raise UsageError(f"--out: {uri}: give a prefix inside the bucket (s3://bucket/prefix)")
+    try:
+        fs, inner = storefs.filesystem(uri)
+        below = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))   # a listing: its error
+        kind = pafs.FileType.Directory if below else fs.get_file_info(inner).type  # has the server's reason
+        if kind == pafs.FileType.NotFound and fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise UsageError(f"--out: bucket not found: {scheme}://{bucket}")
+    except UsageError:
+        raise
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--out: {uri}: {storefs.reason(e)}") from None
+    if kind == pafs.FileType.File:
+        raise UsageError(f"--out: exists and is not a directory: {uri} (an object, not a prefix)")
+    return uri
 
 
 def check_out_vs_stores(out: str, stores: Iterable[str], table_names: Iterable[str]) -> None:
@@ -213,6 +241,10 @@ def _real(path: str) -> str:
 
 def probe_lock(out: str) -> Optional[str]:
     """Message naming the holder when ``<out>/.txaudit.lock`` is held now (does not create anything)."""
+    if storefs.is_remote(out):
+        from jobs.audit import bucketlock
+
+        return bucketlock.probe(out, LOCK_NAME)
     path = os.path.join(out, LOCK_NAME)
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -241,7 +273,17 @@ def _locked_message(out: str, path: str) -> str:
 @contextlib.contextmanager
 def out_lock(out: str, run_id: str) -> Iterator[str]:
     """Hold the exclusive lock of ``out`` (created if needed) for the ``with`` block; OutLockedError if
-    another process holds it."""
+    another process holds it.  In a bucket: the lock object of ``jobs.audit.bucketlock``."""
+    if storefs.is_remote(out):
+        from jobs.audit import bucketlock
+
+        lock = bucketlock.BucketLock(out, run_id, LOCK_NAME)
+        lock.acquire()
+        try:
+            yield lock.uri
+        finally:
+            lock.release()
+        return
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:

@@ -54,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -79,6 +78,7 @@ from jobs.audit.plan import (  # noqa: F401 - run_audit's helpers, re-exported f
     store_fingerprint,
 )
 from jobs.audit.summary import AuditSummary, TableOutput, format_summary
+from jobs.delta import outfs
 from jobs.delta import sink as delta_sink
 from jobs.delta.sink import RUNS_TABLE, named_table
 from jobs.read.inputs import op_bodies_for, relevant_records
@@ -340,7 +340,7 @@ def _outputs(plan: AuditPlan, inputs: AuditInputs, rec: Reconstructed) -> list:
     if plan.spec.include_bodies:
         outputs.append((BODIES_TABLE, bodies_frame(result.transactions if arrow else rec.transactions,
                                                    inputs.records), MESSAGE_BODIES))
-    elif os.path.isdir(os.path.join(plan.out, plan.table_names.get(BODIES_TABLE, BODIES_TABLE), "_delta_log")):
+    elif outfs.is_delta(outfs.join(plan.out, plan.table_names.get(BODIES_TABLE, BODIES_TABLE))):
         # clear the body rows an earlier attempt of this run id may have written
         outputs.append((BODIES_TABLE, MESSAGE_BODIES.arrow_schema().empty_table(), MESSAGE_BODIES))
     return outputs
@@ -371,7 +371,7 @@ def write_outputs(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructe
             for wr in write_state(spark, plan.incremental, plan.spec, inputs.records, inputs.op_bodies,
                                   inputs.scan_findings, plan.layout_info, plan.run_date, plan.writer,
                                   local=rec.arrow is not None):
-                name = os.path.basename(wr.path)
+                name = outfs.basename(wr.path)
                 tables[name] = TableOutput(name, wr.path, wr.rows, wr.files, wr.version, wr.seconds)
     return tables
 

@@ -238,12 +238,14 @@ def _state_runs(out: str, table) -> set:
     """The run ids ``table`` holds rows of."""
     import deltalake
 
+    from jobs.delta import outfs
     from jobs.delta import sink as delta_sink
 
     path = delta_sink.table_path(out, table)
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
+    if not outfs.is_delta(path):
         return set()
-    return {dict(p).get("run_id") for p in (deltalake.DeltaTable(path).partitions() or [])}
+    return {dict(p).get("run_id") for p in (deltalake.DeltaTable(path, storage_options=outfs.delta_options(path))
+                                            .partitions() or [])}
 
 
 __all__ = ["write_state", "start_state_write", "write_now", "retire_previous"]

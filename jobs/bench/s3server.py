@@ -1,7 +1,8 @@
 """A local S3-compatible server for the tests and ``txlog-bench audit --store-on s3``: moto's S3 (PyPI
 ``moto[server]``, a test extra) served on loopback from a thread of this process, behind a WSGI layer that
 
-* logs every request: method, path, query, ``Range`` header, status, response body bytes -- the server-side
+* logs every request: method, path, query, ``Range`` header, status, response body bytes, the condition of a
+  conditional request (``If-None-Match`` / ``If-Match``) -- the server-side
   account of what a run read (bytes transferred, requests made) and the proof that it wrote nothing;
 * accepts only the server's own access key id (moto alone accepts any): a request signed with another key
   gets S3's ``403 InvalidAccessKeyId``, so wrong credentials fail as they do against AWS.
@@ -39,6 +40,7 @@ class Request:
     status: int
     bytes_out: int
     at: float           # time.time() when the response was complete
+    condition: str = ""  # the If-None-Match / If-Match header of a conditional request ("If-None-Match: *")
 
 
 class _Logged:
@@ -76,7 +78,14 @@ class _Logged:
         with self.lock:
             self.log.append(Request(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""),
                                     environ.get("QUERY_STRING", ""), environ.get("HTTP_RANGE", ""), status, out,
-                                    time.time()))
+                                    time.time(), _condition(environ)))
+
+
+def _condition(environ) -> str:
+    for header, name in (("HTTP_IF_NONE_MATCH", "If-None-Match"), ("HTTP_IF_MATCH", "If-Match")):
+        if environ.get(header):
+            return f"{name}: {environ[header]}"
+    return ""
 
 
 class LocalS3:

@@ -23,7 +23,6 @@ failure, 3 could not evaluate (every such problem is a :class:`CheckError` or Ch
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from jobs.check.metrics import (
     metrics_table_rows,
     samples,
 )
+from jobs.delta import outfs
 from schemas.core import Table
 from schemas.quality import ALL_INSTANCE, CHECK_RESULTS, ENTITY_ALL, METRICS
 from txlog_io.errors import TxlogError
@@ -117,8 +117,8 @@ def _ts(v) -> dt.datetime:
 
 def read_runs(out: str, names: Dict[str, str]) -> List[RunInfo]:
     """Every finished run under ``out`` (``audit_runs``), oldest first."""
-    path = os.path.join(out, names.get(RUNS_TABLE, RUNS_TABLE))
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
+    path = outfs.join(out, names.get(RUNS_TABLE, RUNS_TABLE))
+    if not outfs.is_delta(path):
         raise CheckError(f"--out {out}: no finished audit run ({path} is not a Delta table); run "
                          f"'check --store ...' or 'audit' first")
     rows = _delta_read(path, "audit_runs", columns=_RUN_COLUMNS).to_pylist()
@@ -131,9 +131,9 @@ def _table_dir(out: str, run: RunInfo, logical: str, names: Dict[str, str]) -> s
     """The run's own record of where it wrote ``logical``; ``<out>/<name>`` when that path is gone (an output
     directory copied elsewhere, e.g. a CI artifact)."""
     recorded = run.table_paths.get(logical)
-    if recorded and os.path.isdir(recorded):
+    if recorded and outfs.isdir(recorded):
         return recorded
-    return os.path.join(out, os.path.basename(recorded) if recorded else names.get(logical, logical))
+    return outfs.join(out, outfs.basename(recorded) if recorded else names.get(logical, logical))
 
 
 def load_run_data(out: str, run: RunInfo, names: Dict[str, str]) -> RunData:
@@ -156,13 +156,13 @@ class _History:
     def __init__(self, out: str, names: Dict[str, str], runs: List[RunInfo], current: RunInfo):
         self.out, self.names, self.current = out, names, current
         self.before = [r for r in runs if r.order < current.order and r.run_id != current.run_id]
-        self.path = os.path.join(out, names.get(METRICS.name, METRICS.name))
+        self.path = outfs.join(out, names.get(METRICS.name, METRICS.name))
         self.cache: Dict[str, Dict[Tuple[str, str, str], float]] = {}
 
     def _metrics_of(self, run: RunInfo) -> Dict[Tuple[str, str, str], float]:
         if run.run_id not in self.cache:
             got = {}
-            if os.path.isdir(os.path.join(self.path, "_delta_log")):
+            if outfs.is_delta(self.path):
                 t = _delta_read(self.path, "metrics", run.run_id, ("entity", "instance", "name", "value"))
                 got = {(e, i, n): v for e, i, n, v in zip(*(t.column(c).to_pylist() for c in
                                                             ("entity", "instance", "name", "value")),

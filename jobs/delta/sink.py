@@ -31,8 +31,10 @@ Guarantees (delta-rs writer; the Spark writer gives the same through Delta's own
   readable by delta-spark and delta-rs alike; column comments from ``schemas`` travel in the Delta schema
   metadata (``{"comment": ...}``) and the table comment becomes the table description.
 
-Data files are written with local file-system paths: on a real cluster ``out`` must be a directory every
-executor and the driver see at the same path (NFS / shared mount).
+``out`` is a local directory (on a real cluster: one every executor and the driver see at the same path) or
+a URI of object storage (``s3://bucket/prefix``; ``jobs.delta.outfs``): the tasks then stream their Parquet
+files to the bucket through ``pyarrow.fs`` and the driver commits with delta-rs' ``storage_options``, whose
+S3 commits are conditional PUTs (``If-None-Match: *``: a version is written once or the commit fails).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from typing import Iterator, List, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
+from jobs.delta import outfs
 from schemas.core import Column, Table
 
 RUN_ID = "run_id"
@@ -114,8 +117,8 @@ class _FileMeta:
 # ------------------------------------------------------------------------------------------------------------
 
 def table_path(out_dir, table: Table) -> str:
-    """``<out_dir>/<table.name>`` as an absolute local path."""
-    return os.path.join(os.path.abspath(os.fspath(out_dir)), table.name)
+    """``<out_dir>/<table.name>``: an absolute local path, or a URI below ``out_dir``'s."""
+    return outfs.join(outfs.root(os.fspath(out_dir)), table.name)
 
 
 def sink_table(table: Table) -> Table:
@@ -298,7 +301,7 @@ class _PartitionFileWriter:
         self.task_tag = task_tag
         self.max_rows = max_rows_per_file
         self.max_bytes = max_bytes_per_file
-        # partition key tuple -> [writer, rel_path, abs_path, rows, stats, arrow_bytes]
+        # partition key tuple -> [writer, rel_path, outfs.Output, rows, stats, arrow_bytes]
         self.open = {}
         self.done: List[_FileMeta] = []
         self.seq = 0
@@ -315,20 +318,19 @@ class _PartitionFileWriter:
         name = f"part-{self.task_tag}-{self.seq:04d}-{uuid.uuid4().hex}.snappy.parquet"
         self.seq += 1
         rel = f"{rel_dir}/{name}" if rel_dir else name
-        abs_path = os.path.join(self.root, *rel.split("/"))
-        os.makedirs(os.path.dirname(abs_path), exist_ok=True)
-        writer = pq.ParquetWriter(abs_path, self.data_schema, compression="snappy", coerce_timestamps="us",
+        sink = outfs.open_output(outfs.join(self.root, *rel.split("/")))
+        writer = pq.ParquetWriter(sink.stream, self.data_schema, compression="snappy", coerce_timestamps="us",
                                   allow_truncated_timestamps=False)
-        state = [writer, rel, abs_path, 0, _StatsAccumulator(self.data_schema), 0]
+        state = [writer, rel, sink, 0, _StatsAccumulator(self.data_schema), 0]
         self.open[key] = state
         return state
 
     def _finish(self, key):
-        writer, rel, abs_path, rows, stats, _ = self.open.pop(key)
+        writer, rel, sink, rows, stats, _ = self.open.pop(key)
         writer.close()
-        st = os.stat(abs_path)
-        self.done.append(_FileMeta(rel, st.st_size, dict(zip(self.partition_by, key, strict=True)), rows,
-                                   stats.to_json(), int(st.st_mtime * 1000)))
+        size, mtime_ms = sink.close()
+        self.done.append(_FileMeta(rel, size, dict(zip(self.partition_by, key, strict=True)), rows,
+                                   stats.to_json(), mtime_ms))
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -432,7 +434,7 @@ def _write_data_files(df, root: str, table: Table, run_id: str, partition_by: Se
         T.StructField("stats", T.StringType(), False),
         T.StructField("modification_time", T.LongType(), False),
     ])
-    os.makedirs(root, exist_ok=True)
+    outfs.makedirs(root)
     udf = _make_file_writer_udf(root, schema, list(partition_by), max_rows_per_file)
     rows = frame.mapInArrow(udf, meta_spark).collect()   # one small row per data file
     return [_FileMeta(r["path"], int(r["size"]), json.loads(r["partition_values"]), int(r["num_records"]),
@@ -458,7 +460,7 @@ def _write_arrow_files(tbl: pa.Table, root: str, table: Table, run_id: str, part
         else:
             cols.append(tbl.column(f.name))
     frame = pa.Table.from_arrays(cols, names=schema.names)
-    os.makedirs(root, exist_ok=True)
+    outfs.makedirs(root)
     w = _PartitionFileWriter(root, schema, list(partition_by), f"driver-{os.getpid()}", max_rows_per_file)
     for batch in frame.to_batches():
         w.write(_conform_batch(batch, schema))
@@ -501,16 +503,17 @@ def _commit_files(root: str, table: Table, run_id: str, partition_by: Sequence[s
             "txaudit.rows": sum(f.num_records for f in files)}
     info.update(extra_commit_info or {})
     props = CommitProperties(custom_metadata=info)
+    options = outfs.delta_options(root)
     try:
-        dt = DeltaTable(root)
+        dt = DeltaTable(root, storage_options=options)
     except TableNotFoundError:
         dt = None
     if dt is None:
         create_table_with_add_actions(root, delta_schema, adds, mode="append",
                                       partition_by=list(partition_by), name=table.name,
-                                      description=table.comment or None,
+                                      description=table.comment or None, storage_options=options,
                                       commit_properties=props)
-        return DeltaTable(root).version()
+        return DeltaTable(root, storage_options=options).version()
     existing_parts = list(dt.metadata().partition_columns)
     if existing_parts != list(partition_by):
         raise SinkError(f"table {root} is partitioned by {existing_parts}, "
@@ -636,10 +639,10 @@ def retract_run(out_dir, table: Table, run_id: str) -> Optional[int]:
     from deltalake.exceptions import TableNotFoundError
 
     root = table_path(out_dir, table)
-    if not os.path.isdir(os.path.join(root, "_delta_log")):
+    if not outfs.is_delta(root):
         return None
     try:
-        dt = DeltaTable(root)
+        dt = DeltaTable(root, storage_options=outfs.delta_options(root))
     except TableNotFoundError:
         return None
     if not any(dict(p).get(RUN_ID) == run_id for p in (dt.partitions() or [])):

@@ -8,11 +8,11 @@ the writers are in ``jobs.delta.sink``.
 """
 from __future__ import annotations
 
-import os
 from typing import List, Optional, Sequence
 
 import pyarrow as pa
 
+from jobs.delta import outfs
 from txlog_io.errors import TxlogError
 
 
@@ -21,7 +21,7 @@ class DeltaReadError(TxlogError):
 
 
 def is_delta(path: Optional[str]) -> bool:
-    return bool(path) and os.path.isdir(os.path.join(path, "_delta_log"))
+    return outfs.is_delta(path)
 
 
 def _first_line(e: Exception) -> str:
@@ -32,7 +32,7 @@ def _open(path: str, what: str):
     from deltalake import DeltaTable
 
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, storage_options=outfs.delta_options(path))
     except Exception as e:  # noqa: BLE001 - a damaged log, permissions: one line
         raise DeltaReadError(f"{what or 'table'}: cannot open Delta table {path}: {_first_line(e)}") from None
 

@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import json
-import os
 import re
+
+from jobs.delta import outfs
 
 RESUME_CHECK_HALF_MESSAGE = 323        # RequestCode.RESUME_CHECK_HALF_MESSAGE
 CHECK_TRANSACTION_STATE = 39           # RequestCode.CHECK_TRANSACTION_STATE
@@ -57,7 +58,7 @@ def _safe(name: str) -> str:
 def _read(run: dict, logical: str):
     from jobs.delta.tables import read_table as read
 
-    path = dict(run["table_paths"]).get(logical, os.path.join(run["out"], logical))
+    path = dict(run["table_paths"]).get(logical, outfs.join(run["out"], logical))
     t = read(path, run_id=run["run_id"])
     return t.to_pylist() if t is not None else []
 
@@ -90,27 +91,23 @@ def check_back_requests(check_rows) -> dict:
 
 
 def _write_jsonl(path: str, rows) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    outfs.write_bytes(path, "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode("utf-8"))
 
 
 def write_requests(out: str, run: dict) -> str:
     """Write ``out/recovery/<run_id>/`` for ``run`` (an audit_runs row); returns the folder."""
-    folder = os.path.join(out, "recovery", run["run_id"])
-    os.makedirs(os.path.join(folder, "check_back"), exist_ok=True)
+    folder = outfs.join(out, "recovery", run["run_id"])
+    outfs.makedirs(outfs.join(folder, "check_back"))
     resume = resume_requests(_read(run, "recovery_worklist"))
     groups = check_back_requests(_read(run, "check_back_worklist"))
-    _write_jsonl(os.path.join(folder, "resume_requests.jsonl"), resume)
-    for name in os.listdir(os.path.join(folder, "check_back")):       # a re-run replaces the previous lists
-        os.unlink(os.path.join(folder, "check_back", name))
+    _write_jsonl(outfs.join(folder, "resume_requests.jsonl"), resume)
+    for name in outfs.listdir(outfs.join(folder, "check_back")):     # a re-run replaces the previous lists
+        outfs.remove(outfs.join(folder, "check_back", name))
     for group, rows in groups.items():
-        _write_jsonl(os.path.join(folder, "check_back", _safe(group) + ".jsonl"), rows)
-    with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
-        f.write(README.format(run_id=run["run_id"], n_resume=len(resume),
-                              n_check=sum(len(v) for v in groups.values()), n_groups=len(groups)))
+        _write_jsonl(outfs.join(folder, "check_back", _safe(group) + ".jsonl"), rows)
+    outfs.write_bytes(outfs.join(folder, "README.md"), README.format(
+        run_id=run["run_id"], n_resume=len(resume), n_check=sum(len(v) for v in groups.values()),
+        n_groups=len(groups)).encode("utf-8"))
     return folder
 
 

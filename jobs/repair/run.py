@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from jobs.delta import outfs
 from jobs.delta.tables import read_table
 from txlog_io.errors import UsageError
 
@@ -55,7 +56,7 @@ def check_into(store: str, into: str) -> str:
 
 
 def pick_run(out: str, store: str, run_id: Optional[str]) -> dict:
-    runs = read_table(os.path.join(out, RUNS_TABLE))
+    runs = read_table(outfs.join(out, RUNS_TABLE))
     if runs is None:
         raise UsageError(f"--out: no {RUNS_TABLE} table under {out} (run the audit first)")
     rows = [r for r in runs.to_pylist() if store in (r["stores"] or [])]
@@ -71,7 +72,7 @@ def pick_run(out: str, store: str, run_id: Optional[str]) -> dict:
 def check_fingerprint(run: dict, broker: str, store: str) -> None:
     from txlog_io.fingerprint import FilePrint, compare_prints, store_prints
 
-    path = dict(run["table_paths"]).get("store_files", os.path.join(run["out"], "store_files"))
+    path = dict(run["table_paths"]).get("store_files", outfs.join(run["out"], "store_files"))
     table = read_table(path, run_id=run["run_id"], broker=broker)
     if table is None or table.num_rows == 0:
         raise UsageError(f"audit run {run['run_id']} kept no per-file fingerprint of {store} (audited before "
@@ -100,15 +101,17 @@ def write_repair_log(out: str, rows: list) -> str:
 
     from schemas.repair import REPAIR_LOG
 
-    path = os.path.join(out, REPAIR_LOG.name)
+    path = outfs.join(out, REPAIR_LOG.name)
+    options = outfs.delta_options(path)
     table = pa.Table.from_pylist(rows, schema=REPAIR_LOG.arrow_schema())
-    if os.path.isdir(os.path.join(path, "_delta_log")) and rows:
+    if outfs.is_delta(path) and rows:
         quoted = {k: str(rows[0][k]).replace("'", "''") for k in ("run_id", "broker")}
         pred = " AND ".join(f"{k} = '{v}'" for k, v in quoted.items())
-        deltalake.write_deltalake(path, table, mode="overwrite", predicate=pred, partition_by=["run_id"])
+        deltalake.write_deltalake(path, table, mode="overwrite", predicate=pred, partition_by=["run_id"],
+                                  storage_options=options)
     else:
         deltalake.write_deltalake(path, table, mode="append", partition_by=["run_id"],
-                                  description=REPAIR_LOG.comment, name=REPAIR_LOG.name)
+                                  description=REPAIR_LOG.comment, name=REPAIR_LOG.name, storage_options=options)
     return path
 
 
@@ -121,7 +124,7 @@ def run_repair(options: RepairOptions) -> int:
     broker = run["brokers"][run["stores"].index(options.store)]
     profile = dict(run["profiles"]).get(broker, "unknown")
     check_fingerprint(run, broker, options.store)
-    path = dict(run["table_paths"]).get("recovery_worklist", os.path.join(options.out, "recovery_worklist"))
+    path = dict(run["table_paths"]).get("recovery_worklist", outfs.join(options.out, "recovery_worklist"))
     worklist = read_table(path, run_id=run["run_id"], broker=broker)
     rows = worklist.to_pylist() if worklist is not None else []
     plan = plan_repair(options.store, profile, rows, actions=options.actions, as_of_ms=int(run["as_of_ms"]))

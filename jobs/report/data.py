@@ -13,7 +13,6 @@ by the ``check`` subcommand) is optional.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -21,6 +20,7 @@ from typing import Dict, List, Optional
 import pandas as pd
 import pyarrow as pa
 
+from jobs.delta import outfs
 from jobs.delta.tables import column_names, read_table
 from jobs.delta.tables import is_delta as _is_delta
 from jobs.reconstruct.params import STATES
@@ -68,12 +68,12 @@ class ReportData:
 
 def find_runs_table(out: str) -> str:
     """The audit_runs table under ``out`` (default name, else any Delta table with audit_runs' columns)."""
-    default = os.path.join(out, RUNS_TABLE)
+    default = outfs.join(out, RUNS_TABLE)
     if _is_delta(default):
         return default
     need = set(AUDIT_RUNS.names)
-    for name in sorted(os.listdir(out)) if os.path.isdir(out) else ():
-        path = os.path.join(out, name)
+    for name in sorted(outfs.listdir(out)):
+        path = outfs.join(out, name)
         if _is_delta(path) and need <= set(column_names(path, RUNS_TABLE)):
             return path
     raise ReportDataError(f"no audit_runs table under {out} (not an audit output directory, or no run "
@@ -89,8 +89,8 @@ def read_runs(out: str) -> pd.DataFrame:
 def _table_path(out: str, run: dict, logical: str) -> Optional[str]:
     paths = dict(run.get("table_paths") or {})
     recorded = paths.get(logical)
-    for cand in ((recorded, os.path.join(out, os.path.basename(recorded))) if recorded else ()) + \
-            (os.path.join(out, logical),):
+    for cand in ((recorded, outfs.join(out, outfs.basename(recorded))) if recorded else ()) + \
+            (outfs.join(out, logical),):
         if cand and _is_delta(cand):
             return cand
     return None
@@ -211,7 +211,7 @@ def _store_maps(run: dict, brokers: List[str], anomalies: pd.DataFrame) -> List[
 
 
 def _checks(out: str, run_id: str) -> Optional[pd.DataFrame]:
-    path = os.path.join(out, CHECKS_TABLE)
+    path = outfs.join(out, CHECKS_TABLE)
     try:
         t = read_run_table(path, run_id)
     except Exception:                  # noqa: BLE001 - another engineer's table: never fail the report on it
@@ -229,7 +229,7 @@ def _checks(out: str, run_id: str) -> Optional[pd.DataFrame]:
 
 def gather(out: str, run_id: Optional[str] = None) -> ReportData:
     """Everything the report of ``run_id`` (default: the latest run by as-of) shows."""
-    out = os.path.abspath(out)
+    out = outfs.root(out)
     runs = read_runs(out)
     if not len(runs):
         raise ReportDataError(f"no finished run in {find_runs_table(out)}")

@@ -14,11 +14,11 @@ page).
 from __future__ import annotations
 
 import json
-import os
 from typing import Optional
 
 import pandas as pd
 
+from jobs.delta import outfs
 from jobs.report import html as H
 from jobs.report import plots as P
 from jobs.report.data import STATE_ORDER, URGENT_ROWS, ReportData, gather, read_runs
@@ -219,7 +219,7 @@ def render_index(out: str, report_dir: str) -> str:
     for i in range(len(runs) - 1, -1, -1):
         r = runs.iloc[i]
         page = H.page_name(r["run_id"])
-        exists = os.path.exists(os.path.join(report_dir, page))
+        exists = outfs.exists(outfs.join(report_dir, page))
         link = f'<a href="{H.e(page)}">{H.e(r["run_id"])}</a>' if exists \
             else f'{H.e(r["run_id"])} <span class="muted">(no page: ./spark-submit.sh report --run-id)</span>'
         sc = r["state_counts"] or {}
@@ -237,23 +237,20 @@ def render_index(out: str, report_dir: str) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    outfs.write_bytes(path, text.encode("utf-8"))     # a temporary file renamed over it; one PUT remote
 
 
 def write_report(out: str, run_id: Optional[str] = None, *, index: bool = True) -> str:
     """Write ``OUT/report/<run_id>.html`` (default: latest run) and refresh the index; returns the page
     path."""
-    out = os.path.abspath(out)
+    out = outfs.root(out)
     data = gather(out, run_id)
-    report_dir = os.path.join(out, REPORT_DIR)
-    os.makedirs(report_dir, exist_ok=True)
-    page = os.path.join(report_dir, H.page_name(data.run["run_id"]))
+    report_dir = outfs.join(out, REPORT_DIR)
+    outfs.makedirs(report_dir)
+    page = outfs.join(report_dir, H.page_name(data.run["run_id"]))
     _write(page, render_run(data))
     if index:
-        _write(os.path.join(report_dir, INDEX), render_index(out, report_dir))
+        _write(outfs.join(report_dir, INDEX), render_index(out, report_dir))
     return page
 
 

@@ -53,6 +53,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
+from jobs.delta import outfs
 from jobs.delta.tables import read_table
 from jobs.read.spec import ReadSpec
 from schemas.state import AUDIT_STATE, STATE_FORMAT_VERSION
@@ -276,7 +277,7 @@ def _check_store(plan: Plan, store, h: dict, split: int) -> Optional[Tuple[str, 
 def _fallback_rows(plan: Plan, brokers: Sequence[str]) -> List[tuple]:
     """One INCREMENTAL_FALLBACK finding per broker (ANOMALIES_SOURCE rows: the reducer passes them to
     audit_anomalies)."""
-    return [(b, AnomalyKind.INCREMENTAL_FALLBACK, os.path.join(plan.out, AUDIT_STATE.name), 0,
+    return [(b, AnomalyKind.INCREMENTAL_FALLBACK, outfs.join(plan.out, AUDIT_STATE.name), 0,
              f"--incremental ran a full audit: {plan.detail}", "a completed incremental run to continue from",
              plan.reason, "audit", None, None) for b in brokers]
 

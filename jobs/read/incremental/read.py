@@ -6,7 +6,6 @@ consume-queue files whose findings are carried instead of decoded again (:class:
 """
 from __future__ import annotations
 
-import os
 import warnings
 from types import SimpleNamespace
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -188,14 +187,15 @@ class _Cells:
 def _state_files(out: str, table, run_ids: Sequence[str]) -> List[str]:
     import deltalake
 
+    from jobs.delta import outfs
     from jobs.delta import sink as delta_sink
 
     path = delta_sink.table_path(out, table)
-    if not os.path.isdir(os.path.join(path, "_delta_log")):
+    if not outfs.is_delta(path):
         return []
     with warnings.catch_warnings():     # partition_filters: deprecated in newer deltalake, still exact here
         warnings.simplefilter("ignore", DeprecationWarning)
-        return list(deltalake.DeltaTable(path).file_uris(partition_filters=[("run_id", "in", list(run_ids))]))
+        return list(deltalake.DeltaTable(path, storage_options=outfs.delta_options(path)).file_uris(partition_filters=[("run_id", "in", list(run_ids))]))
 
 
 def _carried_segments(plan: Plan, table) -> List[Tuple[str, Dict[str, Optional[int]]]]:
@@ -261,7 +261,10 @@ def _read_state(out: str, table, run_ids: Sequence[str]) -> pa.Table:
     from jobs.delta import sink as delta_sink
 
     schema = table.arrow_schema()
-    dt = deltalake.DeltaTable(delta_sink.table_path(out, table))
+    from jobs.delta import outfs
+
+    path = delta_sink.table_path(out, table)
+    dt = deltalake.DeltaTable(path, storage_options=outfs.delta_options(path))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         t = dt.to_pyarrow_table(partitions=[("run_id", "in", list(run_ids))],
