@@ -2,7 +2,7 @@
 
     txlog-bench audit [--size-gb N] [--tx-share P] [--dir DIR] [--keep] [--sizes 1,2,4]
                       [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024]
-                      [--no-warmup] [--cold] [--fixed-tx] [--incremental P]
+                      [--no-warmup] [--cold] [--fixed-tx] [--incremental P] [--store-on s3]
 
 Per size:
 
@@ -30,6 +30,10 @@ cache is warm from the generation (the store is read from memory, like a re-run 
 the JSON says ``"cold": false`` when it could not).  Each audit's phase timings (plan, read -- split into
 read.records and read.anomalies --, reconstruct, aggregate, write) are printed under the table and are in
 the JSON (``full_phases`` / ``indexed_phases``, seconds).
+
+``--store-on s3``: after the disk audits, the same store uploaded to a local S3-compatible server and audited
+from there in both modes (``jobs.bench.s3audit``: seconds, requests and bytes from the server's request log,
+the indexed audit's share of the CommitLog bytes); the JSON gets a ``store_on_s3`` object.
 
 Peak Python worker RSS: a sampler thread reads ``/proc`` every 0.2 s and takes, over every ``pyspark.daemon``
 / ``pyspark.worker`` process descended from this process (the local executor's Python workers: data-source
@@ -107,6 +111,7 @@ class BenchRun:
     incremental: Optional[dict] = None      # --incremental P: jobs.bench.incremental keys
     full_read_kinds: Optional[dict] = None      # the read bytes per kind of file (readstats.directory_kinds)
     indexed_read_kinds: Optional[dict] = None
+    s3: Optional[dict] = None                   # --store-on s3: the audits from the local S3 server (s3audit)
 
     def line(self) -> dict:
         return {"size_gb": self.size_gb, "tx_share": self.tx_share, "scan_s": round(self.scan_s, 2),
@@ -119,7 +124,8 @@ class BenchRun:
                 "transactions": self.transactions,
                 "commitlog_bytes": self.commitlog_bytes, "full_read_bytes": self.full_read_bytes,
                 "indexed_read_bytes": self.indexed_read_bytes, "full_read_kinds": self.full_read_kinds,
-                "indexed_read_kinds": self.indexed_read_kinds, **(self.incremental or {})}
+                "indexed_read_kinds": self.indexed_read_kinds, **(self.incremental or {}),
+                **({"store_on_s3": self.s3} if self.s3 else {})}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -374,7 +380,7 @@ def timed_audit(spark, store: Path, out: Path, mode: str):
 
 def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool, msg_bytes: int,
                file_mb: int, log=print, cold: bool = False, stats_dir: Optional[str] = None,
-               incremental: Optional[float] = None) -> BenchRun:
+               incremental: Optional[float] = None, s3=None) -> BenchRun:
     base = workdir / f"store-{size_gb:g}gb-p{tx_share:g}"
     log(f"[{size_gb:g} GiB] generating the store under {base} ...")
     store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep, incremental)
@@ -408,6 +414,10 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
             inc["incremental_over_full"] = round(inc["incremental_s"] / full_s, 3) if full_s else None
             log(f"[{size_gb:g} GiB] incremental {inc['incremental_s']:.1f} s ({inc['incremental_over_full']} "
                 f"of full)")
+    s3_result = None
+    if s3 is not None:
+        s3_result = s3.bench(spark, store, base, f"{size_gb:g}gb-p{tx_share:g}", cl_bytes,
+                             {"full": full.states, "indexed": indexed.states}, timed_audit, log=log)
     if full.states != indexed.states:
         log(f"[{size_gb:g} GiB] note: states differ between modes: full {full.states} "
             f"indexed {indexed.states}")
@@ -424,7 +434,8 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         states=dict(full.states), cold=all(dropped), commitlog_bytes=cl_bytes,
         full_read_bytes=read1 - read0 if stats_dir else -1,
         indexed_read_bytes=read2 - read1 if stats_dir else -1, incremental=inc,
-        full_read_kinds=_kinds_between(kinds0, kinds1), indexed_read_kinds=_kinds_between(kinds1, kinds2))
+        full_read_kinds=_kinds_between(kinds0, kinds1), indexed_read_kinds=_kinds_between(kinds1, kinds2),
+        s3=s3_result)
 
 
 def format_table(runs: Sequence[BenchRun]) -> str:
@@ -444,6 +455,15 @@ def format_table(runs: Sequence[BenchRun]) -> str:
         s = runs[0].small_audit_s
         lines.append(f"  small store ({CALIBRATION_MESSAGES} messages), warm session: full {s['full']} s "
                      f"{s['full_phases']}; indexed {s['indexed']} s {s['indexed_phases']}")
+    for r in runs:
+        if r.s3:
+            f, i = r.s3["full"], r.s3["indexed"]
+            lines.append(f"  {r.size_gb:g} GiB from the local S3 server (disk: full {r.full_s:.1f} s, indexed "
+                         f"{r.indexed_s:.1f} s): full {f['seconds']} s, {f['requests']} requests, "
+                         f"{f['bytes_out'] / MIB:.1f} MiB; indexed {i['seconds']} s, {i['requests']} requests, "
+                         f"{i['bytes_out'] / MIB:.1f} MiB ({i['commitlog_bytes_read'] / MIB:.1f} MiB of CommitLog "
+                         f"= {r.s3['indexed_commitlog_share']} of it); writes {r.s3['writes']}, states equal "
+                         f"{r.s3['states_equal']}")
     lines.append(f"  page cache: {'dropped before each timed run' if runs and all(r.cold for r in runs) else 'warm'}")
     return "\n".join(lines)
 
@@ -488,6 +508,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="also time an incremental full-mode audit after the last share P of the store was "
                         "appended (a snapshot at 1-P audited first, untimed): incremental_s, "
                         "incremental_over_full")
+    p.add_argument("--store-on", dest="store_on", choices=("disk", "s3"), default="disk",
+                   help="s3: also audit the store (full and indexed) from a local S3-compatible server on "
+                        "loopback (moto, a test extra): seconds, requests, bytes transferred (jobs.bench.s3audit)")
     p.add_argument("--cold", action="store_true",
                    help="drop the OS page cache before each timed run (sync; echo 3 > /proc/sys/vm/drop_caches, "
                         "needs root; the JSON says whether it could)")
@@ -533,7 +556,11 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
 
     runs: List[BenchRun] = []
     small = None
+    s3 = None
     try:
+        from jobs.bench import s3audit
+
+        s3 = s3audit.start(spark, args.store_on == "s3")     # before the warm-up: the same warm workers
         stats_dir = read_stats_dir(spark, workdir)
         if not args.no_warmup:
             small = warm_up(spark, args.tx_share, args.msg_bytes, workdir / ".warmup", log=log, cold=args.cold)
@@ -541,11 +568,13 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
             share = args.tx_share * max(sizes) / size if args.fixed_tx else args.tx_share
             runs.append(bench_size(spark, size, round(share, 9), workdir, args.keep, args.msg_bytes,
                                    args.file_mb, log=log, cold=args.cold, stats_dir=stats_dir,
-                                   incremental=args.incremental))
+                                   incremental=args.incremental, s3=s3))
             runs[-1].small_audit_s = small
             if not args.keep:
                 shutil.rmtree(workdir / f"store-{size:g}gb-p{runs[-1].tx_share:g}", ignore_errors=True)
     finally:
+        if s3 is not None:
+            s3.stop(None if own_session else spark)
         if own_session:
             spark.stop()
         else:       # the caller's session: counting off again for what it runs next
