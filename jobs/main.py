@@ -261,6 +261,8 @@ def parse_args(argv: Sequence[str]):
                             profile=cfg.broker_profile, config=cfg, report=ns.report,
                             incremental=bool(getattr(ns, "incremental", None)))
     elif ns.command == "demo":
+        if guard.storefs.is_remote(out):
+            raise UsageError(f"--out: {out}: the demo writes its generated store under --out: give a directory")
         opts = DemoOptions(out=out, as_of=as_of, mode=cfg.mode, conf_file=conf_file,
                            include_bodies=cfg.include_bodies, run_id=run_id, config=cfg, report=ns.report)
     if ns.command == "check":

@@ -57,8 +57,11 @@ def ttl_seconds() -> float:
 
 
 def _client():
-    import boto3
-    from botocore.config import Config
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise UsageError("--out: the run lock in a bucket needs boto3 (pip install 'boto3>=1.35')") from None
 
     from jobs.config import object_store_settings
 

@@ -15,7 +15,7 @@ Everything here runs before any JVM starts (``jobs.main.parse_args`` and ``main`
 * broker names become partition values and directory names: no path separators, no ``..``, no control or
   NUL characters, no leading dot (a hidden / relative directory), at most 255 bytes of UTF-8.  Spaces and
   non-ASCII letters are fine (a store directory ``/data/brokér a/store`` gives the broker ``brokér a``).
-* :func:`out_lock` holds ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<out>/.txaudit.lock`` for the whole run: a
+* :func:`out_lock` (a local ``--out``) holds ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<out>/.txaudit.lock`` for the whole run: a
   second audit on the same ``--out`` fails at once with a clear message instead of racing the first one's
   Delta commits.  The kernel drops the lock when the holder dies (even on ``kill -9``), so a crash never
   leaves a stale lock behind; the file itself stays and is harmless.
