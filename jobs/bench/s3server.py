@@ -194,7 +194,8 @@ class LocalS3:
 
         return pafs.S3FileSystem(endpoint_override=f"{self.host}:{self.port}", scheme="http", region=REGION,
                                  access_key=ACCESS_KEY_ID, secret_key=SECRET_ACCESS_KEY,
-                                 allow_bucket_creation=True)
+                                 allow_bucket_creation=True,
+                                 request_timeout=900)   # moto completes a 1 GiB multipart upload slowly
 
     def create_bucket(self, bucket: str) -> None:
         self.filesystem().create_dir(bucket)
