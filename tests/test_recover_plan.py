@@ -62,7 +62,7 @@ def test_stored_messages_walk_encoded_records():
         pos += len(rec)
     got = split_stored_messages(buf)
     assert [(g.physical_offset, g.queue_offset, g.topic, g.properties.get("UNIQ_KEY")) for g in got] == \
-        [(o, m.queue_offset, m.topic, m.properties.get("UNIQ_KEY")) for o, m in zip(offs, msgs)]
+        [(o, m.queue_offset, m.topic, m.properties.get("UNIQ_KEY")) for o, m in zip(offs, msgs, strict=True)]
     assert got[0].store_timestamp == 111
     for cut in (len(buf) - 1, 10):
         with pytest.raises(StoredMessageError):

@@ -142,7 +142,7 @@ def lives(request, tmp_path_factory):
 
 def _decisions(life: Life, path: Path) -> dict:
     want = {}
-    for k, t in life.truth.items():
+    for t in life.truth.values():
         if t.cls == "inflight_commit":
             want[t.uniq] = "COMMIT"
         elif t.cls == "inflight_rollback":

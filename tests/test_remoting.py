@@ -49,7 +49,7 @@ def test_golden_frames_encode(version, name, frame):
 
 
 @pytest.mark.parametrize("version,name,frame", [c for c in CASES if c[1].startswith("acl_")],
-                         ids=[i for i, c in zip(IDS, CASES) if c[1].startswith("acl_")])
+                         ids=[i for i, c in zip(IDS, CASES, strict=True) if c[1].startswith("acl_")])
 def test_acl_signature_equals_aclclientrpchook(version, name, frame):
     cmd = R.decode_command(frame)
     java_sig = cmd.ext_fields[R.SIGNATURE]

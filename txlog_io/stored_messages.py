@@ -27,7 +27,14 @@ class StoredMessage:
     properties: dict
 
 
-_OFF = {n: LAYOUTS[0].fields[n][1] for n in ("total_size", "magic", "queue_offset", "physical_offset", "sys_flag")}
+def _field_offsets(i: int) -> dict:
+    fields = LAYOUTS[i].fields
+    assert fields is not None  # structured dtype (numpy types fields as Optional)
+    return {n: f[1] for n, f in fields.items()}
+
+
+_OFFSETS = tuple(_field_offsets(i) for i in range(len(LAYOUTS)))
+_OFF = _OFFSETS[0]
 
 
 def split_stored_messages(buf: bytes) -> List[StoredMessage]:
@@ -49,10 +56,11 @@ def _split(buf: bytes) -> List[StoredMessage]:
         if size < LAYOUTS[0].itemsize or pos + size > n:
             raise StoredMessageError(f"byte {pos}: total size {size} does not fit the {n - pos} bytes left")
         (sys_flag,) = struct.unpack_from(">i", buf, pos + _OFF["sys_flag"])
-        lay = LAYOUTS[layout_index(sys_flag)]
+        li = layout_index(sys_flag)
+        lay, offs = LAYOUTS[li], _OFFSETS[li]
         (qoff, poff) = struct.unpack_from(">qq", buf, pos + _OFF["queue_offset"])
-        (store_ts,) = struct.unpack_from(">q", buf, pos + lay.fields["store_timestamp"][1])
-        (body_len,) = struct.unpack_from(">i", buf, pos + lay.fields["body_size"][1])
+        (store_ts,) = struct.unpack_from(">q", buf, pos + offs["store_timestamp"])
+        (body_len,) = struct.unpack_from(">i", buf, pos + offs["body_size"])
         p = pos + lay.itemsize + max(body_len, 0)
         if magic == MAGIC_V2:
             (tlen,) = struct.unpack_from(">h", buf, p)
