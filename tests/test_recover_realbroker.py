@@ -339,6 +339,8 @@ def test_recover_acl_wrong_secret(lives, version):
     assert right.stdout.count("REFUSED_UNVERIFIABLE") == 2 + INFLIGHT, right.stdout
     for p in (wrong, right):
         assert ACL_SK not in p.stdout + p.stderr
+    print(f"\n{version} ACL: unsigned UPDATE_AND_CREATE_TOPIC -> code {st['unsigned_create'].code} "
+          f"({(st['unsigned_create'].remark or '')[:160]}); wrong secret -> exit 2: {err[0][:300]}", file=sys.stderr)
 
 
 @pytest.mark.parametrize("version", rb.VERSIONS)
