@@ -112,7 +112,7 @@ def test_client_matches_the_response_by_opaque_and_signs():
 
 
 def test_client_errors_are_one_line():
-    addr = _server(lambda conn: None)            # closes without answering
+    addr = _server(_read_frame)                  # reads the request, closes without answering
     with pytest.raises(Unreachable, match="closed the connection"):
         Remote(5).call(addr, 12, {})
     probe = socket.socket()
