@@ -10,6 +10,8 @@
 #                     (data-quality checks; without --store no JVM starts; exit 0 pass 1 warn 2 fail 3 error)
 #   ./spark-submit.sh report --out DIR [--run-id ID]  (HTML report of a finished run, no Spark)
 #   ./spark-submit.sh repair --store DIR --out AUDIT_OUT --into NEWDIR [...]   (repair a copy, no Spark)
+#   ./spark-submit.sh recover --out AUDIT_OUT --namesrv HOST:PORT [--decisions FILE] [--send] [...]
+#                     (send the audit's recovery requests to a live broker, no Spark; dry run unless --send)
 #
 # Spark options (--master, --conf k=v, --driver-memory, --executor-memory, --num-executors, --packages, --jars,
 # --py-files, --files, --driver-java-options, ...) may stand before or after the subcommand and go to spark-submit.
@@ -99,10 +101,10 @@ while [ $# -gt 0 ]; do
     if [ -z "$SUB" ]; then
         case "$arg" in
             -h|--help) usage; exit 0 ;;
-            audit|demo|dump|check|report|repair) SUB="$arg" ;;
+            audit|demo|dump|check|report|repair|recover) SUB="$arg" ;;
             -*) usage_error "unknown option before the subcommand: $arg" \
-                            "(subcommands: audit, demo, check, report, repair, dump)" ;;
-            *) usage_error "unknown subcommand: $arg (expected audit, demo, check, report, repair or dump)" ;;
+                            "(subcommands: audit, demo, check, report, repair, recover, dump)" ;;
+            *) usage_error "unknown subcommand: $arg (expected audit, demo, check, report, repair, recover or dump)" ;;
         esac
     else
         case "$arg" in -h|--help) WANT_HELP=1 ;; esac
@@ -110,7 +112,7 @@ while [ $# -gt 0 ]; do
     fi
     shift
 done
-[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo, check, report, repair or dump (see ./spark-submit.sh --help)"
+[ -n "$SUB" ] || usage_error "missing subcommand: audit, demo, check, report, repair, recover or dump (see ./spark-submit.sh --help)"
 
 "$ROOT/scripts/bootstrap.sh" || { [ "$SUB" = check ] && exit 3; exit 1; }
 
@@ -140,6 +142,10 @@ if [ "$SUB" = report ]; then
     exec "$VENV_PY" "$ROOT/jobs/main.py" report ${APP_ARGS[@]+"${APP_ARGS[@]}"}
 fi
 
+if [ "$SUB" = recover ]; then    # driver-only job (jobs/recover/run.py): no JVM
+    [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: recover runs without Spark; Spark options ignored" >&2
+    exec "$VENV_PY" "$ROOT/jobs/main.py" recover ${APP_ARGS[@]+"${APP_ARGS[@]}"}
+fi
 if [ "$SUB" = repair ]; then    # driver-only job (jobs/repair/run.py): no JVM
     [ ${#SPARK_ARGS[@]} -eq 0 ] || echo "$PROG: warning: repair runs without Spark; Spark options ignored" >&2
     exec "$VENV_PY" "$ROOT/jobs/main.py" repair ${APP_ARGS[@]+"${APP_ARGS[@]}"}

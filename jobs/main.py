@@ -13,6 +13,9 @@ Subcommands::
 audit and demo write ``OUT/report/<run_id>.html`` at the end of the run unless ``--no-report`` is given.
     repair --store DIR --out AUDIT_OUT [--run-id ID] --into NEWDIR [--actions LIST] [--dry-run]
           (jobs.repair.run; driver only, no SparkSession)
+    recover --out AUDIT_OUT [--run-id ID] --namesrv HOST:PORT [--decisions FILE] [--send] [--rate N]
+          [--timeout-s S] [--broker NAME ...] [--live-broker NAME] [--acl-file FILE]
+          (jobs.recover.run; driver only, no SparkSession; dry run unless --send)
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
 :class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
@@ -58,7 +61,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Offline audit of RocketMQ transactional messages from broker store files.")
     p.add_argument("--validate-only", action="store_true", help=argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", metavar="{audit,demo,check,report,repair}", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="{audit,demo,check,report,repair,recover}", parser_class=_Parser)
 
     def common(sp, out_required: bool):
         sp.add_argument("--out", required=out_required, default=None if out_required else DEFAULT_DEMO_OUT,
@@ -115,7 +118,54 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="output directory of earlier audit runs")
     r.add_argument("--run-id", dest="run_id", default=None, help="run to report on (default: the latest)")
     _add_repair_parser(sub)
+    _add_recover_parser(sub)
     return p
+
+
+def _add_recover_parser(sub) -> None:
+    r = sub.add_parser("recover", help="send an audit run's recovery requests to a live broker (no Spark)",
+                       allow_abbrev=False)
+    r.add_argument("--out", required=True, metavar="AUDIT_OUT", help="the audit's output directory")
+    r.add_argument("--run-id", dest="run_id", default=None, help="audit run (default: the newest)")
+    r.add_argument("--namesrv", required=True, metavar="HOST:PORT", help="the cluster's NameServer")
+    r.add_argument("--decisions", default=None, metavar="FILE",
+                   help="lines '<transaction_key> COMMIT|ROLLBACK' for PREPARED halves (END_TRANSACTION)")
+    r.add_argument("--send", action="store_true", help="send (default: dry run, print what would be sent)")
+    r.add_argument("--rate", type=float, default=20.0, metavar="N", help="at most N requests per second (20)")
+    r.add_argument("--timeout-s", dest="timeout_s", type=float, default=5.0, metavar="S",
+                   help="connect / answer timeout per request (5)")
+    r.add_argument("--broker", action="append", default=[], metavar="NAME",
+                   help="only this audited broker's transactions (repeatable; default: all)")
+    r.add_argument("--live-broker", dest="live_broker", default=None, metavar="NAME",
+                   help="brokerName to send to (default: the master whose address the message ids carry)")
+    r.add_argument("--acl-file", dest="acl_file", default=None, metavar="FILE",
+                   help="ACL credentials (accessKey=, secretKey=); default: TXAUDIT_ACL_ACCESS_KEY / "
+                        "TXAUDIT_ACL_SECRET_KEY from the environment")
+
+
+def _recover_options(ns):
+    from jobs.recover.run import RecoverOptions
+    from txlog_io.msgid import parse_host
+
+    out = os.path.abspath(ns.out)
+    if not os.path.isdir(out):
+        raise UsageError(f"--out: not a directory: {out}")
+    try:
+        parse_host(ns.namesrv)
+    except UsageError as e:
+        raise UsageError(f"--namesrv: {e}") from None
+    if not ns.rate > 0:
+        raise UsageError(f"--rate: must be > 0, got {ns.rate}")
+    if not ns.timeout_s > 0:
+        raise UsageError(f"--timeout-s: must be > 0, got {ns.timeout_s}")
+    for name, path in (("--decisions", ns.decisions), ("--acl-file", ns.acl_file)):
+        if path is not None and not os.path.isfile(path):
+            raise UsageError(f"{name}: not a file: {path}")
+    if ns.run_id is not None and not ns.run_id.strip():
+        raise UsageError("--run-id: must not be empty")
+    return RecoverOptions(out=out, run_id=ns.run_id, namesrv=ns.namesrv, decisions=ns.decisions,
+                          send=bool(ns.send), rate=float(ns.rate), timeout_s=float(ns.timeout_s),
+                          brokers=tuple(ns.broker), live_broker=ns.live_broker, acl_file=ns.acl_file)
 
 
 def _add_repair_parser(sub) -> None:
@@ -215,7 +265,7 @@ def parse_args(argv: Sequence[str]):
     """``argv`` (without the program name) -> ``(validate_only, options)``; raises UsageError."""
     ns = _build_parser().parse_args(list(argv))
     if ns.command is None:
-        raise UsageError("missing subcommand: audit, demo, check, report or repair")
+        raise UsageError("missing subcommand: audit, demo, check, report, repair or recover")
     if ns.command == "report":
         out = _existing_out(ns.out)
         if ns.run_id is not None and not ns.run_id.strip():
@@ -223,6 +273,8 @@ def parse_args(argv: Sequence[str]):
         return ns.validate_only, ReportOptions(out=out, run_id=ns.run_id)
     if ns.command == "repair":
         return ns.validate_only, _repair_options(ns)
+    if ns.command == "recover":
+        return ns.validate_only, _recover_options(ns)
     cfg = _config(ns)
     as_of = parse_as_of(ns.as_of)
     run_id = ns.run_id if ns.run_id is not None else default_run_id(as_of)
@@ -295,6 +347,23 @@ def _run_repair(opts) -> int:
         return EXIT_FAILURE
 
 
+def _run_recover(opts) -> int:
+    """The recover job runs on the driver only (jobs.recover.run): no SparkSession."""
+    from jobs.recover.run import RecoverAbort, run_recover
+
+    try:
+        return run_recover(opts)
+    except (UsageError, RecoverAbort) as e:
+        return _usage_error(str(e))
+    except Exception as e:  # noqa: BLE001 - report, traceback for the operator, exit 1
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"{PROG}: error: recover failed: {type(e).__name__}: {first}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     is_check = next((a for a in argv if not a.startswith("-")), None) == "check"
@@ -312,6 +381,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_OK if validate_only else run_report(opts)
     if type(opts).__name__ == "RepairOptions":
         return EXIT_OK if validate_only else _run_repair(opts)
+    if type(opts).__name__ == "RecoverOptions":
+        return EXIT_OK if validate_only else _run_recover(opts)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
     if validate_only:
         held = guard.probe_lock(opts.out)
