@@ -129,6 +129,10 @@ WRITE_SITES_REVIEWED = {
     ("txlog_io/readstats.py", "flush"),             # per-process byte counts under $TXAUDIT_READ_STATS_DIR
     ("jobs/bench/audit.py", "read_stats_dir"),      # the bench's <dir>/.readstats
     ("txlog_io/java_baseline.py", "compile_baseline"),  # javac output under ~/.cache/txaudit-java
+    # RocksDB consume queues: the reader's own shadow directory of symlinks under the system temp directory
+    # (rocksdict writes its config there, not into the store; test_rocksdb_cq proves the store unchanged)
+    ("txlog_io/rocksdb_cq.py", "__init__"),
+    ("txlog_io/rocksdb_cq.py", "close"),
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",
                  "create_table_with_add_actions", "create_write_transaction", "save"}
