@@ -1,5 +1,5 @@
 """RocketMQ 5.3.3 RocksDB consume queues (txlog_io.rocksdb_cq): the key / value codec against bytes a real
-5.3.3 broker wrote (tests/data/rocksdb_cq_533: the consumequeue/ database of a storeType=defaultRocksDB broker
+5.3.3 broker wrote (tests/data/fixtures/rocketmq-5.3.3-rocksdb: the store of a storeType=defaultRocksDB broker
 after the realbroker workload and a clean stop), the encoder twins, and the read-only reader."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_read_only import snapshot
 from txlog_io import rocksdb_cq as R
 from txlog_io.errors import EncodeError, UnreadableFileError
 
-DB = Path(__file__).resolve().parent / "data" / "rocksdb_cq_533"
+DB = Path(__file__).resolve().parent / "data" / "fixtures" / "rocketmq-5.3.3-rocksdb" / "store" / "consumequeue"
 HALF, OP, DISCARD = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"
 
 # (key, value) pairs as the 5.3.3 broker wrote them (read from DB with ldb-free raw iteration)
@@ -153,3 +153,58 @@ def test_encoders_refuse_what_rocketmq_cannot_write():
         R.encode_cq_value(0, 1 << 31, 0, 0)
     with pytest.raises(EncodeError):
         R.encode_offset_key("t", "mid", 0)
+
+
+# ---- the audit's read path: a real 5.3.3 defaultRocksDB store (tests/data/fixtures/rocketmq-5.3.3-rocksdb) ----
+
+STORE = DB.parent
+
+
+def _opts_for(fmt, **extra):
+    from jobs.sources.options import parse_options
+
+    return parse_options(fmt, dict({"path": str(STORE), "broker": "rdb"}, **extra))
+
+
+def test_discovery_lists_the_databases_queues_and_indexed_mode_plans_on_them():
+    """The store's queues come from the database (not "no transaction index": no whole-CommitLog scan), the
+    data source's consume-queue rows are the database's units, and indexed mode's plan is built from them:
+    its dispatch point is the end of the newest unit's record, so no CommitLog range is left to scan."""
+    from jobs.read.indexed.gaps import GAP_NO_INDEX
+    from jobs.read.indexed.plan import dispatch_ends, plan_indexed
+    from jobs.read.stores import has_transaction_index, store_info
+    from jobs.sources.formats import CONSUMEQUEUE_FORMAT
+    from jobs.read.indexed.plan import driver_table
+    from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS
+
+    info = store_info("rdb", str(STORE), None)
+    assert info.consumequeue_rocksdb and info.rocksdb_cq == str(DB)
+    assert has_transaction_index(info) and info.consume_queues == 7
+    assert info.tx_queue_bytes == (44 + 4 + 6) * R.CQ_UNIT_SIZE
+    rows = driver_table(CONSUMEQUEUE_FORMAT, _opts_for(CONSUMEQUEUE_FORMAT))
+    direct = [r for b, _ in R.read_units(DB) for r in b.to_pylist()]
+    key = ("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags_code")
+    assert sorted(tuple(r[k] for k in key) for r in rows.to_pylist()) == sorted(tuple(r[k] for k in key)
+                                                                               for r in direct)
+    assert set(rows.column("broker").to_pylist()) == {"rdb"}
+    assert dispatch_ends([info]) == {"rdb": R.dispatch_end(DB)}
+    plan = plan_indexed([info], [info], _opts_for, None, None, None)
+    assert plan.units is not None and plan.units.num_rows == 54
+    assert set(plan.units.column("topic").to_pylist()) == set(TX_SYSTEM_TOPICS)
+    assert not [g for g in plan.gaps if g[3] == GAP_NO_INDEX], plan.gaps
+    # the only CommitLog range left: after the newest dispatched record (the broker wrote none after it)
+    assert [(g[1], g[2]) for g in plan.gaps if g[3] == "DISPATCH_LAG"] == [(41237, 1 << 20)]
+
+
+def test_split_queue_reads_every_unit_once():
+    """A queue cut into slices at any byte boundaries (as ``split_bytes`` cuts a big queue) reads each unit
+    exactly once: a slice owns the units whose virtual position (28 bytes each) starts in it."""
+    from jobs.sources.formats import _unit_slices, decode_unit_slice, store_listing
+
+    (info,) = store_listing(str(STORE)).consume_queues[(HALF, 0)]
+    assert info.rocksdb and info.size == 44 * R.CQ_UNIT_SIZE
+    for split in (28, 50, 100, 1000, 4096):
+        slices = _unit_slices("consumequeue", [info], split, HALF, 0)
+        assert all(s.rocksdb for s in slices)
+        got = [r["queue_offset"] for s in slices for b, _ in decode_unit_slice(s) for r in b.to_pylist()]
+        assert got == list(range(44)), split

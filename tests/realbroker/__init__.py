@@ -313,11 +313,12 @@ class Cluster:
     def _wait_leader(self, timeout: float) -> None:
         """A DLedger broker serves writes once its one-node group elected it (DLedgerRoleChangeHandler)."""
         end = time.monotonic() + timeout
-        log = self.logs / "broker-rocketmq.log"
+        pattern = re.compile(r"Finish handling broker role change succ=true term=\d+ role=LEADER")
         while time.monotonic() < end:
-            text = log.read_text(errors="replace") if log.exists() else ""
-            if len(re.findall(r"Finish handling broker role change succ=true term=\d+ role=LEADER", text)) \
-                    >= self.broker_starts:
+            # 4.9.8 logs through the harness's logback file; 5.3.3 through its own, under ROCKETMQ_HOME/logs
+            seen = max((len(pattern.findall(f.read_text(errors="replace"))) for f in self.broker_log_files()),
+                       default=0)
+            if seen >= self.broker_starts:
                 return
             if not self.broker.alive():
                 break
