@@ -169,12 +169,11 @@ def _opts_for(fmt, **extra):
 def test_discovery_lists_the_databases_queues_and_indexed_mode_plans_on_them():
     """The store's queues come from the database (not "no transaction index": no whole-CommitLog scan), the
     data source's consume-queue rows are the database's units, and indexed mode's plan is built from them:
-    its dispatch point is the end of the newest unit's record, so no CommitLog range is left to scan."""
+    its dispatch point is the end of the newest unit's record: only the CommitLog after it is scanned."""
     from jobs.read.indexed.gaps import GAP_NO_INDEX
-    from jobs.read.indexed.plan import dispatch_ends, plan_indexed
+    from jobs.read.indexed.plan import dispatch_ends, driver_table, plan_indexed
     from jobs.read.stores import has_transaction_index, store_info
     from jobs.sources.formats import CONSUMEQUEUE_FORMAT
-    from jobs.read.indexed.plan import driver_table
     from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS
 
     info = store_info("rdb", str(STORE), None)
