@@ -207,3 +207,34 @@ def test_split_queue_reads_every_unit_once():
         assert all(s.rocksdb for s in slices)
         got = [r["queue_offset"] for s in slices for b, _ in decode_unit_slice(s) for r in b.to_pylist()]
         assert got == list(range(44)), split
+
+
+def test_cq_mismatch_from_rocksdb_units(tmp_path):
+    """The reconstruction's CQ_MISMATCH check on RocksDB units: the real store's units agree with its CommitLog
+    records; a copy whose half-queue unit 5 says a wrong size gives exactly one DIFFERS finding there."""
+    import pyarrow as pa
+    from rocksdict import Options, Rdict
+
+    from jobs.reconstruct.reducer import _cq_mismatches
+    from txlog_io.dledger import decode_log_range
+
+    clog = STORE / "commitlog" / "00000000000000000000"
+    records = pa.Table.from_batches([b for b, _ in decode_log_range(str(clog), base_offset=0, start=0,
+                                                                       end=clog.stat().st_size,
+                                                                       with_body=False)])
+
+    def units(db):
+        return pa.Table.from_batches([b for b, _ in R.read_units(db)])
+
+    assert _cq_mismatches("rdb", records, units(DB), {"n_cq": 1}) == []
+    copy = tmp_path / "consumequeue"
+    shutil.copytree(DB, copy)
+    w = Rdict(str(copy), Options(raw_mode=True), column_families={"offset": Options(raw_mode=True)})
+    key = R.encode_cq_key(HALF, 0, 5)
+    off, size, tags, ts = R.decode_cq_value(w[key])
+    w[key] = R.encode_cq_value(off, size + 1, tags, ts)
+    w.close()
+    found = _cq_mismatches("rdb", records, units(copy), {"n_cq": 1})
+    assert [(m["code"], m["physical_offset"], m["topic"], m["queue_offset"]) for m in found] == \
+        [("CQ_MISMATCH", off, HALF, 5)]
+    assert f"size {size + 1}" in found[0]["detail"] and f"size {size} at" in found[0]["detail"]
