@@ -236,7 +236,12 @@ def test_audit_of_a_cleanly_stopped_broker_has_no_findings(realbroker_runs, vers
     by_uniq = {x.uniq: x for x in run.truth.values()}
     allowed = {"DISCARDED": "RESUME_DISCARDED", "PREPARED": "REDRIVE_EXPIRED"}
     for u, action in zip(rec["uniq_key"], rec["action"], strict=True):
-        assert action == allowed.get(by_uniq[u].state), rec[["uniq_key", "action", "reason"]].to_string()
+        t = by_uniq[u]
+        # a loaded broker may check a half whose op record is still batched (transactionOpBatchInterval): the
+        # producer answers COMMIT again and the broker writes a second COMMIT record, which the audit lists
+        if action == "REVIEW_DUPLICATE_COMMIT" and t.state == "COMMITTED" and t.answers.count("COMMIT") > 1:
+            continue
+        assert action == allowed.get(t.state), rec[["uniq_key", "action", "reason"]].to_string()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -255,4 +260,9 @@ def test_rocksdb_consume_queue_store_audits_like_its_file_twin(realbroker_runs, 
     same = {k for k in r.truth if r.truth[k].state == f.truth[k].state}
     assert same >= {k for k, x in r.truth.items() if not x.cls.startswith("inflight")}, (r.truth, f.truth)
     assert {k: got_r[k] for k in sorted(same)} == {k: got_f[k] for k in sorted(same)}
-    assert sorted(ar["audit_anomalies"]["code"]) == sorted(af["audit_anomalies"]["code"])
+    # findings: none beyond the file twin's.  After kill -9 the RocksDB database is empty (its WAL is flushed
+    # every 1024 writes, docs/realbroker.md): the whole CommitLog is scanned as a store without a transaction
+    # index, so the file twin's INDEX_INCOMPLETE (IndexFiles that may lag after an unclean stop) has no twin
+    assert set(ar["audit_anomalies"]["code"]) <= set(af["audit_anomalies"]["code"])
+    if scenario.endswith("clean"):
+        assert ar["audit_anomalies"].empty and af["audit_anomalies"].empty
