@@ -238,3 +238,34 @@ def test_cq_mismatch_from_rocksdb_units(tmp_path):
     assert [(m["code"], m["physical_offset"], m["topic"], m["queue_offset"]) for m in found] == \
         [("CQ_MISMATCH", off, HALF, 5)]
     assert f"size {size + 1}" in found[0]["detail"] and f"size {size} at" in found[0]["detail"]
+
+
+@pytest.mark.parametrize("mode", ["indexed", "full"])
+def test_audit_of_the_real_rocksdb_store_equals_its_truth_and_leaves_it_untouched(spark, tmp_path, mode):
+    """The committed 5.3.3 defaultRocksDB store (a private copy) audited in both modes: every transaction's
+    state and discard count is the producer's / broker's truth (truth/truth.json), no finding, and the store
+    (RocksDB files included) is byte-for-byte and mtime-for-mtime unchanged."""
+    import json
+
+    import deltalake
+
+    from jobs.audit.run import run_audit
+    from jobs.main import parse_args
+
+    store = tmp_path / "brökers" / "store"
+    shutil.copytree(STORE, store, copy_function=shutil.copy2)
+    truth = json.loads((STORE.parent / "truth" / "truth.json").read_text())
+    conf = tmp_path / "audit.properties"
+    conf.write_text("broker.transactionTimeOut=1000\nbroker.transactionCheckInterval=1000\n"
+                    "broker.transactionCheckMax=3\n")
+    before = snapshot(store)
+    out = tmp_path / "out"
+    _, opts = parse_args(["audit", "--store", str(store), "--broker", "rdb", "--out", str(out), "--mode", mode,
+                          "--conf-file", str(conf), "--as-of", "2026-11-27T18:30:00Z"])
+    run_audit(spark, opts, print_summary=False)
+    assert snapshot(store) == before
+    tx = deltalake.DeltaTable(str(out / "transactions")).to_pandas()
+    assert dict(zip(tx["keys"], tx["state"], strict=True)) == \
+        {k: v["state"] for k, v in truth["transactions"].items()}
+    assert {k: int(n) for k, n in zip(tx["keys"], tx["discards"], strict=True) if n} == truth["broker_discards"]
+    assert deltalake.DeltaTable(str(out / "audit_anomalies")).to_pandas().empty
