@@ -75,7 +75,7 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 _CQ_SCHEMA = store_schemas.CONSUMEQUEUE.arrow_schema()
 
 
-class KeyError_(ValueError):
+class LayoutError(ValueError):
     """A key or value that RocketMQ's layout cannot have produced (turned into an anomaly by the reader)."""
 
 
@@ -125,16 +125,16 @@ def encode_cq_key(topic: str, queue_id: int, queue_offset: int) -> bytes:
 def _topic_of(key: bytes, fixed: int) -> Tuple[str, int]:
     """(topic, position after the CTRL_1 that follows it) of a key whose fixed part is ``fixed`` bytes."""
     if len(key) < fixed:
-        raise KeyError_(f"key of {len(key)} bytes, shorter than its {fixed} fixed bytes")
+        raise LayoutError(f"key of {len(key)} bytes, shorter than its {fixed} fixed bytes")
     n = _I32.unpack_from(key, 0)[0]
     if n < 0 or len(key) != fixed + n:
-        raise KeyError_(f"topic length {n} does not fit a key of {len(key)} bytes (expected {fixed} + n)")
+        raise LayoutError(f"topic length {n} does not fit a key of {len(key)} bytes (expected {fixed} + n)")
     if key[4] != CTRL_1 or key[5 + n] != CTRL_1:
-        raise KeyError_("separator bytes around the topic are not CTRL_1 (0x01)")
+        raise LayoutError("separator bytes around the topic are not CTRL_1 (0x01)")
     try:
         topic = key[5:5 + n].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise KeyError_(f"topic bytes are not UTF-8: {e}") from None
+        raise LayoutError(f"topic bytes are not UTF-8: {e}") from None
     return topic, 6 + n
 
 
@@ -142,7 +142,7 @@ def decode_cq_key(key: bytes) -> Tuple[str, int, int]:
     """(topic, queue_id, queue_offset) of a unit key."""
     topic, p = _topic_of(key, CQ_KEY_LENGTH_WITHOUT_TOPIC)
     if key[p + 4] != CTRL_1:
-        raise KeyError_("separator byte before the queue offset is not CTRL_1 (0x01)")
+        raise LayoutError("separator byte before the queue offset is not CTRL_1 (0x01)")
     return topic, _I32.unpack_from(key, p)[0], _I64.unpack_from(key, p + 5)[0]
 
 
@@ -155,7 +155,7 @@ def encode_cq_value(commitlog_offset: int, size: int, tags_code: int, store_time
 def decode_cq_value(value: bytes) -> Tuple[int, int, int, int]:
     """(commitlog_offset, size, tags_code, store_time_ms) of a unit value."""
     if len(value) != CQ_UNIT_SIZE:
-        raise KeyError_(f"unit value of {len(value)} bytes (expected {CQ_UNIT_SIZE})")
+        raise LayoutError(f"unit value of {len(value)} bytes (expected {CQ_UNIT_SIZE})")
     return CQ_VALUE.unpack(value)
 
 
@@ -182,10 +182,10 @@ def decode_offset_key(key: bytes) -> Tuple[str, str, int]:
     the reader's business (it reports them)."""
     topic, p = _topic_of(key, OFFSET_KEY_LENGTH_WITHOUT_TOPIC)
     if key[p + 3] != CTRL_1:
-        raise KeyError_("separator byte before the queue id is not CTRL_1 (0x01)")
+        raise LayoutError("separator byte before the queue id is not CTRL_1 (0x01)")
     kind = key[p:p + 3]
     if kind not in (MAX, MIN):
-        raise KeyError_(f"offset kind {kind!r} is neither 'max' nor 'min'")
+        raise LayoutError(f"offset kind {kind!r} is neither 'max' nor 'min'")
     return topic, kind.decode("ascii"), _I32.unpack_from(key, p + 4)[0]
 
 
@@ -197,7 +197,7 @@ def encode_offset_value(commitlog_offset: int, queue_offset: int) -> bytes:
 
 def decode_offset_value(value: bytes) -> Tuple[int, int]:
     if len(value) != OFFSET_VALUE.size:
-        raise KeyError_(f"offset value of {len(value)} bytes (expected {OFFSET_VALUE.size})")
+        raise LayoutError(f"offset value of {len(value)} bytes (expected {OFFSET_VALUE.size})")
     return OFFSET_VALUE.unpack(value)
 
 
@@ -332,7 +332,7 @@ class CqDatabase:
         for k, v in pairs:
             try:
                 u = decode_cq_unit(k, v)
-            except KeyError_ as e:
+            except LayoutError as e:
                 yield None, self._finding(str(e), k, v, "RocksDBConsumeQueueTable key / 28-byte value")
                 continue
             if u.commitlog_offset < 0 or u.size <= 0 or u.queue_offset < 0:
@@ -355,7 +355,7 @@ class CqDatabase:
                     checkpoint = _I64.unpack(v)[0]
                     continue
                 entries.append(OffsetEntry(topic, kind, qid, *decode_offset_value(v)))
-            except KeyError_ as e:
+            except LayoutError as e:
                 found.append(self._finding(str(e), k, v, "RocksDBConsumeQueueOffsetTable key / 16-byte value"))
         return entries, checkpoint, found
 
@@ -369,12 +369,17 @@ class CqDatabase:
             k = it.key()
             try:
                 topic, qid, first = decode_cq_key(k)
-            except KeyError_:
+            except LayoutError:
                 it.next()
                 continue
             prefix = queue_prefix(topic, qid)
             it.seek_for_prev(prefix + b"\x7f" + b"\xff" * 7)
-            last = decode_cq_key(it.key())[2] if it.valid() and it.key().startswith(prefix) else first
+            last = first
+            if it.valid() and it.key().startswith(prefix):
+                try:
+                    last = max(first, decode_cq_key(it.key())[2])
+                except LayoutError:     # reported by the read of the queue's units (units())
+                    pass
             out[(topic, qid)] = (first, last)
             it.seek(prefix + b"\xff" * 8)
             if it.valid() and it.key().startswith(prefix):    # queue offset -1: not a real unit, skipped
@@ -430,7 +435,7 @@ def dispatch_end(path) -> Optional[int]:
                 continue
             try:
                 off, size, _, _ = decode_cq_value(v)
-            except KeyError_:
+            except LayoutError:
                 continue
             if off >= 0 and size > 0:
                 end = max(end or 0, off + size)
