@@ -203,6 +203,8 @@ def test_store_without_commitlog_and_rocksdb_consumequeue(tmp_path):
     make(root / "consumequeue", {"CURRENT": 16, "MANIFEST-000005": 100, "000007.sst": 10, "LOCK": 0})
     make(root / "config", {"consumerOffset.json.bak": 10})
     layout = mf.discover_store(root)
-    assert layout.consumequeue_rocksdb and layout.consume_queues == {}
-    assert [a.kind for a in layout.anomalies] == [AnomalyKind.MISSING_FILE]  # no commitlog/
+    assert layout.consumequeue_rocksdb and layout.consume_queues == {} and layout.rocksdb_queues == {}
+    # no commitlog/; and the zero-filled "database" cannot be opened: a finding, no queue listed
+    assert [a.kind for a in layout.anomalies] == [AnomalyKind.MISSING_FILE, AnomalyKind.BAD_FILE_HEADER]
+    assert layout.anomalies[1].file == str(root / "consumequeue") and "RocksDB" in layout.anomalies[1].detail
     assert layout.consumer_offset_path == root / "config" / "consumerOffset.json"  # only the .bak exists

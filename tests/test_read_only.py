@@ -136,6 +136,10 @@ WRITE_SITES_REVIEWED = {
     ("jobs/audit/bucketlock.py", "release"),        # deletes that lock object (If-Match: our ETag)
     ("jobs/bench/s3server.py", "create_bucket"),    # the local test/bench S3 server's own buckets and uploads
     ("jobs/bench/s3server.py", "upload"),
+    # RocksDB consume queues: the reader's own shadow directory of symlinks under the system temp directory
+    # (rocksdict writes its config there, not into the store; test_rocksdb_cq proves the store unchanged)
+    ("txlog_io/rocksdb_cq.py", "__init__"),
+    ("txlog_io/rocksdb_cq.py", "close"),
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",
                  "create_table_with_add_actions", "create_write_transaction", "save",

@@ -21,7 +21,8 @@ Store layout (storePathRootDir):
   transaction/statetable/ (3.x)   transaction/redolog/TRANSACTION_REDOLOG_TOPIC_XXXX/0/ (3.x)
   index/   config/{consumerOffset,topics,delayOffset}.json   checkpoint   abort   lock
 In 5.x RocksDB mode (storeType=defaultRocksDB) consumequeue/ holds a RocksDB database instead of queue
-directories; discovery flags that and lists no queues.
+directories; discovery flags that, lists no queue files and lists the database's queues (``rocksdb_queues``,
+read through txlog_io.rocksdb_cq).
 
 DLedger mode (enableDLegerCommitLog, 4.5+; RocketMQ store/dledger/DLedgerCommitLog.java): the messages live in
 dledger-<selfId>/data/ (entries wrapping one record each, see txlog_io/dledger.py) with
@@ -180,6 +181,9 @@ class StoreLayout:
     consume_queues: dict = field(default_factory=dict)            # {(topic, queue_id): [MappedFile]}
     consumequeue_file_size: Optional[int] = None
     consumequeue_rocksdb: bool = False                            # 5.x storeType=defaultRocksDB
+    #: RocksDB mode: {(topic, queue_id): (first queue offset, last queue offset)} of the database's units
+    rocksdb_queues: dict = field(default_factory=dict)
+    rocksdb_path: Optional[Path] = None                           # the database directory (consumequeue/)
     consumequeue_ext: dict = field(default_factory=dict)          # {(topic, queue_id): [MappedFile]}
     consumequeue_ext_file_size: Optional[int] = None
     statetable: list = field(default_factory=list)                # 3.x
@@ -229,6 +233,21 @@ def _resolve_commitlog_dirs(root: Path, commitlog_dirs) -> Optional[list]:
 def _is_rocksdb_dir(directory: Path) -> bool:
     names = {e.name for e in scandir(directory) if e.is_file()}
     return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
+
+
+def _add_rocksdb_queues(layout: "StoreLayout", directory: Path, anomalies: list) -> None:
+    """The queues of a RocksDB consume-queue database (txlog_io.rocksdb_cq, opened read-only); a database that
+    cannot be opened is a finding and lists no queue (the audit then scans the CommitLog)."""
+    from txlog_io.errors import TxlogError
+    from txlog_io.rocksdb_cq import CqDatabase
+
+    try:
+        with CqDatabase(directory) as db:
+            layout.rocksdb_queues = db.queues()
+    except TxlogError as e:
+        anomalies.append(Anomaly(AnomalyKind.BAD_FILE_HEADER, str(directory), 0, str(e),
+                                 "a RocksDB consume-queue database RocksDB can open read-only", "unreadable",
+                                 "consumequeue"))
 
 
 def _scan_queue_tree(top: Path, source: str, anomalies: list) -> dict:
@@ -373,6 +392,8 @@ def discover_store(root: PathLike, commitlog_dirs=None) -> StoreLayout:
     if consumequeue_dir.is_dir():
         if _is_rocksdb_dir(consumequeue_dir):
             layout.consumequeue_rocksdb = True
+            layout.rocksdb_path = consumequeue_dir
+            _add_rocksdb_queues(layout, consumequeue_dir, anomalies)
         else:
             layout.consume_queues = _scan_queue_tree(consumequeue_dir, "consumequeue", anomalies)
             layout.consumequeue_file_size = _check_queue_tree(layout.consume_queues, "consumequeue", anomalies)

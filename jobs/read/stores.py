@@ -12,6 +12,7 @@ from jobs.sources.formats import anomalies_batch
 from jobs.sources.options import SourceOptions
 from txlog_io.commitlog_layout import HALF_TOPIC, TX_SYSTEM_TOPICS
 from txlog_io.errors import Anomaly, AnomalyKind
+from txlog_io.rocksdb_cq import CQ_UNIT_SIZE as ROCKSDB_UNIT
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class StoreInfo:
     statetable_files: int           # 3.x transaction statetable files
     redolog_files: int              # 3.x transaction redolog files
     abort_present: bool             # last shutdown was not clean
-    consumequeue_rocksdb: bool      # 5.x RocksDB consume queues (not readable as files)
+    consumequeue_rocksdb: bool      # 5.x RocksDB consume queues (read through txlog_io.rocksdb_cq)
     discovery_anomalies: int        # findings of discover_store (the rows are in the anomalies frame)
     queue_tails: tuple = ()         # the newest ConsumeQueue file of every (topic, queue_id)
     #: IndexFiles, oldest first: (path, begin_offset, end_offset, full, problem or None, hash_slots, index_num,
@@ -35,6 +36,7 @@ class StoreInfo:
     checkpoint_index_ts: int = 0    # checkpoint indexMsgTimestamp: end time of the last full index file flushed
     tx_queue_bytes: int = 0         # file bytes of the half / op / discard consume queues
     tx_table_bytes: int = 0         # file bytes of the 3.x statetable and redolog
+    rocksdb_cq: str = ""            # the RocksDB consume-queue database directory ("" for file queues)
 
     @property
     def commitlog_bytes(self) -> int:
@@ -54,15 +56,18 @@ def store_info(broker: str, root: str, commitlog_dirs) -> StoreInfo:
     return StoreInfo(
         broker=broker, root=root,
         commitlog_files=tuple((str(f.path), int(f.base_offset), int(f.size)) for f in layout.commitlog),
-        consume_queues=len(layout.consume_queues),
-        tx_half_topic=any(topic == HALF_TOPIC for topic, _ in layout.consume_queues),
+        consume_queues=len(layout.consume_queues) + len(layout.rocksdb_queues),
+        tx_half_topic=any(topic == HALF_TOPIC for topic, _ in (*layout.consume_queues, *layout.rocksdb_queues)),
         statetable_files=len(layout.statetable), redolog_files=len(layout.redolog),
         abort_present=bool(layout.abort_present), consumequeue_rocksdb=bool(layout.consumequeue_rocksdb),
         discovery_anomalies=len(layout.anomalies),
         queue_tails=tuple(str(files[-1].path) for files in layout.consume_queues.values() if files),
         index_files=_index_files(root), checkpoint_index_ts=_checkpoint_index_ts(root),
         tx_queue_bytes=sum(int(f.size) for (topic, _), files in layout.consume_queues.items()
-                           if topic in TX_SYSTEM_TOPICS for f in files),
+                           if topic in TX_SYSTEM_TOPICS for f in files)
+        + sum((last - first + 1) * ROCKSDB_UNIT for (topic, _), (first, last) in layout.rocksdb_queues.items()
+              if topic in TX_SYSTEM_TOPICS),
+        rocksdb_cq=str(layout.rocksdb_path) if layout.rocksdb_queues else "",
         tx_table_bytes=sum(int(f.size) for f in (*layout.statetable, *layout.redolog)))
 
 

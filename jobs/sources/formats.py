@@ -6,7 +6,9 @@ column first (schemas: :mod:`schemas.sources`, i.e. ``broker`` + the :mod:`schem
 * ``rocketmq_commitlog``: ``txlog_io.commitlog.decode_range``; one :class:`CommitLogRange` partition per
   ``split_bytes`` byte range of every CommitLog file (a 1 GiB file spreads over all cores);
 * ``rocketmq_consumequeue``: ``txlog_io.consumequeue.decode_consumequeue``; :class:`UnitFiles` partitions,
-  ConsumeQueue files (or ranges of big ones) packed up to ``split_bytes`` per task;
+  ConsumeQueue files (or ranges of big ones) packed up to ``split_bytes`` per task; a 5.x RocksDB
+  consume-queue store's queues are the same partitions (``UnitSlice.rocksdb``: a queue-offset range of one
+  queue, read by ``txlog_io.rocksdb_cq.read_units``), so every reader gets the same rows;
 * ``rocketmq_statetable`` / ``rocketmq_redolog``: ``decode_statetable`` / ``decode_redolog`` (3.x stores),
   :class:`UnitFiles` partitions;
 * ``rocketmq_consumer_offsets``: ``txlog_io.config.read_consumer_offsets``; one :class:`StoreFiles` per store;
@@ -175,6 +177,7 @@ class UnitSlice:
     end: int
     topic: Optional[str] = None
     queue_id: Optional[int] = None
+    rocksdb: bool = False      # a RocksDB queue (FileInfo.rocksdb): [start, end) picks its units' positions
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,9 @@ class FileInfo:
     path: str
     base_offset: int
     size: int
+    #: a queue of a RocksDB consume-queue database (``path``): its units as if they were a file of 28-byte units
+    #: starting at its first unit (``base_offset`` = first queue offset * 28, ``size`` = units * 28)
+    rocksdb: bool = False
 
 
 @dataclass(frozen=True)
@@ -231,6 +237,12 @@ def _file_info(f) -> FileInfo:
 def _listing_of(root: str, layout) -> StoreListing:
     cqs = {(str(t), int(q)): tuple(_file_info(f) for f in files)
            for (t, q), files in sorted(layout.consume_queues.items())}
+    if layout.rocksdb_queues:
+        from txlog_io.rocksdb_cq import CQ_UNIT_SIZE
+
+        cqs.update({(str(t), int(q)): (FileInfo(str(layout.rocksdb_path), first * CQ_UNIT_SIZE,
+                                                (last - first + 1) * CQ_UNIT_SIZE, rocksdb=True),)
+                    for (t, q), (first, last) in sorted(layout.rocksdb_queues.items())})
     offsets_path = layout.consumer_offset_path
     return StoreListing(root=root, commitlog=tuple(_file_info(f) for f in layout.commitlog),
                         consume_queues=cqs, statetable=tuple(_file_info(f) for f in layout.statetable),
@@ -256,7 +268,7 @@ def _unit_slices(kind: str, files: Iterable[FileInfo], split_bytes: int, topic=N
     for f in files:
         for start in range(0, f.size, split_bytes):
             out.append(UnitSlice(kind, f.path, f.base_offset, start, min(start + split_bytes, f.size), topic,
-                                 queue_id))
+                                 queue_id, f.rocksdb))
     return out
 
 
@@ -411,6 +423,12 @@ def decode_unit_slice(s: UnitSlice, rows: bool = True) -> Iterator[tuple]:
     only)."""
     from txlog_io import consumequeue as CQ
 
+    if s.kind == "consumequeue" and s.rocksdb:
+        from txlog_io.rocksdb_cq import CQ_UNIT_SIZE, read_units
+
+        first, n = s.base_offset // CQ_UNIT_SIZE, CQ_UNIT_SIZE
+        return read_units(s.path, topics=[s.topic], rows=rows, queue_id=s.queue_id,
+                          start=first + -(-s.start // n), end=first + -(-s.end // n))
     if s.kind == "consumequeue":
         return CQ.decode_consumequeue(s.path, topic=s.topic, queue_id=s.queue_id, base_offset=s.base_offset,
                                       start=s.start, end=s.end, rows=rows)

@@ -127,9 +127,17 @@ def dispatch_ends(stores) -> Dict[str, int]:
     backwards per queue; an unreadable file or one without a plausible unit says nothing)."""
     from txlog_io.consumequeue import last_unit_end
     from txlog_io.errors import TxlogError
+    from txlog_io.rocksdb_cq import dispatch_end
 
     out: Dict[str, int] = {}
     for s in stores:
+        if getattr(s, "rocksdb_cq", ""):       # a RocksDB database: its newest unit of any queue
+            try:
+                end = dispatch_end(s.rocksdb_cq)
+            except TxlogError:
+                end = None
+            if end is not None:
+                out[s.broker] = max(out.get(s.broker, end), end)
         for path in s.queue_tails:
             try:
                 end = last_unit_end(path)
