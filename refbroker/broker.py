@@ -178,13 +178,18 @@ class Broker(EventLoop, ConfigManagers, ProducePath, TransactionPath, CheckServi
             return          # 3.x: the statetable can resurrect anything until the end (see ledger notes)
         persisted_half = self.persisted_offsets.get((HALF_TOPIC, CHECK_GROUP), {}).get(0, -1)
         done = []
+        half_op = self.profile.transaction_model == MODEL_HALF_OP
         for key, txn in self.transactions.items():
             if txn.pending_events or not txn.local_done or txn.pending_op_offsets:
                 continue
-            if self.profile.transaction_model == MODEL_HALF_OP and \
-                    any(c.queue_offset >= persisted_half for c in txn.copies):
-                continue
-            done.append(key)
+            if half_op:
+                for c in txn.copies:
+                    if c.queue_offset >= persisted_half:
+                        break
+                else:
+                    done.append(key)
+            else:
+                done.append(key)
         for key in done:
             self._finalize(self.transactions.pop(key))
 

@@ -230,6 +230,13 @@ class CheckService:
         candidates = [
             pr for g, prs in self.producers.items() if group_matches(g) for pr in prs if pr.connected
         ]
+        return self._pick_producer(candidates)
+
+    def _group_producer(self, group: str) -> Optional[Producer]:
+        """``_connected_producer`` for one group by name (the same candidates, the same random draw)."""
+        return self._pick_producer([pr for pr in self.producers.get(group, ()) if pr.connected])
+
+    def _pick_producer(self, candidates: list) -> Optional[Producer]:
         if not candidates:
             return None
         return candidates[self.rng.randrange(len(candidates))] if len(candidates) > 1 else candidates[0]
@@ -240,7 +247,7 @@ class CheckService:
     def _send_check(self, copy: L.HalfCopy, tran_state_table_offset: Optional[int] = None) -> None:
         txn = copy.txn
         group = txn.producer_group
-        producer = self._connected_producer(lambda g: g == group)
+        producer = self._group_producer(group)
         if producer is None:
             txn.checks_skipped += 1
             txn.flags.add(L.PRODUCER_UNREACHABLE)

@@ -12,7 +12,6 @@ in-simulation faults to the broker's fault collector; ``BrokerDown`` unwinds an 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from refbroker import ledger as L
@@ -29,14 +28,14 @@ class Clock:
         self.now = start_ms
 
 
-@dataclass(order=True)
 class _Event:
-    time: int
-    seq: int
-    action: Callable = field(compare=False)
-    args: tuple = field(compare=False, default=())
-    epoch: Optional[int] = field(compare=False, default=None)
-    txn: Optional[L.Transaction] = field(compare=False, default=None)
+    """One scheduled action; the heap holds ``(time, seq, event)`` tuples (compared in C: seq is unique)."""
+
+    __slots__ = ("time", "seq", "action", "args", "epoch", "txn")
+
+    def __init__(self, time: int, seq: int, action: Callable, args: tuple = (), epoch: Optional[int] = None,
+                 txn: Optional[L.Transaction] = None):
+        self.time, self.seq, self.action, self.args, self.epoch, self.txn = time, seq, action, args, epoch, txn
 
 
 class EventLoop:
@@ -52,13 +51,14 @@ class EventLoop:
         self._seq += 1
         if txn is not None:
             txn.pending_events += 1
-        heapq.heappush(self.events, _Event(max(time_ms, self.clock.now), self._seq, action, args,
-                                           self.epoch if internal else None, txn))
+        at = max(time_ms, self.clock.now)
+        heapq.heappush(self.events, (at, self._seq, _Event(at, self._seq, action, args,
+                                                           self.epoch if internal else None, txn)))
 
     def run_until(self, time_ms: int) -> None:
         events = self.events
-        while events and events[0].time <= time_ms:
-            ev = heapq.heappop(events)
+        while events and events[0][0] <= time_ms:
+            ev = heapq.heappop(events)[2]
             if ev.time > self.clock.now:
                 self.clock.now = ev.time
             if ev.txn is not None:
@@ -75,11 +75,11 @@ class EventLoop:
     def run_all(self, limit_ms: Optional[int] = None) -> None:
         """Run until only periodic broker services are left (or until limit_ms)."""
         while self.events:
-            if limit_ms is not None and self.events[0].time > limit_ms:
+            if limit_ms is not None and self.events[0][0] > limit_ms:
                 break
-            if all(ev.epoch is not None for ev in self.events) and not self._has_pending_transactions():
+            if all(ev.epoch is not None for _, _, ev in self.events) and not self._has_pending_transactions():
                 break
-            self.run_until(self.events[0].time)
+            self.run_until(self.events[0][0])
 
     def _has_pending_transactions(self) -> bool:
         return any(t.pending_events for t in self.transactions.values())

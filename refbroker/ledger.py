@@ -358,6 +358,10 @@ class Transaction:
         }
 
 
+#: json.dumps(entry, separators=(",", ":")) without building an encoder per line
+_LINE_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 class LedgerWriter:
     """Streams transaction lines to a JSON-lines file; counts outcomes and flags for the summary."""
 
@@ -368,7 +372,7 @@ class LedgerWriter:
         self.count = 0
 
     def write(self, entry: dict) -> None:
-        self._fh.write(json.dumps(entry, separators=(",", ":"), sort_keys=False))
+        self._fh.write(_LINE_ENCODER.encode(entry))
         self._fh.write("\n")
         self.count += 1
 

@@ -375,7 +375,7 @@ class Workload:
 
     def _advance(self, until: int) -> None:
         b = self.broker
-        if not b.down and (not b.events or b.events[0].time > until):
+        if not b.down and (not b.events or b.events[0][0] > until):
             if until > b.clock.now:
                 b.clock.now = until
             return

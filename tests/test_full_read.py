@@ -107,7 +107,29 @@ def test_too_many_rows_fall_back(spark, stores):
     one = stores[-1:]                   # one small store: one CommitLogRange cell, not a group of cells
     read = read_local(spark, _options(one), 10 ** 9)
     assert read is not None and read.commitlog.num_rows > 1
-    assert read_local(spark, _options(one), 1) is None       # a task over the bound sends its count only
+    assert read_local(spark, _options(one), 1) is None       # the transaction queues alone exceed the bound
+
+
+def test_queue_units_decide_before_any_read(spark, stores, monkeypatch):
+    """above_bound: the transaction queues' units (a lower bound of the relevant records) against the bound,
+    from a few positional reads; below it the job still gives up when a task's rows exceed the bound."""
+    from jobs.read import full
+    from jobs.read.estimate import min_relevant_records
+    from jobs.sources.formats import store_listing
+
+    broker, root = next((b, r) for b, r in stores if b.startswith("5.1p_"))
+    units = min_relevant_records([store_listing(root)])
+    assert units > 12                                    # 12 halves plus their op records at least
+    read = full.read_local(spark, _options([(broker, root)]), 10 ** 9)
+    assert units <= read.commitlog.num_rows              # a lower bound: commit records come on top
+    assert full.above_bound(_options([(broker, root)]), units - 1)
+    assert not full.above_bound(_options([(broker, root)]), units)
+    ran = []
+    monkeypatch.setattr(full, "collect_job", lambda *a, **k: ran.append(1))
+    assert full.read_local(spark, _options([(broker, root)]), units - 1) is None and not ran
+    monkeypatch.undo()
+    monkeypatch.setattr(full, "above_bound", lambda spec, max_rows: False)
+    assert full.read_local(spark, _options([(broker, root)]), 1) is None   # a task over the bound: count only
 
 
 def test_audit_falls_back_to_the_dataframe_plan_with_the_same_tables(spark, stores, tmp_path, monkeypatch):
@@ -159,3 +181,32 @@ def test_small_work_items_are_packed_into_few_tasks(spark, stores, monkeypatch):
     for name in ("commitlog", "op_bodies", "anomalies", "scan_findings", "consumequeue", "statetable",
                  "redolog", "consumer_offsets"):
         assert getattr(packed_read, name).equals(getattr(single_read, name)), name
+
+
+def test_audit_on_the_forced_distributed_path_writes_the_driver_tables(spark, stores, tmp_path):
+    """run_audit with ``reconstruct.path=distributed`` (linking as Spark joins, the rules per partition of
+    transactions, the DataFrame plan's read) writes every table the driver path writes, row for row, on a
+    damaged store and a real-broker fixture together; the run records its path and reduce task count."""
+    from deltalake import DeltaTable
+
+    from jobs.audit.run import run_audit
+    from jobs.main import parse_args
+
+    picked = [s for s in stores if s[0].startswith("5.1p_crashy")] + [s for s in stores if s[0] == "fx-2"]
+    tables, paths = {}, {}
+    for label in ("driver", "distributed"):
+        conf = tmp_path / f"{label}.properties"
+        conf.write_text(f"reconstruct.path={label}\n")
+        args = ["audit", "--out", str(tmp_path / label), "--as-of", "2030-01-01T00:00:00Z", "--mode", "full",
+                "--run-id", "r1", "--conf-file", str(conf)]
+        for broker, root in picked:
+            args += ["--store", root, "--broker", broker]
+        summary = run_audit(spark, parse_args(args)[1], print_summary=False,
+                            on_result=lambda result, _s, lb=label: paths.update({lb: (result.path,
+                                                                                      result.reduce_tasks)}))
+        tables[label] = {name: _rows(DeltaTable(t.path).to_pyarrow_table(), drop=("run_id", "run_date"))
+                         for name, t in summary.tables.items() if name != "audit_runs"}
+    assert paths["driver"][0] == "driver"
+    assert paths["distributed"][0] == "distributed" and paths["distributed"][1] >= 1
+    assert tables["driver"] == tables["distributed"]
+    assert len(tables["driver"]["transactions"]) > 5 and len(tables["driver"]) >= 5

@@ -12,7 +12,8 @@ working on UTF-16 chars.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from operator import mul
+from typing import Mapping, Sequence
 
 NAME_VALUE_SEPARATOR = b"\x01"
 PROPERTY_SEPARATOR = b"\x02"
@@ -42,17 +43,10 @@ def encode_properties(props: Mapping[str, str], trailing_separator: bool = True)
     3.x and 5.x terminate the last entry with 0x02 as well; real 4.9.8 stores have no final 0x02 (observed in
     the fixtures), so the caller picks the variant its version writes.
     """
-    out = bytearray()
-    for k, v in props.items():
-        if v is None:
-            continue
-        out += str(k).encode("utf-8")
-        out += NAME_VALUE_SEPARATOR
-        out += str(v).encode("utf-8")
-        out += PROPERTY_SEPARATOR
-    if out and not trailing_separator:
-        del out[-1]
-    return bytes(out)
+    text = "\x02".join([f"{k}\x01{v}" for k, v in props.items() if v is not None])
+    if text and trailing_separator:
+        text += "\x02"
+    return text.encode("utf-8")
 
 
 def decode_properties(raw: bytes) -> dict:
@@ -72,12 +66,25 @@ def decode_properties(raw: bytes) -> dict:
     return result
 
 
+#: 31**k mod 2**32, highest power first: the hash of code units c[0..n) is sum(c[i] * _POW31[-n:][i]) mod 2**32
+_POW31_MAX = 512
+_POW31 = [pow(31, k, 1 << 32) for k in range(_POW31_MAX - 1, -1, -1)]
+
+
 def java_string_hash(s: str) -> int:
     """java.lang.String.hashCode (UTF-16 code units, 32-bit signed wrap-around)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    if s.isascii():
+        units: Sequence[int] = s.encode("ascii")
+    else:
+        data = s.encode("utf-16-be")
+        units = [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
+    n = len(units)
+    if n <= _POW31_MAX:
+        h = sum(map(mul, units, _POW31[_POW31_MAX - n:])) & 0xFFFFFFFF
+    else:
+        h = 0
+        for u in units:
+            h = (31 * h + u) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 

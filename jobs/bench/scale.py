@@ -80,6 +80,7 @@ class RssPeaks:
 
     def __init__(self, interval: float = 0.2):
         self.interval, self.worker_kb, self.driver_kb = interval, 0, 0
+        self.python_kb = self.jvm_kb = 0        # the driver's two processes apart (their peaks need not coincide)
         self.jvm = [p for p in _children(os.getpid()) if _is_java(p)]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-peaks", daemon=True)
@@ -87,7 +88,9 @@ class RssPeaks:
     def _sample(self) -> None:
         for pid in python_workers(os.getpid()):
             self.worker_kb = max(self.worker_kb, _rss_kb(pid))
-        self.driver_kb = max(self.driver_kb, _rss_kb(os.getpid()) + sum(_rss_kb(p) for p in self.jvm))
+        py, jvm = _rss_kb(os.getpid()), sum(_rss_kb(p) for p in self.jvm)
+        self.python_kb, self.jvm_kb = max(self.python_kb, py), max(self.jvm_kb, jvm)
+        self.driver_kb = max(self.driver_kb, py + jvm)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -147,6 +150,8 @@ def audit_once(spark, store: Path, out: Path, workdir: Path) -> dict:
     return {"audit_s": seconds, "reduce_path": got.get("path"), "reduce_tasks": got.get("tasks"),
             "peak_worker_rss_mb": round(peaks.worker_kb / 1024, 1),
             "peak_driver_rss_mb": round(peaks.driver_kb / 1024, 1), "run_id": summary.run_id,
+            "peak_driver_split_mb": {"python": round(peaks.python_kb / 1024, 1),
+                                     "jvm": round(peaks.jvm_kb / 1024, 1)},
             "phases": {k: round(v, 2) for k, v in summary.phases.items() if not k.startswith("write.")}}
 
 
@@ -202,7 +207,8 @@ def run(argv: Optional[Sequence[str]] = None) -> List[dict]:
                          "s_per_million_tx": round(r["audit_s"] / n * 1e6, 2), "reduce_path": r["reduce_path"],
                          "reduce_tasks": r["reduce_tasks"], "peak_worker_rss_mb": r["peak_worker_rss_mb"],
                          "peak_driver_rss_mb": r["peak_driver_rss_mb"], "ledger_matched": matched,
-                         "ledger_total": total, "generate_s": round(gen_s, 1), "phases": r["phases"]})
+                         "ledger_total": total, "generate_s": round(gen_s, 1), "phases": r["phases"],
+                         "peak_driver_split_mb": r["peak_driver_split_mb"]})
             print(f"{n} transactions: audit {r['audit_s']:.1f} s ({runs[-1]['s_per_million_tx']} s per million), "
                   f"{r['reduce_tasks']} reduce tasks, worker {r['peak_worker_rss_mb']} MB, driver "
                   f"{r['peak_driver_rss_mb']} MB, ledger {matched}/{total}, generated in {gen_s:.0f} s",

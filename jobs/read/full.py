@@ -357,16 +357,28 @@ def split_op_bodies(records: pa.Table) -> tuple:
     return records.set_column(i, records.schema.field(i), pa.nulls(records.num_rows, pa.binary())), op_bodies
 
 
+def above_bound(spec: ReadSpec, max_rows: int) -> bool:
+    """Whether the stores' transaction queues alone hold more units than ``max_rows``
+    (``jobs.read.estimate``): the one-job read would then collect rows to the driver only to give up."""
+    from jobs.read.estimate import min_relevant_records
+
+    opts = parse_options(TX_SCAN_FORMAT, spec.source_options(include_bodies="false"))
+    return min_relevant_records(store_listing(r, opts.commitlog_dirs_of(r)) for _, r in opts.stores) > max_rows
+
+
 def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = None,
                start: Optional[Dict[str, int]] = None, units=None,
                in_driver: bool = False) -> Optional[LocalRead]:
     """The one-job read of ``spec.stores``, or None when its rows exceed
-    ``max_rows`` (records + findings; see the module docstring).  ``start``: see :func:`plan_items`.
+    ``max_rows`` (records + findings; see the module docstring) -- without reading when the transaction
+    queues already say so (:func:`above_bound`; not for a read from ``start``).  ``start``: see :func:`plan_items`.
     ``units`` (an incremental run's): ``units.seen(findings_only_units(items))`` is called before the job,
     and the files in ``units.skip`` (broker -> paths) are not read (their findings are carried).
     ``in_driver``: the same tasks run in the driver (:func:`driver_job`) when they read at most
     ``CONTINUATION_DRIVER_BYTES`` (``LocalRead.in_driver``)."""
     t0 = time.monotonic()
+    if start is None and above_bound(spec, max_rows):
+        return None
     sc = spark.sparkContext
     cores = int(sc.defaultParallelism or 1)
     items, sources = plan_items(spec, cores, start)
@@ -396,4 +408,4 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
     return None if read.rows > max_rows else read
 
 
-__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items"]
+__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items", "above_bound"]
