@@ -23,10 +23,11 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 FETCH = HERE / "fetch.sh"
@@ -126,15 +127,41 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def free_port_block(width: int, lo: int = 20000, hi: int = 60000) -> int:
-    """A port p such that p .. p+width-1 are all free now (the broker uses listenPort-2, listenPort, +1)."""
+def _ephemeral_range() -> Tuple[int, int]:
+    """The kernel's ephemeral port range (outgoing connections and bind(0) listeners take ports from it)."""
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999                         # Linux's default
+
+
+def port_range() -> Tuple[int, int]:
+    """Where the harness picks its ports: below the ephemeral range (10000 .. its start), so that no other
+    process on the machine (Spark's bind(0) listeners, any outgoing connection) is handed one of them by the
+    kernel between the pick and the JVM's bind."""
+    lo_eph, _ = _ephemeral_range()
+    if lo_eph - 10000 >= 2000:
+        return 10000, lo_eph
+    return 20000, 60000                             # an unusual ephemeral range: fall back to a wide span
+
+
+def free_port_block(width: int, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
+    """A port p such that p .. p+width-1 are all free now (the broker uses listenPort-2, listenPort, +1).
+    Free *now* only: a start that then finds a port taken is retried by :class:`Cluster` with fresh ports."""
     import random
+    dlo, dhi = port_range()
+    lo, hi = (dlo if lo is None else lo), (dhi if hi is None else hi)
     rnd = random.Random(os.getpid() ^ time.monotonic_ns())
     for _ in range(500):
         p = rnd.randrange(lo, hi - width)
         if all(_bindable(p + i) for i in range(width)):
             return p
     raise HarnessError("no free block of loopback ports")
+
+
+#: starts of one JVM when its ports keep being taken between the pick and the bind
+PORT_ATTEMPTS = 3
 
 
 @dataclass
@@ -180,12 +207,21 @@ def _spawn(name: str, cmd: List[str], log: Path, env: Dict[str, str], cwd: Path)
     return Proc(name, popen, log)
 
 
+#: what a JVM prints when a server socket's port was taken between the pick and its bind
+BIND_FAILURE = re.compile(r"java\.net\.BindException: Address already in use")
+
+
+class PortTaken(HarnessError):
+    """A JVM exited before listening because one of its ports was taken (its output shows the bind failure)."""
+
+
 def _wait_port(port: int, proc: Proc, timeout: float) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if not proc.alive():
-            raise HarnessError(f"{proc.name} exited ({proc.popen.returncode}) before listening on {port}:\n"
-                               f"{proc.tail()}")
+            tail = proc.tail()
+            kind = PortTaken if BIND_FAILURE.search(tail) else HarnessError
+            raise kind(f"{proc.name} exited ({proc.popen.returncode}) before listening on {port}:\n{tail}")
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.settimeout(0.5)
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -234,6 +270,9 @@ class Cluster:
         self.broker_port = free_port_block(4) + 2          # listenPort-2 (VIP channel), +1 (HA)
         self.dledger_port = free_port_block(1) if self.dledger else None
         self.broker_starts = 0
+        self.namesrv_starts = 0
+        self.broker_lives = 0                      # starts that got as far as listening
+        self.port_retries: List[str] = []          # why a start was repeated on fresh ports
 
     # ---- JVMs --------------------------------------------------------------------------------------------
     def _env(self) -> Dict[str, str]:
@@ -254,12 +293,35 @@ class Cluster:
     def namesrv_addr(self) -> str:
         return f"127.0.0.1:{self.ns_port}"
 
+    def _retry_on_taken_port(self, what: str, start: Callable[[], None], repick: Callable[[], None]) -> None:
+        """``start()``; when the JVM exited because a port was taken after the pick (BindException in its
+        output), log why, pick fresh ports and start again (at most PORT_ATTEMPTS times)."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return start()
+            except PortTaken as e:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                first = str(e).splitlines()[0]
+                why = BIND_FAILURE.search(str(e)).group(0)
+                note = f"{what} start {attempt}: {first} ({why}); retrying on fresh ports"
+                self.port_retries.append(note)
+                print(f"realbroker: {note}", file=sys.stderr)
+                repick()
+
     def start_namesrv(self) -> None:
+        def repick():
+            self.ns_port = free_port_block(1)
+        self._retry_on_taken_port("namesrv", self._start_namesrv_once, repick)
+
+    def _start_namesrv_once(self) -> None:
         conf = self.work / "namesrv.properties"
         conf.write_text(f"listenPort={self.ns_port}\nbindAddress=127.0.0.1\nrocketmqHome={self.home}\n")
+        self.namesrv_starts += 1
+        name = "namesrv.out" if self.namesrv_starts == 1 else f"namesrv-{self.namesrv_starts}.out"
         self.namesrv = _spawn("namesrv", self._java("org.apache.rocketmq.namesrv.NamesrvStartup", "128m",
                                                     "-c", str(conf)),
-                              self.logs / "namesrv.out", self._env(), self.work)
+                              self.logs / name, self._env(), self.work)
         self.procs.append(self.namesrv)
         _wait_port(self.ns_port, self.namesrv, 90)
 
@@ -298,6 +360,18 @@ class Cluster:
         return "".join(f"{k}={v}\n" for k, v in lines.items())
 
     def start_broker(self) -> None:
+        first = self.broker_starts == 0
+
+        def repick():
+            self.broker_port = free_port_block(4) + 2
+            if self.dledger and first:          # a restarted DLedger store keeps its peer address
+                self.dledger_port = free_port_block(1)
+        self._retry_on_taken_port("broker", self._start_broker_once, repick)
+        self._wait_registered(60)
+        if self.dledger:
+            self._wait_leader(120)
+
+    def _start_broker_once(self) -> None:
         conf = self.work / "broker.properties"
         conf.write_text(self.broker_properties())
         self.broker_starts += 1
@@ -306,9 +380,7 @@ class Cluster:
                              self.logs / f"broker-{self.broker_starts}.out", self._env(), self.work)
         self.procs.append(self.broker)
         _wait_port(self.broker_port, self.broker, 120)
-        self._wait_registered(60)
-        if self.dledger:
-            self._wait_leader(120)
+        self.broker_lives += 1
 
     def _wait_leader(self, timeout: float) -> None:
         """A DLedger broker serves writes once its one-node group elected it (DLedgerRoleChangeHandler)."""
@@ -318,7 +390,7 @@ class Cluster:
             # 4.9.8 logs through the harness's logback file; 5.3.3 through its own, under ROCKETMQ_HOME/logs
             seen = max((len(pattern.findall(f.read_text(errors="replace"))) for f in self.broker_log_files()),
                        default=0)
-            if seen >= self.broker_starts:
+            if seen >= self.broker_lives:
                 return
             if not self.broker.alive():
                 break
@@ -547,6 +619,7 @@ def run_scenario(version: str, scenario: str, work: Path, seed: int = 7) -> Scen
             ans.stop(clean=False)
     finally:
         cluster.close()
+        steps += cluster.port_retries
     logs = [die_log, run_log, answer_log]
     discards = cluster.broker_discards()
     return ScenarioRun(version, scenario, cluster.store, [p for p in logs if p.exists()],
