@@ -56,6 +56,16 @@ def test_oracle_counts_silent_changes_and_intact_drops(source):
     assert known_gap(away, source, "full", "silent_state_change", set(), set()) is None
 
 
+def test_mutants_never_write_their_source(source, tmp_path):
+    files = sorted(p for p in source.root.rglob("*") if p.is_file())
+    before = {p: p.read_bytes() for p in files}
+    rng = random.Random(5)
+    for i, cls in enumerate(source.classes()):
+        m = mutate(source, f"m{i}", tmp_path / f"m{i}", cls, rng)
+        assert m.damaged or cls == "random_bitflip"
+    assert {p: p.read_bytes() for p in files} == before
+
+
 @pytest.mark.spark
 def test_small_campaign_finds_no_silent_change(spark, source, tmp_path):
     from jobs.bench.fuzz_audit_worker import audit_batch
