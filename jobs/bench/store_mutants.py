@@ -133,7 +133,7 @@ def load_source(label: str, root: Path) -> Source:
 
 def _mirror(src: Path, dst: Path) -> None:
     """``dst`` mirrors ``src``: directories made, files hard-linked (copied where links fail)."""
-    for dirpath, dirnames, filenames in os.walk(src):
+    for dirpath, _dirnames, filenames in os.walk(src):
         rel = os.path.relpath(dirpath, src)
         target = dst / rel if rel != "." else dst
         target.mkdir(parents=True, exist_ok=True)
@@ -195,7 +195,7 @@ def mutate(src: Source, name: str, dst: Path, cls: str, rng: random.Random) -> M
         if cls == "random_bitflip":
             pos = rng.randrange(hot)
             n = rng.randint(1, 8)
-            for i in range(n):
+            for _ in range(n):
                 p = min(len(data) - 1, pos + rng.randrange(64))
                 data[p] ^= 1 << rng.randrange(8)
                 m.damaged.append((rel, p, p + 1))
