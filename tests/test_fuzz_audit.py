@@ -86,3 +86,35 @@ def test_small_campaign_finds_no_silent_change(spark, source, tmp_path):
     assert not any(c[g] for g in GATED), ex
     # the mutants did damage: transactions changed state with the damage named, or were lost with their half
     assert c["state_change_flagged"] + c["dropped_damaged"] > 0, c
+
+
+DLEDGER = FIXTURE.parents[1] / "rocketmq-4.9.8-dledger" / "store-crashed"
+#: a COMMIT record in the middle of the DLedger log whose op record survives (found by the campaign, seed 1)
+ZEROED_COMMIT = 1825976
+
+
+@pytest.mark.spark
+def test_indexed_mode_flags_a_zeroed_commit_the_index_points_to(spark, tmp_path):
+    """The campaign's case: in indexed mode the zeroed COMMIT record is met only through the index (the read
+    reports CQ_ENTRY_MISMATCH, no scan covers it); it used to read as ROLLED_BACK with no flag."""
+    from jobs.bench.fuzz_audit_worker import audit_batch
+
+    shutil.copytree(DLEDGER, tmp_path / "source")
+    src = load_source("dl", tmp_path / "source")
+    rec = next(r for r in src.records if r.physical_offset == ZEROED_COMMIT)
+    assert rec.role == "commit"
+    m = mutate(src, "zeroed", tmp_path / "zeroed", "zero_commit", random.Random(0))
+    data = bytearray((src.root / rec.file).read_bytes())           # the mutant, aimed at that record
+    data[rec.pos:rec.pos + rec.size] = bytes(rec.size)
+    (m.root / rec.file).unlink()                    # maybe a hard link to the source copy: never write through
+    (m.root / rec.file).write_bytes(bytes(data))
+    m.damaged = [(rec.file, rec.pos, rec.pos + rec.size)]
+    result = audit_batch(spark, {"stores": [["base", str(src.root)], ["zeroed", str(m.root)]],
+                                 "pairs": [["zeroed", "base"]], "modes": ["full", "indexed"], "as_of": AS_OF,
+                                 "out": str(tmp_path / "out")})
+    for mode, got in result["modes"].items():
+        c, ex = Counter(), {}
+        judge(m, src, mode, got["diffs"], c, ex)
+        assert not any(c[g] for g in GATED), (mode, ex)
+        changed = [d for d in got["diffs"] if d["b_state"] == "COMMITTED" and d["m_state"] != "COMMITTED"]
+        assert changed and all(d["m_state"] == "UNKNOWN_DAMAGED" for d in changed), (mode, changed)
