@@ -55,6 +55,7 @@ MODES = ("full", "indexed")
 #: flags that name damage on the transaction they are set on (jobs/reconstruct/flags.py)
 DAMAGE_FLAGS = frozenset({"STATE_UNCERTAIN_DAMAGED_RANGE", "CORRUPT_RECORD", "CQ_MISMATCH",
                           "PREPARED_RECORD_MISSING", "OP_BODY_MISSING"})
+EXAMPLES = 12          # examples kept per kind of violation (every batch's job.json lists its mutants too)
 GATED = ("silent_state_change", "intact_dropped", "tracebacks", "hangs")
 COLUMNS = ("mutants", "audits", "state_change_flagged", "dropped_damaged", "added", "silent_flag_change",
            "silent_state_change", "intact_dropped", "known_gap", "clean_errors", "tracebacks", "hangs")
@@ -145,7 +146,7 @@ def judge(m: Mutant, src: Source, mode: str, diffs: List[dict], counts: Counter,
         if kind not in ("state_change_flagged", "dropped_damaged", "added"):
             counts[kind] += kind in COLUMNS
             ex = examples.setdefault(kind, [])
-            if len(ex) < 4:
+            if len(ex) < EXAMPLES:
                 ex.append(f"[{mode}] {m.describe()} tx={d['transaction_key']} {d['b_state']}{sorted(b_flags)}"
                           f" -> {d['m_state']}{sorted(m_flags)}")
         else:
@@ -168,7 +169,8 @@ class Batches:
         used = sorted({m.source for m in mutants})
         stores = [[f"base-{s}", str(sources[s].root)] for s in used] + [[m.name, str(m.root)] for m in mutants]
         job = {"stores": stores, "pairs": [[m.name, f"base-{m.source}"] for m in mutants],
-               "modes": list(self.modes), "as_of": AS_OF, "out": str(d / "out")}
+               "modes": list(self.modes), "as_of": AS_OF, "out": str(d / "out"),
+               "mutants": {m.name: {"class": m.cls, "note": m.note, "damaged": m.damaged} for m in mutants}}
         (d / "job.json").write_text(json.dumps(job))
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
         with open(d / "log.txt", "wb") as logf:
@@ -233,7 +235,7 @@ def campaign(sources: Dict[str, Source], cases: int, seed: int, batch: int, runn
                     key = "hangs" if status == "hang" else (
                         "tracebacks" if result.get("error") != "clean" else "clean_errors")
                     ex = examples.setdefault(key, [])
-                    if len(ex) < 4 and len(group) == 1:
+                    if len(ex) < EXAMPLES and len(group) == 1:
                         ex.append(f"{m.describe()}: {str(result.get('message'))[:600]}")
                 else:
                     for mode, got in result["modes"].items():
