@@ -97,6 +97,13 @@ WRITE_SITES_REVIEWED = {
     ("jobs/bench/fuzz.py", "remember_all"),     # unmutated copies under the fuzz scratch directory
     ("jobs/bench/fuzz.py", "campaign"),         # removes its case directories
     ("jobs/bench/fuzz.py", "main"),
+    ("jobs/bench/fuzz_audit.py", "_copy_store"),      # fuzz --audit: source copies under its work directory
+    ("jobs/bench/fuzz_audit.py", "_run"),             # a batch's job / result files under the work directory
+    ("jobs/bench/fuzz_audit.py", "campaign"),         # partial totals; removes its mutant directories
+    ("jobs/bench/fuzz_audit.py", "main"),             # removes its own temporary work directory
+    ("jobs/bench/fuzz_audit_worker.py", "main"),      # the batch's result file (named by the campaign)
+    ("jobs/bench/store_mutants.py", "_mirror"),       # a mutant: hard links to the source COPY (never a store)
+    ("jobs/bench/store_mutants.py", "mutate"),        # unlinks the link first: the copy is never written through
     ("jobs/bench/audit.py", "bench_size"),          # bench's own generated stores / work directory
     ("jobs/bench/scale.py", "generate_store"),      # txlog-bench scale: its own generated store's marker
     ("jobs/bench/scale.py", "audit_once"),          # its own audit config file under its work directory

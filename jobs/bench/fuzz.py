@@ -1,6 +1,7 @@
 """``txlog-bench fuzz``: mutate real store files, drive every decoder on the mutants, count what happened.
 
     txlog-bench fuzz [--cases N] [--seed S] [--timeout SECONDS] [--no-refbroker] [--kinds k1,k2] [--work DIR]
+    txlog-bench fuzz --audit ...   whole-store mutants audited in both modes (jobs/bench/fuzz_audit.py)
 
 Corpus: copies of the files of the real-broker fixtures (tests/data/fixtures/*/store) and, unless
 ``--no-refbroker``, of small reference-broker stores (3.x, 4.6-4.9, 5.1+ profiles, scenario ``crashy``)
@@ -415,6 +416,11 @@ def format_table(title: str, rows: Dict[str, Counter], markdown: bool = False) -
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--audit" in argv:                   # whole stores, audited (jobs/bench/fuzz_audit.py)
+        from jobs.bench.fuzz_audit import main as audit_main
+
+        return audit_main(argv)
     p = argparse.ArgumentParser(prog="txlog-bench fuzz",
                                 description="mutation fuzzing of every store decoder")
     p.add_argument("--cases", type=int, default=2000)

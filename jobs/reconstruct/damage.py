@@ -13,7 +13,12 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   unknown: TRUNCATED_FILE marks where a file was cut, the rest of the file is the FILE_SIZE_MISMATCH range);
 * FILE_SIZE_MISMATCH of a CommitLog file shorter than the store's file size: ``[base + actual, base +
   expected)``, the part of the file that is gone;
-* FILE_GAP: the missing files' offsets (``length`` is the gap).
+* FILE_GAP: the missing files' offsets (``length`` is the gap);
+* CQ_ENTRY_MISMATCH of an indexed read (a consume-queue unit or an IndexFile entry points to a position
+  inside a CommitLog file where no record can be read: zeroed or garbled bytes): a point, the record the
+  index names is lost.  Indexed mode does not scan the bytes around it, so this is its only sign of a COMMIT
+  record zeroed in the middle of the log (full mode reports the same bytes as RESYNC / BAD_MAGIC).  A
+  position past the end of its file (``actual`` "end of file") is not one: the cut is FILE_SIZE_MISMATCH's.
 
 Not lost ranges: damage in a DLedger log's uncommitted tail (at or past the DLEDGER_UNCOMMITTED offset); the
 torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
@@ -37,6 +42,8 @@ from jobs.reconstruct.groups import Nullable
 #: decoder findings whose bytes were not read as records (ranges of their own)
 LOST_KINDS = ("TRUNCATED_FILE", "BAD_MAGIC", "BAD_TOTAL_SIZE", "RESYNC", "PHYSICAL_OFFSET_MISMATCH",
               "FILE_GAP")
+#: an indexed read's finding for a position where no record can be read (a point range, see above)
+INDEXED_LOST = "CQ_ENTRY_MISMATCH"
 _SOURCES = ("commitlog", "dledger")
 _MIN, _MAX = -(1 << 62), (1 << 62)
 
@@ -81,7 +88,8 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
         return EMPTY
     sel = pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
                   pc.is_valid(anomalies.column("physical_offset")))
-    sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",))))
+    sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",
+                                                                                 INDEXED_LOST))))
     rows = anomalies.filter(pc.fill_null(sel, False)).select(
         ["kind", "physical_offset", "length", "expected", "actual"]).to_pylist()
     found: List[Tuple[int, int, str]] = []
@@ -92,6 +100,9 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
             if expected is None or actual is None or actual >= expected:
                 continue
             found.append((off + actual, off + expected, f"{kind} (file cut at {actual} of {expected} bytes)"))
+        elif kind == INDEXED_LOST:
+            if a["actual"] != "end of file":
+                found.append((off, off + 1, f"{kind} at {off} (an index points to a record that cannot be read)"))
         elif length is not None and length > 0:
             found.append((off, off + length, f"{kind} [{off}, {off + length})"))
         else:
