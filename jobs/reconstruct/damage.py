@@ -13,7 +13,13 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   unknown: TRUNCATED_FILE marks where a file was cut, the rest of the file is the FILE_SIZE_MISMATCH range);
 * FILE_SIZE_MISMATCH of a CommitLog file shorter than the store's file size: ``[base + actual, base +
   expected)``, the part of the file that is gone;
-* FILE_GAP: the missing files' offsets (``length`` is the gap).
+* FILE_GAP: the missing files' offsets (``length`` is the gap);
+* COMMITLOG_HEAD_MISSING (txlog_io/retention.py): the CommitLog before the first file, when consume-queue or
+  index files that retention deletes with it are still there -- lost, not retained (``head_lost``: what
+  points below the first file is then PREPARED_RECORD_MISSING, not EVIDENCE_IN_DELETED_RANGE).
+
+3.x statetable / redolog damage (``TABLE_KINDS`` findings of those files) is kept per file, in words: the
+units are not CommitLog positions, and a flag or state that rests on a unit of a damaged table is uncertain.
 
 Not lost ranges: damage in a DLedger log's uncommitted tail (at or past the DLEDGER_UNCOMMITTED offset); the
 torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
@@ -36,18 +42,23 @@ from jobs.reconstruct.groups import Nullable
 
 #: decoder findings whose bytes were not read as records (ranges of their own)
 LOST_KINDS = ("TRUNCATED_FILE", "BAD_MAGIC", "BAD_TOTAL_SIZE", "RESYNC", "PHYSICAL_OFFSET_MISMATCH",
-              "FILE_GAP")
+              "FILE_GAP", "COMMITLOG_HEAD_MISSING")
 _SOURCES = ("commitlog", "dledger")
 _MIN, _MAX = -(1 << 62), (1 << 62)
 
 
 @dataclass(frozen=True)
 class DamagedRanges:
-    """Sorted, disjoint ``[start, end)`` CommitLog ranges and, per range, what damaged it (in words)."""
+    """Sorted, disjoint ``[start, end)`` CommitLog ranges and, per range, what damaged it (in words); for a
+    3.x store also what damaged its statetable and its redolog ("" when nothing did)."""
 
     start: np.ndarray
     end: np.ndarray
     what: Tuple[str, ...]
+    statetable: str = ""
+    redolog: str = ""
+    #: the files before the first CommitLog file were lost, not deleted by retention (COMMITLOG_HEAD_MISSING)
+    head_lost: bool = False
 
     def __len__(self) -> int:
         return len(self.start)
@@ -66,6 +77,23 @@ class DamagedRanges:
 
 EMPTY = DamagedRanges(np.zeros(0, np.int64), np.zeros(0, np.int64), ())
 
+#: 3.x statetable / redolog findings whose units may be gone (a unit torn by a cut, units zeroed before a
+#: later unit, a unit with impossible values -- 3.x recovery truncates the table there --, a file cut, missing
+#: or of the wrong length)
+TABLE_KINDS = ("TRUNCATED_RECORD", "GARBAGE_AFTER_END", "BAD_STATETABLE_UNIT", "BAD_REDOLOG_UNIT",
+               "FILE_SIZE_MISMATCH", "FILE_GAP", "TRUNCATED_FILE", "MISSING_FILE")
+
+
+def _table_damage(anomalies: pa.Table, source: str) -> str:
+    """What damaged one 3.x table (``source`` statetable or redolog), in words; "" when nothing did."""
+    sel = pc.and_(pc.equal(anomalies.column("source"), source),
+                  pc.is_in(anomalies.column("kind"), pa.array(TABLE_KINDS)))
+    rows = anomalies.filter(pc.fill_null(sel, False)).select(["kind", "physical_offset"]).to_pylist()
+    if not rows:
+        return ""
+    shown = "; ".join(f"{r['kind']} at {source} byte {r['physical_offset']}" for r in rows[:3])
+    return shown + (f"; {len(rows) - 3} more" if len(rows) > 3 else "")
+
 
 def _int(v):
     try:
@@ -79,6 +107,8 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     (overlapping or touching ranges become one; their descriptions are joined)."""
     if not anomalies.num_rows:
         return EMPTY
+    tables = {"statetable": _table_damage(anomalies, "statetable"), "redolog": _table_damage(anomalies, "redolog"),
+              "head_lost": bool(pc.any(pc.equal(anomalies.column("kind"), "COMMITLOG_HEAD_MISSING")).as_py())}
     sel = pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
                   pc.is_valid(anomalies.column("physical_offset")))
     sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",))))
@@ -105,7 +135,7 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     if tail is not None:
         found = [f for f in found if f[0] < tail]
     if not found:
-        return EMPTY
+        return DamagedRanges(EMPTY.start, EMPTY.end, (), **tables) if any(tables.values()) else EMPTY
     found.sort()
     starts: List[int] = []
     ends: List[int] = []
@@ -119,7 +149,7 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
         starts.append(s)
         ends.append(e)
         what.append(w)
-    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what))
+    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what), **tables)
 
 
-__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "damaged_ranges"]
+__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "TABLE_KINDS", "damaged_ranges"]
