@@ -77,17 +77,23 @@ class DamagedRanges:
 
 EMPTY = DamagedRanges(np.zeros(0, np.int64), np.zeros(0, np.int64), ())
 
-#: 3.x statetable / redolog findings whose units may be gone (a unit torn by a cut, units zeroed before a
-#: later unit, a unit with impossible values -- 3.x recovery truncates the table there --, a file cut, missing
-#: or of the wrong length)
-TABLE_KINDS = ("TRUNCATED_RECORD", "GARBAGE_AFTER_END", "BAD_STATETABLE_UNIT", "BAD_REDOLOG_UNIT",
-               "FILE_SIZE_MISMATCH", "FILE_GAP", "TRUNCATED_FILE", "MISSING_FILE")
+#: 3.x statetable / redolog findings whose units may be gone: units zeroed before a later unit (RocketMQ's
+#: load stops at the zero unit), a file cut, missing or of the wrong length, and a unit with impossible values
+#: (BAD_STATETABLE_UNIT / BAD_REDOLOG_UNIT whose expected value is the pointer: the unit is dropped).  Not: a
+#: unit kept with an unknown state or end pointer (read, nothing lost), nor the torn end a crash leaves
+#: (TRUNCATED_RECORD: 3.x recovery drops it too, as for the CommitLog)
+TABLE_KINDS = ("GARBAGE_AFTER_END", "FILE_SIZE_MISMATCH", "FILE_GAP", "TRUNCATED_FILE", "MISSING_FILE")
+_BAD_UNIT_KINDS = ("BAD_STATETABLE_UNIT", "BAD_REDOLOG_UNIT")
+_POINTER = "commitlog_offset >= 0"
 
 
 def _table_damage(anomalies: pa.Table, source: str) -> str:
     """What damaged one 3.x table (``source`` statetable or redolog), in words; "" when nothing did."""
+    kind = anomalies.column("kind")
+    bad_pointer = pc.and_(pc.is_in(kind, pa.array(_BAD_UNIT_KINDS)),
+                          pc.starts_with(pc.fill_null(anomalies.column("expected"), ""), _POINTER))
     sel = pc.and_(pc.equal(anomalies.column("source"), source),
-                  pc.is_in(anomalies.column("kind"), pa.array(TABLE_KINDS)))
+                  pc.or_(pc.is_in(kind, pa.array(TABLE_KINDS)), bad_pointer))
     rows = anomalies.filter(pc.fill_null(sel, False)).select(["kind", "physical_offset"]).to_pylist()
     if not rows:
         return ""
