@@ -113,8 +113,8 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     (overlapping or touching ranges become one; their descriptions are joined)."""
     if not anomalies.num_rows:
         return EMPTY
-    tables = {"statetable": _table_damage(anomalies, "statetable"), "redolog": _table_damage(anomalies, "redolog"),
-              "head_lost": bool(pc.any(pc.equal(anomalies.column("kind"), "COMMITLOG_HEAD_MISSING")).as_py())}
+    st_damage, redo_damage = _table_damage(anomalies, "statetable"), _table_damage(anomalies, "redolog")
+    head_lost = bool(pc.any(pc.equal(anomalies.column("kind"), "COMMITLOG_HEAD_MISSING")).as_py())
     sel = pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
                   pc.is_valid(anomalies.column("physical_offset")))
     sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",))))
@@ -141,7 +141,9 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     if tail is not None:
         found = [f for f in found if f[0] < tail]
     if not found:
-        return DamagedRanges(EMPTY.start, EMPTY.end, (), **tables) if any(tables.values()) else EMPTY
+        if not (st_damage or redo_damage or head_lost):
+            return EMPTY
+        return DamagedRanges(EMPTY.start, EMPTY.end, (), st_damage, redo_damage, head_lost)
     found.sort()
     starts: List[int] = []
     ends: List[int] = []
@@ -155,7 +157,8 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
         starts.append(s)
         ends.append(e)
         what.append(w)
-    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what), **tables)
+    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what), st_damage,
+                         redo_damage, head_lost)
 
 
 __all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "TABLE_KINDS", "damaged_ranges"]
