@@ -5,8 +5,9 @@ Reproduced on a copy of the 5.3.3 fixture: the COMMIT record of a transaction wh
 comma-batched op message) survives is zeroed (a zeroed page: RESYNC) or overwritten with garbage (BAD_MAGIC).
 Before, the audit said ROLLED_BACK with no flag ("op without COMMIT = rollback"); now the state is
 UNKNOWN_DAMAGED with STATE_UNCERTAIN_DAMAGED_RANGE, a finding naming the range, a CHECK_BACK_DAMAGED recovery
-entry and a check-back row, in full and indexed mode alike.  The intact fixture's audit is unchanged
-(no flag, no UNKNOWN_DAMAGED)."""
+entry and a check-back row, in full and indexed mode alike.  The only op record naming a committed half
+zeroed: COMMITTED stands (its COMMIT was read), COMMIT_WITHOUT_OP is not asserted, the damage flag is set.
+The intact fixture's audit is unchanged (no flag, no UNKNOWN_DAMAGED)."""
 from __future__ import annotations
 
 import base64
@@ -80,6 +81,24 @@ def _commit_with_later_op(recs):
     raise AssertionError("the fixture has no COMMIT record followed by its op")
 
 
+def _only_op_of(recs, half):
+    """The op record naming ``half`` when it is the only one that does, else None."""
+    hits = [o for o in recs if o["topic"] == OP and str(half["queueOffset"]) in
+            [p.strip() for p in base64.b64decode(o["body_b64"]).decode().split(",")]]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _committed_with_single_op(recs):
+    """A COMMIT record whose half is named by exactly one op record, written after it: (commit, op)."""
+    halves = {r["physicalOffset"]: r for r in recs if r["topic"] == HALF}
+    for c in sorted((r for r in recs if r["tranType"] == 8 and r["preparedTransactionOffset"] in halves),
+                    key=lambda r: -r["physicalOffset"]):
+        op = _only_op_of(recs, halves[c["preparedTransactionOffset"]])
+        if op is not None and op["physicalOffset"] > c["physicalOffset"]:
+            return c, op
+    raise AssertionError("the fixture has no COMMIT record whose half only one op names")
+
+
 def _damage(tmp: Path, rec: dict, how: str) -> Path:
     root = tmp / how / "store"
     shutil.copytree(V533 / "store", root)
@@ -109,12 +128,15 @@ def _audit(spark, store, out, mode):
 def cases(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("inference")
     commit, half = _commit_with_later_op(_truth())
-    out = {"commit": commit, "half": half}
+    op_commit, op = _committed_with_single_op(_truth())
+    out = {"commit": commit, "half": half, "op_commit": op_commit, "op": op}
     for mode in ("full", "indexed"):
         out[("intact", mode)] = _audit(spark, V533 / "store", base / f"out-intact-{mode}", mode)
         for how in ("zero", "garbage"):
             store = _damage(base / mode, commit, how)
             out[(how, mode)] = _audit(spark, store, base / f"out-{how}-{mode}", mode)
+        store = _damage(base / mode / "op", op, "zero")
+        out[("op", mode)] = _audit(spark, store, base / f"out-op-{mode}", mode)
     return out
 
 
@@ -158,9 +180,37 @@ def test_intact_fixture_has_no_uncertain_state(cases, mode):
 
 @pytest.mark.spark
 def test_both_modes_agree_on_the_damaged_store(cases):
-    for how in ("zero", "garbage"):
+    for how in ("zero", "garbage", "op"):
         full = {t["transaction_key"]: (t["state"], sorted(t["flags"]))
                 for t in cases[(how, "full")]["transactions"]}
         indexed = {t["transaction_key"]: (t["state"], sorted(t["flags"]))
                    for t in cases[(how, "indexed")]["transactions"]}
         assert full == indexed, how
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode", ["full", "indexed"])
+def test_commit_without_op_is_not_asserted_when_the_op_could_be_lost(cases, mode):
+    """The only op record naming a committed half zeroed: the COMMIT was read (COMMITTED stands), but
+    "no op" rests on the lost bytes after it -- COMMIT_WITHOUT_OP is not asserted, the damage flag is set,
+    and the work list reviews it instead of sending a committed transaction to a check-back."""
+    key = cases["op_commit"]["uniqKey"]
+    intact = {t["transaction_key"]: t for t in cases[("intact", mode)]["transactions"]}
+    got = cases[("op", mode)]
+    damaged = {t["transaction_key"]: t for t in got["transactions"]}
+    assert intact[key]["state"] == damaged[key]["state"] == "COMMITTED"
+    assert "COMMIT_WITHOUT_OP" not in intact[key]["flags"]
+    assert "COMMIT_WITHOUT_OP" not in damaged[key]["flags"]
+    assert "STATE_UNCERTAIN_DAMAGED_RANGE" in damaged[key]["flags"]
+    assert not [k for k, t in damaged.items() if "COMMIT_WITHOUT_OP" in t["flags"]
+                and "COMMIT_WITHOUT_OP" not in intact[k]["flags"]]
+    finding = [a for a in got["anomalies"] if a["code"] == "STATE_UNCERTAIN_DAMAGED_RANGE"
+               and a["transaction_key"] == key]
+    assert len(finding) == 1 and finding[0]["detail"].startswith("COMMIT_WITHOUT_OP not asserted")
+    assert finding[0]["physical_offset"] <= cases["op"]["physicalOffset"] \
+        < finding[0]["physical_offset"] + finding[0]["length"]
+    recovery = {r["transaction_key"]: r for r in got["recovery"]}
+    assert recovery[key]["action"] != "CHECK_BACK_DAMAGED" and "REVIEW_EVIDENCE" in recovery[key]["actions"]
+    for k, t in damaged.items():        # every changed state or flag set names the damage
+        if (t["state"], sorted(t["flags"])) != (intact[k]["state"], sorted(intact[k]["flags"])):
+            assert "STATE_UNCERTAIN_DAMAGED_RANGE" in t["flags"], (k, t, intact[k])

@@ -101,6 +101,7 @@ class AnomalyKind:
     DLEDGER_UNCOMMITTED = "DLEDGER_UNCOMMITTED"    # entries past the DLedger checkpoint's committedIndex
     DLEDGER_REPLICA_DIFFERS = "DLEDGER_REPLICA_DIFFERS"  # a replica of the audited group differs from it
     INCREMENTAL_FALLBACK = "INCREMENTAL_FALLBACK"  # --incremental could not continue: a full audit ran
+    COMMITLOG_HEAD_MISSING = "COMMITLOG_HEAD_MISSING"  # CommitLog files before the first lost, not retained
 
 
 @dataclass(frozen=True)

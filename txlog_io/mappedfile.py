@@ -436,4 +436,7 @@ def discover_store(root: PathLike, commitlog_dirs=None) -> StoreLayout:
     layout.abort_present = (root_path / "abort").is_file()
     lock = root_path / "lock"
     layout.lock_path = lock if lock.is_file() else None
+    from txlog_io.retention import head_findings  # retention or loss of the files before the first
+
+    anomalies.extend(head_findings(layout))
     return layout

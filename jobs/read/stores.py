@@ -34,6 +34,7 @@ class StoreInfo:
     #: end_timestamp); see indexed_gaps.index_file_gaps
     index_files: tuple = ()
     checkpoint_index_ts: int = 0    # checkpoint indexMsgTimestamp: end time of the last full index file flushed
+    checkpoint_logics_ts: int = 0   # checkpoint logicsMsgTimestamp: store time of a record whose unit was flushed
     tx_queue_bytes: int = 0         # file bytes of the half / op / discard consume queues
     tx_table_bytes: int = 0         # file bytes of the 3.x statetable and redolog
     rocksdb_cq: str = ""            # the RocksDB consume-queue database directory ("" for file queues)
@@ -62,7 +63,8 @@ def store_info(broker: str, root: str, commitlog_dirs) -> StoreInfo:
         abort_present=bool(layout.abort_present), consumequeue_rocksdb=bool(layout.consumequeue_rocksdb),
         discovery_anomalies=len(layout.anomalies),
         queue_tails=tuple(str(files[-1].path) for files in layout.consume_queues.values() if files),
-        index_files=_index_files(root), checkpoint_index_ts=_checkpoint_index_ts(root),
+        index_files=_index_files(root), checkpoint_index_ts=_checkpoint_ts(root, "index_msg_timestamp"),
+        checkpoint_logics_ts=_checkpoint_ts(root, "logics_msg_timestamp"),
         tx_queue_bytes=sum(int(f.size) for (topic, _), files in layout.consume_queues.items()
                            if topic in TX_SYSTEM_TOPICS for f in files)
         + sum((last - first + 1) * ROCKSDB_UNIT for (topic, _), (first, last) in layout.rocksdb_queues.items()
@@ -90,12 +92,12 @@ def _index_files(root: str) -> tuple:
     return tuple(out)
 
 
-def _checkpoint_index_ts(root: str) -> int:
+def _checkpoint_ts(root: str, field: str) -> int:
     from txlog_io.config import decode_checkpoint
     from txlog_io.errors import TxlogError
 
     try:
-        return int(decode_checkpoint(os.path.join(root, "checkpoint"))["index_msg_timestamp"])
+        return int(decode_checkpoint(os.path.join(root, "checkpoint"))[field])
     except TxlogError:
         return 0
 

@@ -19,6 +19,12 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   index names is lost.  Indexed mode does not scan the bytes around it, so this is its only sign of a COMMIT
   record zeroed in the middle of the log (full mode reports the same bytes as RESYNC / BAD_MAGIC).  A
   position past the end of its file (``actual`` "end of file") is not one: the cut is FILE_SIZE_MISMATCH's.
+* COMMITLOG_HEAD_MISSING (txlog_io/retention.py): the CommitLog before the first file, when consume-queue or
+  index files that retention deletes with it are still there -- lost, not retained (``head_lost``: what
+  points below the first file is then PREPARED_RECORD_MISSING, not EVIDENCE_IN_DELETED_RANGE).
+
+3.x statetable / redolog damage (``TABLE_KINDS`` findings of those files) is kept per file, in words: the
+units are not CommitLog positions, and a flag or state that rests on a unit of a damaged table is uncertain.
 
 Not lost ranges: damage in a DLedger log's uncommitted tail (at or past the DLEDGER_UNCOMMITTED offset); the
 torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
@@ -41,7 +47,7 @@ from jobs.reconstruct.groups import Nullable
 
 #: decoder findings whose bytes were not read as records (ranges of their own)
 LOST_KINDS = ("TRUNCATED_FILE", "BAD_MAGIC", "BAD_TOTAL_SIZE", "RESYNC", "PHYSICAL_OFFSET_MISMATCH",
-              "FILE_GAP")
+              "FILE_GAP", "COMMITLOG_HEAD_MISSING")
 #: an indexed read's finding for a position where no record can be read (a point range, see above)
 INDEXED_LOST = "CQ_ENTRY_MISMATCH"
 _SOURCES = ("commitlog", "dledger")
@@ -50,11 +56,16 @@ _MIN, _MAX = -(1 << 62), (1 << 62)
 
 @dataclass(frozen=True)
 class DamagedRanges:
-    """Sorted, disjoint ``[start, end)`` CommitLog ranges and, per range, what damaged it (in words)."""
+    """Sorted, disjoint ``[start, end)`` CommitLog ranges and, per range, what damaged it (in words); for a
+    3.x store also what damaged its statetable and its redolog ("" when nothing did)."""
 
     start: np.ndarray
     end: np.ndarray
     what: Tuple[str, ...]
+    statetable: str = ""
+    redolog: str = ""
+    #: the files before the first CommitLog file were lost, not deleted by retention (COMMITLOG_HEAD_MISSING)
+    head_lost: bool = False
 
     def __len__(self) -> int:
         return len(self.start)
@@ -73,6 +84,29 @@ class DamagedRanges:
 
 EMPTY = DamagedRanges(np.zeros(0, np.int64), np.zeros(0, np.int64), ())
 
+#: 3.x statetable / redolog findings whose units may be gone: units zeroed before a later unit (RocketMQ's
+#: load stops at the zero unit), a file cut, missing or of the wrong length, and a unit with impossible values
+#: (BAD_STATETABLE_UNIT / BAD_REDOLOG_UNIT whose expected value is the pointer: the unit is dropped).  Not: a
+#: unit kept with an unknown state or end pointer (read, nothing lost), nor the torn end a crash leaves
+#: (TRUNCATED_RECORD: 3.x recovery drops it too, as for the CommitLog)
+TABLE_KINDS = ("GARBAGE_AFTER_END", "FILE_SIZE_MISMATCH", "FILE_GAP", "TRUNCATED_FILE", "MISSING_FILE")
+_BAD_UNIT_KINDS = ("BAD_STATETABLE_UNIT", "BAD_REDOLOG_UNIT")
+_POINTER = "commitlog_offset >= 0"
+
+
+def _table_damage(anomalies: pa.Table, source: str) -> str:
+    """What damaged one 3.x table (``source`` statetable or redolog), in words; "" when nothing did."""
+    kind = anomalies.column("kind")
+    bad_pointer = pc.and_(pc.is_in(kind, pa.array(_BAD_UNIT_KINDS)),
+                          pc.starts_with(pc.fill_null(anomalies.column("expected"), ""), _POINTER))
+    sel = pc.and_(pc.equal(anomalies.column("source"), source),
+                  pc.or_(pc.is_in(kind, pa.array(TABLE_KINDS)), bad_pointer))
+    rows = anomalies.filter(pc.fill_null(sel, False)).select(["kind", "physical_offset"]).to_pylist()
+    if not rows:
+        return ""
+    shown = "; ".join(f"{r['kind']} at {source} byte {r['physical_offset']}" for r in rows[:3])
+    return shown + (f"; {len(rows) - 3} more" if len(rows) > 3 else "")
+
 
 def _int(v):
     try:
@@ -86,6 +120,8 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     (overlapping or touching ranges become one; their descriptions are joined)."""
     if not anomalies.num_rows:
         return EMPTY
+    st_damage, redo_damage = _table_damage(anomalies, "statetable"), _table_damage(anomalies, "redolog")
+    head_lost = bool(pc.any(pc.equal(anomalies.column("kind"), "COMMITLOG_HEAD_MISSING")).as_py())
     sel = pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
                   pc.is_valid(anomalies.column("physical_offset")))
     sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",
@@ -116,7 +152,9 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     if tail is not None:
         found = [f for f in found if f[0] < tail]
     if not found:
-        return EMPTY
+        if not (st_damage or redo_damage or head_lost):
+            return EMPTY
+        return DamagedRanges(EMPTY.start, EMPTY.end, (), st_damage, redo_damage, head_lost)
     found.sort()
     starts: List[int] = []
     ends: List[int] = []
@@ -130,7 +168,8 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
         starts.append(s)
         ends.append(e)
         what.append(w)
-    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what))
+    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what), st_damage,
+                         redo_damage, head_lost)
 
 
-__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "damaged_ranges"]
+__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "TABLE_KINDS", "damaged_ranges"]

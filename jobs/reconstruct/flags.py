@@ -112,8 +112,12 @@ FLAGS: dict = {
         "lies after the half it commits and before its op (EndTransactionProcessor writes it first); a "
         "resolution or discard of a PREPARED / DISCARDED one anywhere after its first half record.  An "
         "op-rolled-back one becomes UNKNOWN_DAMAGED; PREPARED and DISCARDED keep their state (what the broker "
-        "itself acts on).  A STATE_UNCERTAIN_DAMAGED_RANGE finding (audit_anomalies, same transaction_key) "
-        "names the damaged range and the window."
+        "itself acts on).  The same for flags reached by absence on a state read from a record: "
+        "COMMIT_WITHOUT_OP is then not asserted (its op is written after the COMMIT, any time later), "
+        "RESOLVED_COPY_PENDING_CHECK is kept (lost range after the newest copy); and, 3.x, for "
+        "STATETABLE_MISSING_PREPARED / REDOLOG_COMMITLOG_DISAGREE / STATETABLE_REDOLOG_DISAGREE or a state "
+        "from the tables alone when that table has lost units.  A STATE_UNCERTAIN_DAMAGED_RANGE finding "
+        "(audit_anomalies, same transaction_key) names the damaged range (or table) and the inference."
     ),
     "EVIDENCE_NOT_COMMITTED": (
         "DLedger (Raft) store: one of the transaction's records lies past the DLedger checkpoint's "
@@ -158,9 +162,11 @@ ANOMALY_ONLY = frozenset({"OP_WITHOUT_HALF", "OP_BODY_UNPARSABLE", "OP_BODY_MISS
 #: recovery_worklist actions, most important first (a transaction's ``action`` is the first that applies).
 RECOVERY_ACTIONS: dict = {
     "CHECK_BACK_DAMAGED": (
-        "STATE_UNCERTAIN_DAMAGED_RANGE: the state rests on CommitLog bytes that could not be read.  Ask the "
-        "producer group for the outcome (a check-back: CHECK_TRANSACTION_STATE with the transaction id, the "
-        "row is in check_back_worklist when a half copy survives) before any other action on it."
+        "STATE_UNCERTAIN_DAMAGED_RANGE on a state not read from a record (UNKNOWN_DAMAGED, PREPARED, "
+        "DISCARDED): the state rests on bytes that could not be read.  Ask the producer group for the outcome "
+        "(a check-back: CHECK_TRANSACTION_STATE with the transaction id, the row is in check_back_worklist "
+        "when a half copy survives) before any other action on it.  (On COMMITTED / ROLLED_BACK only a flag "
+        "rests on lost bytes: REVIEW_EVIDENCE.)"
     ),
     "REBUILD_STATETABLE": (
         "3.x: the statetable does not reflect the CommitLog (missing unit, wrong index, or stale state). "

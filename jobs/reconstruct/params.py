@@ -50,6 +50,7 @@ FILE_LEVEL_ANOMALIES = (
     "BAD_FILE_NAME",
     "MISALIGNED_FILE_NAME",
     "MISSING_FILE",
+    "COMMITLOG_HEAD_MISSING",
 )
 SEP = "\u0001"  # never inside a property value (it is the properties name/value separator)
 LONG_MAX = (1 << 63) - 1

@@ -292,13 +292,18 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     ho_v, ho_ok = i["half_offset"]
     below = (g.any(is_op & qo_ok & ho_ok & (qo_v >= oco_s) & (ho_v < hco_s))
              if oco_s is not None and hco_s is not None else np.zeros(G, bool))
-    mco_pos = mco_s is not None and mco_s > 0
-    mco_not_pos = mco_s is not None and not mco_s > 0
+    # below the first CommitLog file: retention, unless the store says those files were lost
+    head_lost = damaged is not None and damaged.head_lost
+    mco_pos = mco_s is not None and mco_s > 0 and not head_lost
+    mco_not_pos = mco_s is not None and (not mco_s > 0 or head_lost)
     check_times = g.max(i["check_times"], is_copy)
     miss_below = g.any(missing & (pto_v < mco_s)) if mco_s is not None else np.zeros(G, bool)
     miss_above = g.any(missing & (pto_v >= mco_s)) if mco_s is not None else np.zeros(G, bool)
     p_below = (p_long[1] & (p_long[0] < mco_s)) if mco_s is not None else np.zeros(G, bool)
     p_above = (p_long[1] & (p_long[0] >= mco_s)) if mco_s is not None else np.zeros(G, bool)
+    if head_lost:       # what points below the first file points into lost bytes
+        miss_above, p_above = miss_above | miss_below, p_above | p_below
+        miss_below, p_below = np.zeros(G, bool), np.zeros(G, bool)
     cl_end_n = g.distinct_count(i["physical_offset"], is_end)
     redo_end_n = g.distinct_count(i["physical_offset"], is_re)
     union_n = g.distinct_count(i["physical_offset"], is_end | is_re)
@@ -342,9 +347,29 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     first_any = _least(prepared_off, first_phys)
     op_rec = g.max(i["physical_offset"], is_op)
     window_hi = (op_rec[0], op_rec[1] & rb_absent)          # null: open to the end of the log
-    lost = (damaged.first_overlap(first_any, window_hi) if len(damaged) else np.full(G, -1, np.int64))
-    uncertain = (rb_absent | open_ended) & (lost >= 0)
-    unknown = rb_absent & uncertain
+    none = np.full(G, -1, np.int64)
+    lost = damaged.first_overlap(first_any, window_hi) if len(damaged) else none
+    by_state = (rb_absent | open_ended) & (lost >= 0)
+    unknown = rb_absent & by_state
+    # flags reached by absence on a state read from a record: the op of a COMMIT (written after it, at any
+    # later time) and the op of the newest copy (after that copy) could lie in a lost range after them
+    open_hi = (np.zeros(G, np.int64), np.zeros(G, bool))
+    cwo_lo = g.min(i["physical_offset"], commit_end & (c["target_mech"] == HALF_Q) & (c["named"] == 0))
+    lost_op = damaged.first_overlap(cwo_lo, open_hi) if len(damaged) else none
+    cwo_unsure = codes["COMMIT_WITHOUT_OP"] & (lost_op >= 0)
+    codes["COMMIT_WITHOUT_OP"] = codes["COMMIT_WITHOUT_OP"] & ~cwo_unsure     # not asserted
+    lost_rc = damaged.first_overlap(newest_phys, open_hi) if len(damaged) else none
+    rc_unsure = codes["RESOLVED_COPY_PENDING_CHECK"] & (lost_rc >= 0)      # kept: the broker sees no op either
+    # 3.x: a state or flag that rests on a statetable / redolog unit nobody read (that file has damage)
+    st_rests = legacy & ~has_first & (n_commit + n_rb == 0)
+    st_unsure = ((st_rests | codes["STATETABLE_MISSING_PREPARED"] | codes["STATETABLE_REDOLOG_DISAGREE"])
+                 & bool(damaged.statetable))
+    redo_unsure = ((st_rests | codes["REDOLOG_COMMITLOG_DISAGREE"] | codes["STATETABLE_REDOLOG_DISAGREE"])
+                   & bool(damaged.redolog))
+    uncertain = by_state | cwo_unsure | rc_unsure | st_unsure | redo_unsure
+    why = np.select([by_state & unknown, by_state, cwo_unsure, rc_unsure, st_unsure, redo_unsure],
+                    [0, 1, 2, 3, 4, 5], -1)
+    lost_at = np.select([(why >= 0) & (why <= 1), why == 2, why == 3], [lost, lost_op, lost_rc], -1)
     codes[UNCERTAIN] = uncertain
     fg, fc_codes = [], []
     for name, on in codes.items():
@@ -391,37 +416,60 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     schema = TRANSACTIONS.arrow_schema()
     out = pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
     if findings is not None and uncertain.any():
-        findings.append(_uncertain_findings(broker, key, state, uncertain & keep, unknown, first_any, op_rec,
-                                            lost, damaged))
+        findings.append(_uncertain_findings(broker, key, state, uncertain & keep, why, first_any, op_rec,
+                                            (cwo_lo, newest_phys), lost_at, damaged))
     return out.filter(pa.array(keep)) if not keep.all() else out
 
 
-def _uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, unknown: np.ndarray,
-                        lo: Nullable, op_rec: Nullable, hit: np.ndarray, damaged: DamagedRanges) -> pa.Table:
-    """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the window its missing record
-    must lie in and the damaged range inside it (AUDIT_ANOMALIES rows)."""
+def _uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, why: np.ndarray,
+                        lo: Nullable, op_rec: Nullable, after: Tuple[Nullable, Nullable], hit: np.ndarray,
+                        damaged: DamagedRanges) -> pa.Table:
+    """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the inference (``why``: 0 rollback
+    from an op, 1 PREPARED / DISCARDED, 2 COMMIT_WITHOUT_OP, 3 RESOLVED_COPY_PENDING_CHECK, 4 statetable,
+    5 redolog), the window its missing record must lie in and the damage inside it (AUDIT_ANOMALIES rows;
+    ``physical_offset`` / ``length`` the CommitLog range, null for a statetable / redolog file)."""
     rows = np.nonzero(on)[0]
-    n, k = len(rows), hit[rows]
+    n, k, w = len(rows), hit[rows], why[rows]
     text = (lambda v, ok: pc.fill_null(pc.cast(to_arrow(v[rows], ok[rows]), pa.string()), "?"))
-    what = pa.array(np.asarray(damaged.what, dtype=object)[k], pa.string())
-    lo_s, op_s = text(*lo), text(*op_rec)
-    rb = pa.array(unknown[rows])
-    detail = pc.if_else(
-        rb,
-        pc.binary_join_element_wise(
+    names = np.asarray(damaged.what + ("",), dtype=object)
+    what = pa.array(names[np.where(k >= 0, k, len(names) - 1)], pa.string())
+    lo_s, op_s, cwo_s, copy_s = text(*lo), text(*op_rec), text(*after[0]), text(*after[1])
+    st_s = pa.array(state[rows], pa.string())
+    detail = pa.array([None] * n, pa.string())
+    variants = [
+        (0, pc.binary_join_element_wise(
             "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
             " resolves it but no COMMIT record was read; EndTransactionProcessor writes the COMMIT record before "
             "the op, so it would lie between the half record at ", lo_s, " and ", op_s,
-            ", where CommitLog bytes were not readable: ", what, ""),
-        pc.binary_join_element_wise(
-            pa.array(state[rows], pa.string()), ": no op, COMMIT or ROLLBACK record was read after the first "
-            "half/prepared record at ", lo_s, ", and CommitLog bytes after it were not readable: ", what,
-            "; its resolution may have been there", ""))
-    start, end = damaged.start[k], damaged.end[k]
+            ", where CommitLog bytes were not readable: ", what, "")),
+        (1, pc.binary_join_element_wise(
+            st_s, ": no op, COMMIT or ROLLBACK record was read after the first half/prepared record at ", lo_s,
+            ", and CommitLog bytes after it were not readable: ", what, "; its resolution may have been there",
+            "")),
+        (2, pc.binary_join_element_wise(
+            "COMMIT_WITHOUT_OP not asserted: no op record names the copy committed at CommitLog offset ", cwo_s,
+            ", but the op is written after the COMMIT record (EndTransactionProcessor, at any later time when "
+            "batched) and CommitLog bytes after it were not readable: ", what, "")),
+        (3, pc.binary_join_element_wise(
+            "RESOLVED_COPY_PENDING_CHECK rests on a missing op: no op record names the newest copy at CommitLog "
+            "offset ", copy_s, ", and CommitLog bytes after it were not readable: ", what, "")),
+        (4, pc.binary_join_element_wise(
+            st_s, ": the statetable unit this state or statetable flag rests on may be in damaged statetable "
+            "bytes: " + damaged.statetable, "")),
+        (5, pc.binary_join_element_wise(
+            st_s, ": the redolog unit this state or redolog flag rests on may be in damaged redolog bytes: "
+            + damaged.redolog, "")),
+    ]
+    for code, txt in variants:
+        detail = pc.if_else(pa.array(w == code), txt, detail)
+    in_log = k >= 0
+    start = np.where(in_log, damaged.start[np.where(in_log, k, 0)] if len(damaged) else 0, 0)
+    end = np.where(in_log, damaged.end[np.where(in_log, k, 0)] if len(damaged) else 0, 0)
     cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
-            "source": pa.array(["reconstruct"] * n, pa.string()), "physical_offset": pa.array(start, pa.int64()),
-            "transaction_key": key.take(pa.array(rows, pa.int64())), "length": pa.array(end - start, pa.int64()),
-            "detail": detail}
+            "source": pa.array(["reconstruct"] * n, pa.string()),
+            "physical_offset": pa.array(start, pa.int64(), mask=~in_log),
+            "transaction_key": key.take(pa.array(rows, pa.int64())),
+            "length": pa.array(end - start, pa.int64(), mask=~in_log), "detail": detail}
     schema = AUDIT_ANOMALIES.arrow_schema()
     return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
                                 schema=schema)
@@ -509,8 +557,10 @@ def recovery(transactions: pa.Table) -> pa.Table:
     """RECOVERY rows (see jobs.reconstruct.spark.recovery_worklist and jobs.reconstruct.flags.RECOVERY_ACTIONS)."""
     t = transactions
     fl, state = t.column("flags"), t.column("state")
+    # COMMITTED / ROLLED_BACK stand on a record that was read: only a flag of theirs rests on lost bytes
+    read_state = _np(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])))
     on = {
-        "CHECK_BACK_DAMAGED": flag_rows(fl, (UNCERTAIN,)),
+        "CHECK_BACK_DAMAGED": flag_rows(fl, (UNCERTAIN,)) & ~read_state,
         "REBUILD_STATETABLE": flag_rows(fl, _ST_CODES),
         "REVIEW_CONFLICTING_ENDS": flag_rows(fl, ("CONFLICTING_ENDS",)),
         "REVIEW_DUPLICATE_COMMIT": flag_rows(fl, ("DUPLICATE_COMMIT",)),
@@ -519,7 +569,7 @@ def recovery(transactions: pa.Table) -> pa.Table:
                       & (np.asarray(pc.list_value_length(t.column("open_copy_offsets"))) > 0)),
         "RESUME_DISCARDED": _np(pc.equal(state, DISCARDED)) & valid(t.column("discard_msg_id")),
         "REDRIVE_EXPIRED": _np(pc.equal(state, PREPARED)) & flag_rows(fl, _EXPIRED_CODES),
-        "REVIEW_EVIDENCE": flag_rows(fl, _EV_CODES),
+        "REVIEW_EVIDENCE": flag_rows(fl, _EV_CODES) | (flag_rows(fl, (UNCERTAIN,)) & read_state),
     }
     assert list(on) == list(RECOVERY_ACTIONS)
     cand = np.logical_or.reduce(list(on.values())) if len(t) else np.zeros(0, bool)
@@ -558,7 +608,8 @@ def recovery(transactions: pa.Table) -> pa.Table:
             ") with no commit or op", ""),
         "REDRIVE_EXPIRED": pc.binary_join_element_wise("PREPARED and ",
                                                        _filtered_join(fl, _EXPIRED_CODES, ", "), ""),
-        "REVIEW_EVIDENCE": pc.binary_join_element_wise("evidence: ", _filtered_join(fl, _EV_CODES, ", "), ""),
+        "REVIEW_EVIDENCE": pc.binary_join_element_wise("evidence: ", _filtered_join(fl, _EV_CODES + (UNCERTAIN,),
+                                                                                     ", "), ""),
     }
     parts = [pc.if_else(pa.array(on[a]), text[a], pa.nulls(n, pa.string())) for a in names]
     reason = pc.binary_join_element_wise(*parts, "; ", null_handling="skip")

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.read.indexed.checkpoint import checkpoint_gaps
 from jobs.read.indexed.holes import hole_gaps, queue_holes, queue_holes_of_frame
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
 from jobs.sources.formats import (
@@ -232,7 +233,8 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
-    gaps = queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes) if stores else []
+    gaps = (queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes)
+            + checkpoint_gaps(stores, ends)) if stores else []
     return IndexedPlan(gaps, units, driver_tables)
 
 
