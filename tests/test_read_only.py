@@ -109,6 +109,7 @@ WRITE_SITES_REVIEWED = {
     ("jobs/delta/sink.py", "_write_data_files"),
     ("jobs/delta/sink.py", "_commit_files"),        # Delta log under --out/<table>
     ("jobs/delta/sink.py", "_write_with_spark"),
+    ("jobs/delta/sink.py", "_create_with_spark"),   # the Spark writer creates a new table under --out first
     ("jobs/delta/sink.py", "retract_run"),
     ("jobs/demo.py", "run_demo"),                   # the demo's --out
     ("jobs/audit/guard.py", "out_lock"),                  # --out/.txaudit.lock
@@ -131,7 +132,7 @@ WRITE_SITES_REVIEWED = {
     ("txlog_io/java_baseline.py", "compile_baseline"),  # javac output under ~/.cache/txaudit-java
 }
 _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter", "write_deltalake", "touch",
-                 "create_table_with_add_actions", "create_write_transaction", "save"}
+                 "create_table_with_add_actions", "create_write_transaction", "save", "createIfNotExists"}
 _MODULE_CALLS = {"os": {"replace", "rename", "remove", "unlink", "ftruncate", "truncate", "makedirs", "mkdir",
                         "rmdir", "removedirs", "link", "symlink"},
                  "shutil": {"rmtree", "copy", "copy2", "copyfile", "copytree", "move"},
