@@ -15,6 +15,10 @@
 #
 # Spark options (--master, --conf k=v, --driver-memory, --executor-memory, --num-executors, --packages, --jars,
 # --py-files, --files, --driver-java-options, ...) may stand before or after the subcommand and go to spark-submit.
+# --with-jars delta[,s3a] (or env TXAUDIT_WITH_JARS=delta,s3a) adds the jars scripts/fetch-jars.sh put in
+# ${TXAUDIT_CACHE:-~/.cache/txaudit}/jars/<set>/ with --jars: `delta` = delta-spark (+ its session extension and
+# catalog, so delta.writer=auto|spark writes through Spark), `s3a` = hadoop-aws + the AWS SDK bundle (s3a://).
+# A requested set that was not fetched is exit 2 + one line; without --with-jars nothing is added.
 # The script bootstraps .venv, validates the job's arguments before any JVM starts (exit 2 + one line on error),
 # zips the project's packages for --py-files, points Log4j2 at conf/log4j2.properties and runs jobs/main.py.
 set -euo pipefail
@@ -34,7 +38,7 @@ usage() {
 }
 
 # spark-submit options that take a value / are flags
-VALUE_OPTS=" --master --deploy-mode --class --name --jars --packages --exclude-packages --repositories --py-files
+VALUE_OPTS=" --with-jars --master --deploy-mode --class --name --jars --packages --exclude-packages --repositories --py-files
  --files --archives --conf -c --properties-file --driver-memory --driver-java-options --driver-library-path
  --driver-class-path --driver-cores --executor-memory --executor-cores --total-executor-cores --num-executors
  --proxy-user --principal --keytab --queue --remote "
@@ -53,6 +57,8 @@ HAVE_EXTENSIONS=0
 DELTA_PACKAGE=0
 HAVE_NAME=0
 WANT_HELP=0
+USER_JARS=""
+WITH_JARS="${TXAUDIT_WITH_JARS:-}"
 
 spark_opt() {   # $1 = option, $2 = value
     case "$1" in
@@ -61,6 +67,8 @@ spark_opt() {   # $1 = option, $2 = value
         --files) USER_FILES="${USER_FILES:+$USER_FILES,}$2" ;;
         --driver-java-options) USER_DRIVER_JAVA="${USER_DRIVER_JAVA:+$USER_DRIVER_JAVA }$2" ;;
         --name) HAVE_NAME=1; SPARK_ARGS+=("$1" "$2") ;;
+        --jars) USER_JARS="${USER_JARS:+$USER_JARS,}$2" ;;
+        --with-jars) WITH_JARS="${WITH_JARS:+$WITH_JARS,}$2" ;;
         --packages)
             case "$2" in *io.delta:delta-spark*|*io.delta:delta-core*) DELTA_PACKAGE=1 ;; esac
             SPARK_ARGS+=("$1" "$2") ;;
@@ -74,6 +82,7 @@ spark_opt() {   # $1 = option, $2 = value
                 spark.executor.extraJavaOptions) USER_EXEC_JAVA="${USER_EXEC_JAVA:+$USER_EXEC_JAVA }$val" ;;
                 spark.driver.extraJavaOptions) USER_DRIVER_JAVA="${USER_DRIVER_JAVA:+$USER_DRIVER_JAVA }$val" ;;
                 spark.submit.pyFiles) USER_PYFILES="${USER_PYFILES:+$USER_PYFILES,}$val" ;;
+                spark.jars) USER_JARS="${USER_JARS:+$USER_JARS,}$val" ;;
                 *)
                     [ "$key" = spark.master ] && MASTER="$val"
                     [ "$key" = spark.ui.showConsoleProgress ] && HAVE_PROGRESS_CONF=1
@@ -155,6 +164,26 @@ if [ "$WANT_HELP" = 1 ]; then
     exec "$VENV_PY" "$ROOT/jobs/main.py" "$SUB" ${APP_ARGS[@]+"${APP_ARGS[@]}"}
 fi
 
+# --with-jars: the fetched jar sets (scripts/fetch-jars.sh), checked before any JVM starts
+JAR_CACHE="${TXAUDIT_CACHE:-$HOME/.cache/txaudit}/jars"
+CACHED_JARS=""
+SEEN_SETS=""
+DELTA_JARS=0
+IFS=',' read -r -a _sets <<<"$WITH_JARS"
+for set in ${_sets[@]+"${_sets[@]}"}; do
+    case "$set" in
+        "") continue ;;
+        delta) DELTA_JARS=1 ;;
+        s3a) ;;
+        *) usage_error "--with-jars: unknown jar set '$set' (expected delta, s3a)" ;;
+    esac
+    [ -f "$JAR_CACHE/$set/.complete" ] \
+        || usage_error "--with-jars $set: not fetched into $JAR_CACHE/$set (run scripts/fetch-jars.sh $set)"
+    case " $SEEN_SETS " in *" $set "*) continue ;; esac
+    SEEN_SETS="$SEEN_SETS $set"
+    for j in "$JAR_CACHE/$set"/*.jar; do CACHED_JARS="${CACHED_JARS:+$CACHED_JARS,}$j"; done
+done
+
 # pre-check: parse and validate the job's arguments without starting a JVM (exit 2 + one line on error)
 export TXAUDIT_CONF_DIR="${TXAUDIT_CONF_DIR:-$ROOT/conf}"
 "$VENV_PY" "$ROOT/jobs/main.py" --validate-only "$SUB" ${APP_ARGS[@]+"${APP_ARGS[@]}"} || exit $?
@@ -210,7 +239,9 @@ EXTRA=(--py-files "$PYZIP${USER_PYFILES:+,$USER_PYFILES}")
 [ -n "$FILES" ] && EXTRA+=(--files "$FILES")
 [ "$HAVE_NAME" = 1 ] || EXTRA+=(--name "txaudit-$SUB")
 [ "$HAVE_PROGRESS_CONF" = 1 ] || EXTRA+=(--conf spark.ui.showConsoleProgress=true)
-if [ "$DELTA_PACKAGE" = 1 ] && [ "$HAVE_EXTENSIONS" = 0 ]; then
+JARS="$CACHED_JARS${USER_JARS:+${CACHED_JARS:+,}$USER_JARS}"
+[ -n "$JARS" ] && EXTRA+=(--jars "$JARS")
+if { [ "$DELTA_PACKAGE" = 1 ] || [ "$DELTA_JARS" = 1 ]; } && [ "$HAVE_EXTENSIONS" = 0 ]; then
     EXTRA+=(--conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
             --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog)
 fi

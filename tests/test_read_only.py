@@ -115,6 +115,7 @@ WRITE_SITES_REVIEWED = {
     ("jobs/delta/sink.py", "_start"),               # Parquet data files under --out/<table>
     ("jobs/delta/sink.py", "_commit_files"),        # Delta log under --out/<table>
     ("jobs/delta/sink.py", "_write_with_spark"),
+    ("jobs/delta/sink.py", "_create_with_spark"),   # the Spark writer creates a new table under --out first
     ("jobs/delta/sink.py", "retract_run"),
     ("jobs/demo.py", "run_demo"),                   # the demo's --out
     ("jobs/audit/guard.py", "out_lock"),                  # --out/.txaudit.lock
@@ -152,7 +153,9 @@ _ANY_RECEIVER = {"write_bytes", "write_text", "mkdir", "unlink", "ParquetWriter"
                  "create_table_with_add_actions", "create_write_transaction", "save",
                  # object stores: pyarrow.fs and boto3 writes
                  "open_output_stream", "open_append_stream", "delete_file", "delete_dir", "delete_dir_contents",
-                 "create_dir", "copy_file", "put_object", "delete_object"}
+                 "create_dir", "copy_file", "put_object", "delete_object",
+                 # the Spark Delta writer
+                 "createIfNotExists"}
 _MODULE_CALLS = {"os": {"replace", "rename", "remove", "unlink", "ftruncate", "truncate", "makedirs", "mkdir",
                         "rmdir", "removedirs", "link", "symlink"},
                  "shutil": {"rmtree", "copy", "copy2", "copyfile", "copytree", "move"},

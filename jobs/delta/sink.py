@@ -14,8 +14,10 @@ Two writers, chosen automatically by :func:`write_table` (``writer="auto"``):
   ``DeltaTable.create_write_transaction(mode="overwrite", partition_filters=[("run_id", "=", run_id)])``,
   which removes the run's previous files and adds the new ones atomically).
 * **Spark Delta** (when the Delta Lake JVM classes are on the classpath *and* ``spark.sql.extensions``
-  contains ``DeltaSparkSessionExtension``):
-  ``df.write.format("delta").mode("overwrite").option("replaceWhere", ...)``.
+  contains ``DeltaSparkSessionExtension``): a new table is created first with the sink's schema (NOT NULL
+  columns, comments, description), then ``df.write.format("delta").mode("overwrite").option("replaceWhere",
+  ...)``.  It also writes URI roots (``s3a://``: any file system Hadoop resolves); the delta-rs writers take
+  local directories only.
 
 Guarantees (delta-rs writer; the Spark writer gives the same through Delta's own protocol):
 
@@ -572,9 +574,29 @@ def _sql_string(s: str) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _create_with_spark(spark, frame, root: str, table: Table, partition_by: Sequence[str]) -> None:
+    """Create the (empty) table the way the delta-rs writer does: NOT NULL columns, column comments, the table
+    comment as its description.  A DataFrame write that creates the table would make every column nullable
+    (Delta stores a new table's schema ``asNullable``).  Nothing happens when a table is at ``root``."""
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    if SparkDeltaTable.isDeltaTable(spark, root):
+        return
+    nullable = {f.name: f.nullable for f in arrow_schema_for(table)}
+    builder = SparkDeltaTable.createIfNotExists(spark).location(root)
+    for f in frame.schema.fields:
+        builder = builder.addColumn(f.name, f.dataType, nullable=nullable[f.name],
+                                    comment=f.metadata.get("comment"))
+    builder = builder.partitionedBy(*partition_by)
+    if table.comment:
+        builder = builder.comment(table.comment)
+    builder.execute()
+
+
 def _write_with_spark(df, root: str, table: Table, run_id: str, partition_by: Sequence[str],
                       run_date: _dt.date) -> tuple:
     frame = _prepare_frame(df, table, run_id, run_date)
+    _create_with_spark(frame.sparkSession, frame, root, table, partition_by)
     (frame.write.format("delta")
      .mode("overwrite")
      .option("replaceWhere", f"{RUN_ID} = {_sql_string(run_id)}")
@@ -582,19 +604,12 @@ def _write_with_spark(df, root: str, table: Table, run_id: str, partition_by: Se
      .option("userMetadata", json.dumps({"txaudit.run_id": run_id, "txaudit.table": table.name}))
      .partitionBy(*partition_by)
      .save(root))
-    rows = files = 0
-    version = -1
-    try:
-        from deltalake import DeltaTable
-
-        dt = DeltaTable(root)
-        version = dt.version()
-        metrics = (dt.history(1) or [{}])[0].get("operationMetrics") or {}
-        rows = int(metrics.get("numOutputRows", 0))
-        files = int(metrics.get("numFiles", metrics.get("numAddedFiles", 0)))
-    except Exception:  # noqa: BLE001 - metrics are informative only
-        pass
-    return rows, files, version
+    # the commit's own record, read through Spark (any file system Hadoop resolves, s3a:// included)
+    last = frame.sparkSession.sql(f"DESCRIBE HISTORY delta.`{root.replace('`', '``')}` LIMIT 1").collect()[0]
+    metrics = last["operationMetrics"] or {}
+    rows = int(metrics.get("numOutputRows", 0))
+    files = int(metrics.get("numFiles", metrics.get("numAddedFiles", 0)))
+    return rows, files, int(last["version"])
 
 
 # ------------------------------------------------------------------------------------------------------------
