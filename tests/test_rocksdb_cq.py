@@ -195,6 +195,20 @@ def test_discovery_lists_the_databases_queues_and_indexed_mode_plans_on_them():
     assert [(g[1], g[2]) for g in plan.gaps if g[3] == "DISPATCH_LAG"] == [(41237, 1 << 20)]
 
 
+def test_relevant_record_estimate_counts_the_databases_transaction_units(tmp_path):
+    """Full mode's up-front bound (jobs/read/estimate) counts a RocksDB queue's units off its listing (the
+    database directory is no consume-queue file to bisect): the half, op and discard queues' 44 + 4 + 6 units,
+    the units read straight from the database."""
+    from jobs.read.estimate import min_relevant_records, written_units
+    from jobs.sources.formats import store_listing
+    from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS
+
+    direct = sum(1 for b, _ in R.read_units(DB) for t in b.column("topic").to_pylist() if t in TX_SYSTEM_TOPICS)
+    assert direct == 54
+    assert min_relevant_records([store_listing(str(STORE), None)]) == direct
+    assert written_units(str(tmp_path), 4096) == 0          # a directory where a file was expected: no units
+
+
 def test_split_queue_reads_every_unit_once():
     """A queue cut into slices at any byte boundaries (as ``split_bytes`` cuts a big queue) reads each unit
     exactly once: a slice owns the units whose virtual position (28 bytes each) starts in it."""

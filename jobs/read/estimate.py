@@ -10,7 +10,9 @@ the question up front, with a few positional reads per queue:
   (ConsumeQueue.putMessagePositionInfo for each dispatched record of those topics), and each of those records
   is transaction-relevant (a transaction system topic): the units of those queues are a lower bound of the
   rows (commit records and undispatched records come on top);
-* a queue's units: the files before the last are full (``mapedFileSizeConsumeQueue`` / 20 units each, the
+* a RocksDB consume queue (5.x ``storeType=defaultRocksDB``) is listed as one ``FileInfo`` spanning exactly
+  its units (``rocksdb_cq.CQ_UNIT_SIZE`` virtual bytes each): its count is read off the listing;
+* a file queue's units: the files before the last are full (``mapedFileSizeConsumeQueue`` / 20 units each, the
   file name being the first unit's byte offset); in the last one the written units are followed by zeros
   (the mapped file is preallocated), so the first all-zero unit is found by bisection -- about 20 reads of
   20 bytes.
@@ -26,6 +28,7 @@ from typing import Iterable, Sequence
 from txlog_io import readstats
 from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS
 from txlog_io.consumequeue import CQ_UNIT_SIZE
+from txlog_io.rocksdb_cq import CQ_UNIT_SIZE as ROCKSDB_UNIT_SIZE
 
 #: the 4.3+ transaction system topics whose every dispatched record has a consume-queue unit
 QUEUE_TOPICS = TX_SYSTEM_TOPICS
@@ -51,6 +54,8 @@ def written_units(path: str, size: int) -> int:
                 hi = mid
             else:
                 lo = mid + 1
+    except OSError:                 # not a readable file (a directory, an I/O error): a lower bound stays one
+        return lo
     finally:
         os.close(fd)
     return lo
@@ -61,6 +66,8 @@ def queue_units(files: Sequence) -> int:
     if not files:
         return 0
     first, last = files[0], files[-1]
+    if last.rocksdb:                # a RocksDB queue: its FileInfo spans exactly the queue's units
+        return sum(f.size // ROCKSDB_UNIT_SIZE for f in files)
     return max(0, (last.base_offset - first.base_offset) // CQ_UNIT_SIZE) + written_units(last.path, last.size)
 
 
