@@ -211,6 +211,23 @@ def _acl_or_error(base: Path, life) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def _wait_route(namesrv: str, topic: str, timeout: float = 90) -> None:
+    """A topic created on a broker reaches the NameServer with the broker's next registration (5.3.3 may send
+    it a while after UPDATE_AND_CREATE_TOPIC answered): wait until the NameServer routes it."""
+    from jobs.recover.wire import Remote
+    from txlog_io import remoting as R
+
+    end = time.monotonic() + timeout
+    while True:
+        resp = Remote(10).call(namesrv, R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"})
+        if resp.code == R.SUCCESS:
+            return
+        if time.monotonic() > end:
+            raise rb.HarnessError(f"NameServer {namesrv} still has no route for {topic} after {timeout:.0f} s: "
+                                  f"code {resp.code} {resp.remark}")
+        time.sleep(0.5)
+
+
 def _acl_steps(base: Path, life):
     """A second broker of the version, named like the first, with ACL on; TopicRbTx created on it with a
     signed UPDATE_AND_CREATE_TOPIC (our own codec, right credentials).  ``recover`` runs on a copy of the
@@ -232,6 +249,8 @@ def _acl_steps(base: Path, life):
                  "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}
         steps["unsigned_create"] = Remote(10).call(addr, R.UPDATE_AND_CREATE_TOPIC, topic)
         steps["create"] = Remote(10, R.Credentials(ACL_AK, ACL_SK)).call(addr, R.UPDATE_AND_CREATE_TOPIC, topic)
+        if steps["create"].code == R.SUCCESS:
+            _wait_route(c.namesrv_addr, topic["topic"])
         common = ["recover", "--out", str(nolog), "--run-id", "a1", "--broker", name, "--namesrv",
                   c.namesrv_addr, "--live-broker", "broker-a", "--decisions", str(base / f"decisions-{name}.txt")]
         env = dict(os.environ, TXAUDIT_ACL_ACCESS_KEY=ACL_AK, TXAUDIT_ACL_SECRET_KEY=ACL_SK + "-wrong")

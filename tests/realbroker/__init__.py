@@ -347,6 +347,9 @@ class Cluster:
             "transactionTimeOut": str(TX_TIMEOUT_MS),
             "transactionCheckInterval": str(TX_CHECK_INTERVAL_MS),
             "transactionCheckMax": str(TX_CHECK_MAX),
+            # BrokerFastFailure answers a send that waited longer than this in the send queue with
+            # [TIMEOUT_CLEAN_QUEUE] "broker busy" (default 200 ms): a loaded test machine is not a busy broker
+            "waitTimeMillsInSendQueue": "10000",
         }
         if self.version.startswith("5."):
             # 5.x writes op records in batches every transactionOpBatchInterval (default 3000 ms); with a 1 s
