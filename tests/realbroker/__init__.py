@@ -164,6 +164,17 @@ def free_port_block(width: int, lo: Optional[int] = None, hi: Optional[int] = No
 PORT_ATTEMPTS = 3
 
 
+#: A broker refuses every put once its disk partition is fuller than a ratio, whatever the store's own size:
+#: 4.9.8 answers SERVICE_NOT_AVAILABLE ("disk is full", DefaultMessageStore's diskSpaceWarningLevelRatio,
+#: system property, default 0.90), DLedger answers OS_PAGE_CACHE_BUSY ("[PC_SYNCHRONIZED] broker busy":
+#: DLedgerConfig's disk-full ratio is dledger.disk.ratio.clean + 0.05, default 0.90), and past
+#: diskSpaceCleanForciblyRatio (0.85) the cleaner deletes files early.  The test stores are a few MiB; a
+#: machine whose disk is 90 % full (a CI host, a developer's laptop) must not turn into refused sends.
+DISK_FULL_PROPS = ("-Drocketmq.broker.diskSpaceWarningLevelRatio=0.99",
+                   "-Drocketmq.broker.diskSpaceCleanForciblyRatio=0.99",
+                   "-Ddledger.disk.ratio.check=0.94", "-Ddledger.disk.ratio.clean=0.94")
+
+
 @dataclass
 class Proc:
     """One JVM in its own process group."""
@@ -286,7 +297,7 @@ class Cluster:
                 "-XX:MaxDirectMemorySize=256m",
                 "-Xss512k", f"-Duser.home={self.home}", f"-Drocketmq.home.dir={self.home}",
                 f"-Drocketmq.client.logRoot={self.logs}", "-Drocketmq.client.logLevel=WARN",
-                "-Djava.net.preferIPv4Stack=true", "-Dfile.encoding=UTF-8", *JDK17_OPENS,
+                "-Djava.net.preferIPv4Stack=true", "-Dfile.encoding=UTF-8", *DISK_FULL_PROPS, *JDK17_OPENS,
                 "-cp", classpath(self.lib, *cp_extra), main, *args]
 
     @property
@@ -350,11 +361,15 @@ class Cluster:
             # BrokerFastFailure answers a send that waited longer than this in the send queue with
             # [TIMEOUT_CLEAN_QUEUE] "broker busy" (default 200 ms): a loaded test machine is not a busy broker
             "waitTimeMillsInSendQueue": "10000",
+            # a test machine's disk is shared with everything else on it: see DISK_FULL_PROPS
+            "diskMaxUsedSpaceRatio": "95",
         }
         if self.version.startswith("5."):
             # 5.x writes op records in batches every transactionOpBatchInterval (default 3000 ms); with a 1 s
             # transactionTimeOut the check service would re-check (and re-commit) resolved halves meanwhile
             lines["transactionOpBatchInterval"] = str(OP_BATCH_INTERVAL_MS)
+            lines["diskSpaceWarningLevelRatio"] = "99"         # 5.x: MessageStoreConfig keys (percent)
+            lines["diskSpaceCleanForciblyRatio"] = "99"
         lines.update(self.tx_settings)
         if self.dledger:
             lines.pop("storePathCommitLog")
