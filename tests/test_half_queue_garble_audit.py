@@ -1,0 +1,96 @@
+"""A garbled or zeroed half consume queue never costs a transaction in indexed mode (the CommitLog decides
+existence, the queue only points into it), on copies of the real-broker 5.3.3 fixture and of a reference-broker store:
+
+* ``garbled_head``: random bytes over the half queue's first 50 units from byte 9 on (unit 0's CommitLog
+  offset intact, its size and every later unit random: most are BAD_CQ_ENTRY, the others decode to offsets
+  far past the CommitLog) -- the campaign's ``random_block`` mutants of the half queue;
+* ``flipped``: one bit flipped in the most significant byte of unit 9's CommitLog offset (a unit that
+  decodes, points past the CommitLog, and leaves no queue offset missing);
+* ``zeroed_head``: the first 10 units zeroed;
+* ``rb_garbled_head``: a reference-broker 5.1+ store (30 transactions, crashes) with random bytes over its half
+  queue's bytes 9-3274, the damage of the audit campaign's mutant m00175 (seed 1) with other random bytes.
+
+Each must give every transaction full mode's state, and name the queue's file and byte position in an
+INDEX_INCOMPLETE finding.  Without ``jobs.read.indexed.holes.anchors`` indexed mode dropped transactions whose
+halves are intact in the CommitLog (the garbled units' neighbours anchored no scan)."""
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from refbroker.systopics import HALF_TOPIC
+
+pytestmark = pytest.mark.spark
+FIXTURE = Path(__file__).parent / "data" / "fixtures" / "rocketmq-5.3.3" / "store"
+QUEUE = Path("consumequeue") / HALF_TOPIC / "0" / "00000000000000000000"
+
+
+def _damage(data: bytearray, case: str) -> None:
+    if case == "garbled_head":
+        data[9:1009] = random.Random(175).randbytes(1000)
+    elif case == "rb_garbled_head":
+        data[9:3274] = random.Random(175).randbytes(3265)
+    elif case == "flipped":
+        data[9 * 20] ^= 0x10
+    else:
+        data[:200] = bytes(200)
+
+
+CASES = ("garbled_head", "flipped", "zeroed_head")
+RB_CASES = ("rb_garbled_head",)
+
+
+@pytest.fixture(scope="module")
+def audits(spark, tmp_path_factory):
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import reconstruct
+
+    from refbroker.generate import generate
+
+    base = tmp_path_factory.mktemp("half-garble")
+    rb = generate("5.1+", "crashy", 30, 7, base / "gen", commitlog_file_size=128 * 1024, cq_file_units=300).store_dir
+    roots = {"intact": str(FIXTURE), "rb_intact": str(rb)}
+    for case in CASES + RB_CASES:
+        shutil.copytree(rb if case in RB_CASES else FIXTURE, base / case)
+        f = base / case / QUEUE
+        data = bytearray(f.read_bytes())
+        _damage(data, case)
+        f.unlink()
+        f.write_bytes(bytes(data))
+        roots[case] = str(base / case)
+    out = {}
+    for mode in ("full", "indexed"):
+        frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
+        result = reconstruct(frames, None, local=True)
+        out[mode] = {t: result.arrow[t].to_pylist() for t in ("transactions", "anomalies")}
+    return out
+
+
+def _states(audit, broker):
+    return {t["transaction_key"]: t["state"] for t in audit["transactions"] if t["broker"] == broker}
+
+
+def _holes(audit, broker):
+    return [a for a in audit["anomalies"] if a["broker"] == broker and a["code"] == "INDEX_INCOMPLETE"
+            and "QUEUE_UNITS_MISSING" in a["detail"]]
+
+
+def test_a_garbled_half_queue_costs_no_transaction_in_indexed_mode(audits):
+    full, indexed = audits["full"], audits["indexed"]
+    truth = _states(full, "intact")
+    assert len(truth) == 52 and _states(indexed, "intact") == truth
+    assert not _holes(indexed, "intact")
+    rb_truth = _states(full, "rb_intact")
+    assert len(rb_truth) == 30 and _states(indexed, "rb_intact") == rb_truth
+    assert not _holes(indexed, "rb_intact")
+    for case in CASES + RB_CASES:
+        truth = rb_truth if case in RB_CASES else _states(full, "intact")
+        got = _states(indexed, case)
+        assert _states(full, case) == truth, case
+        assert got == truth, (case, len(got), {k: (got.get(k), v) for k, v in truth.items() if got.get(k) != v})
+    for case, where in (("garbled_head", "byte 0"), ("flipped", "byte 180"), ("rb_garbled_head", "byte 0")):
+        named = [a for a in _holes(indexed, case) if f"{QUEUE} {where}" in a["detail"].replace("\\", "/")]
+        assert named, (case, _holes(indexed, case))
