@@ -8,7 +8,9 @@ existence, the queue only points into it), on copies of the real-broker 5.3.3 fi
   decodes, points past the CommitLog, and leaves no queue offset missing);
 * ``zeroed_head``: the first 10 units zeroed;
 * ``rb_garbled_head``: a reference-broker 5.1+ store (30 transactions, crashes) with random bytes over its half
-  queue's bytes 9-3274, the damage of the audit campaign's mutant m00175 (seed 1) with other random bytes.
+  queue's bytes 9-3274, the damage of the audit campaign's mutant m00175 (seed 1) with other random bytes;
+* ``rb_zeroed_page``: that store's half queue file's first 4 KiB zeroed (every unit it has: mutants m00475,
+  m00808): a queue whose files hold no unit.
 
 Each must give every transaction full mode's state, and name the queue's file and byte position in an
 INDEX_INCOMPLETE finding.  Without ``jobs.read.indexed.holes.anchors`` indexed mode dropped transactions whose
@@ -33,6 +35,8 @@ def _damage(data: bytearray, case: str) -> None:
         data[9:1009] = random.Random(175).randbytes(1000)
     elif case == "rb_garbled_head":
         data[9:3274] = random.Random(175).randbytes(3265)
+    elif case == "rb_zeroed_page":
+        data[:4096] = bytes(4096)
     elif case == "flipped":
         data[9 * 20] ^= 0x10
     else:
@@ -40,7 +44,7 @@ def _damage(data: bytearray, case: str) -> None:
 
 
 CASES = ("garbled_head", "flipped", "zeroed_head")
-RB_CASES = ("rb_garbled_head",)
+RB_CASES = ("rb_garbled_head", "rb_zeroed_page")
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +98,5 @@ def test_a_garbled_half_queue_costs_no_transaction_in_indexed_mode(audits):
     for case, where in (("garbled_head", "byte 0"), ("flipped", "byte 180"), ("rb_garbled_head", "byte 0")):
         named = [a for a in _holes(indexed, case) if f"{QUEUE} {where}" in a["detail"].replace("\\", "/")]
         assert named, (case, _holes(indexed, case))
+    whole = [a for a in _holes(indexed, "rb_zeroed_page") if "hold no unit" in a["detail"]]
+    assert len(whole) == 1 and f"{QUEUE} byte 0" in whole[0]["detail"].replace("\\", "/"), whole

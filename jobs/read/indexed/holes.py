@@ -260,4 +260,26 @@ def hole_gaps(stores, holes: Sequence[dict]) -> List[tuple]:
     return rows
 
 
-__all__ = ["GAP_QUEUE_HOLE", "anchors", "commitlog_ends", "make_hole", "anchored_frame", "queue_holes", "queue_holes_of_frame", "hole_gaps"]
+def empty_queue_gaps(stores, seen: set) -> List[tuple]:
+    """``QUEUE_UNITS_MISSING`` gap rows (GAPS_SCHEMA) of the transaction queues whose files hold no unit at
+    all (every unit zeroed, or rejected as impossible): ``seen`` are the (broker, topic, queue_id) that gave
+    a unit, sound or garbled.  RocketMQ creates a queue's file to write a unit into it and never deletes a
+    queue's last file, so such a queue lost every unit it had: its records are searched in the whole
+    CommitLog."""
+    rows: List[tuple] = []
+    for s in stores:
+        if not s.commitlog_files:
+            continue
+        for path in s.queue_tails:
+            parts = os.path.normpath(path).split(os.sep)
+            topic, qid = parts[-3], parts[-2]
+            if topic not in TX_SYSTEM_TOPICS or not qid.isdigit() or (s.broker, topic, int(qid)) in seen:
+                continue
+            rows.append((s.broker, int(s.commitlog_files[0][1]),
+                         int(s.commitlog_files[-1][1] + s.commitlog_files[-1][2]), GAP_QUEUE_HOLE,
+                         f"{topic}/{qid}", f"the queue's files hold no unit (zeroed or garbled); {path} byte 0",
+                         os.path.join(s.root, "consumequeue")))
+    return rows
+
+
+__all__ = ["GAP_QUEUE_HOLE", "anchors", "empty_queue_gaps", "commitlog_ends", "make_hole", "anchored_frame", "queue_holes", "queue_holes_of_frame", "hole_gaps"]

@@ -35,6 +35,7 @@ from jobs.read.indexed.holes import (
     anchored_frame,
     anchors,
     commitlog_ends,
+    empty_queue_gaps,
     hole_gaps,
     queue_holes,
     queue_holes_of_frame,
@@ -248,7 +249,9 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
+    seen = {(q["broker"], q["topic"], q["queue_id"]) for q in [*extremes, *holes]}
     gaps = (queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes)
+            + empty_queue_gaps(stores, seen)
             + checkpoint_gaps(stores, ends)) if stores else []
     return IndexedPlan(gaps, units, driver_tables)
 
