@@ -51,7 +51,6 @@ RB_CASES = ("rb_garbled_head", "rb_zeroed_page")
 def audits(spark, tmp_path_factory):
     from jobs.read.frames import load_store_frames
     from jobs.reconstruct.spark import reconstruct
-
     from refbroker.generate import generate
 
     base = tmp_path_factory.mktemp("half-garble")
@@ -65,7 +64,7 @@ def audits(spark, tmp_path_factory):
         f.unlink()
         f.write_bytes(bytes(data))
         roots[case] = str(base / case)
-    out = {}
+    out = {"roots": roots}
     for mode in ("full", "indexed"):
         frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
         result = reconstruct(frames, None, local=True)
@@ -100,3 +99,35 @@ def test_a_garbled_half_queue_costs_no_transaction_in_indexed_mode(audits):
         assert named, (case, _holes(indexed, case))
     whole = [a for a in _holes(indexed, "rb_zeroed_page") if "hold no unit" in a["detail"]]
     assert len(whole) == 1 and f"{QUEUE} byte 0" in whole[0]["detail"].replace("\\", "/"), whole
+
+
+def test_garbled_units_by_spark_equal_the_driver_s(spark, audits):
+    """The Spark path of large queues (``anchored_frame``, ``queue_holes_of_frame``) finds the sound units and
+    holes the driver path finds, on the damaged half queues above."""
+    import pyarrow as pa
+
+    from jobs.read.indexed.holes import anchored_frame, queue_holes, queue_holes_of_frame
+    from jobs.read.indexed.plan import anchored_units, extremes_of_frame, extremes_of_units
+    from jobs.read.stores import store_info
+    from txlog_io.consumequeue import decode_consumequeue
+
+    roots = audits["roots"]
+    stores = [store_info(b, roots[b], None) for b in CASES + RB_CASES]
+    tables = []
+    for s in stores:
+        path = str(Path(s.root) / QUEUE)
+        for batch, _ in decode_consumequeue(path, topic=HALF_TOPIC, queue_id=0):
+            if batch is not None and batch.num_rows:
+                t = pa.Table.from_batches([batch])
+                tables.append(t.add_column(0, "broker", pa.array([s.broker] * t.num_rows, pa.string())))
+    units = pa.concat_tables(tables)
+    frame = spark.createDataFrame(units.to_pandas())
+    key = lambda h: (h["broker"], h["first"])  # noqa: E731
+    driver = sorted(queue_holes(units, stores), key=key)
+    assert {h["broker"] for h in driver} == {"garbled_head", "flipped", "rb_garbled_head"}
+    assert driver == sorted(({k: (int(v) if isinstance(v, int) else v) for k, v in h.items()}
+                             for h in queue_holes_of_frame(frame, stores)), key=key)
+    by = lambda q: (q["broker"], q["topic"], q["queue_id"])  # noqa: E731
+    assert sorted(extremes_of_units(anchored_units(units, stores)), key=by) == sorted(
+        ({k: (int(v) if isinstance(v, int) else v) for k, v in q.items()}
+         for q in extremes_of_frame(anchored_frame(frame, stores).where("anchor"))), key=by)
