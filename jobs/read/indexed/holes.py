@@ -42,18 +42,26 @@ def anchors(units: pa.Table, clog_end: Optional[Dict[str, int]] = None) -> np.nd
     n = units.num_rows
     if n == 0:
         return np.zeros(0, bool)
-    key = [units.column(c).to_pylist() for c in ("broker", "topic", "queue_id")]
     p = units.column("commitlog_offset").to_numpy(zero_copy_only=False).astype(np.int64)
     s = units.column("size").to_numpy(zero_copy_only=False).astype(np.int64)
     end = p + s
-    ends = np.array([(clog_end or {}).get(b, np.iinfo(np.int64).max) for b in key[0]], np.int64)
+    ends = np.full(n, np.iinfo(np.int64).max, np.int64)
+    brokers = units.column("broker")
+    for b, e in (clog_end or {}).items():
+        ends[pc.equal(brokers, b).to_numpy(zero_copy_only=False)] = e
     ok = (p >= 0) & (s > 0) & (end <= ends)
     valid = np.flatnonzero(ok)
-    same = [i > 0 and all(k[valid[i]] == k[valid[i - 1]] for k in key) for i in range(len(valid))]
-    for j in range(1, len(valid)):
-        a, b = valid[j - 1], valid[j]
-        if same[j] and end[a] > p[b] and not (p[a] == p[b] and s[a] == s[b]):
-            ok[a] = ok[b] = False       # one of the two is garbled: neither vouches for its record
+    if len(valid) < 2:
+        return ok
+    same = np.ones(len(valid) - 1, bool)           # consecutive sound-looking units of one queue
+    for c in ("broker", "topic", "queue_id"):
+        col = units.column(c).take(pa.array(valid)).combine_chunks()
+        same &= pc.equal(col.slice(1), col.slice(0, len(valid) - 1)).to_numpy(zero_copy_only=False)
+    pv, sv, ev = p[valid], s[valid], end[valid]
+    repeat = (pv[:-1] == pv[1:]) & (sv[:-1] == sv[1:])
+    clash = same & (ev[:-1] > pv[1:]) & ~repeat      # one of the two is garbled: neither vouches for its record
+    ok[valid[:-1][clash]] = False
+    ok[valid[1:][clash]] = False
     return ok
 
 
@@ -95,7 +103,8 @@ def queue_holes(units: pa.Table, stores: Sequence = ()) -> List[dict]:
         if i == t.num_rows:
             break
         if ok[i]:
-            out += make_hole(key, unit(prev), unit(i), _run(run, unit))
+            if run or (prev is not None and cols["queue_offset"][i] != cols["queue_offset"][prev] + 1):
+                out += make_hole(key, unit(prev), unit(i), _run(run, unit))
             prev, run = i, []
         else:
             run.append(i)
