@@ -165,7 +165,44 @@ def test_a_hole_in_a_queue_is_scanned_and_named():
     assert by[f"{OP_TOPIC}/0"][:4] == ("b", 1010, 1020, GAP_QUEUE_HOLE)
     assert "queue offset 1 has no unit" in by[f"{OP_TOPIC}/0"][5]
     assert GAP_QUEUE_HOLE not in ORDINARY_GAPS and len(gap_anomalies(rows)) == 2
-    # contiguous queues, or units out of CommitLog order: no row
+    # contiguous queues: no row; units out of CommitLog order vouch for nothing: scanned from the CommitLog's
+    # start (no sound unit before them) to its end (none after)
     assert queue_holes(_units([("b", HALF_TOPIC, 0, q, 100 * q, 50) for q in range(5)])) == []
-    assert hole_gaps([_store()], queue_holes(_units([("b", HALF_TOPIC, 0, 0, 900, 50),
-                                                     ("b", HALF_TOPIC, 0, 3, 100, 50)]))) == []
+    assert [r[:4] for r in hole_gaps([_store()], queue_holes(_units([("b", HALF_TOPIC, 0, 0, 900, 50),
+                                                                    ("b", HALF_TOPIC, 0, 3, 100, 50)])))] == [
+        ("b", 0, CLOG, GAP_QUEUE_HOLE)]
+
+
+def test_garbled_units_vouch_for_nothing():
+    """A unit pointing past the CommitLog, or contradicting its neighbour's CommitLog order, is no anchor:
+    the queue offsets around it read as missing (at the head of the queue too), and retained units whose
+    records were deleted, or a unit repeated with its record, change nothing."""
+    from jobs.read.indexed.holes import GAP_QUEUE_HOLE, hole_gaps, queue_holes
+    from jobs.read.indexed.plan import anchored_units, extremes_of_units
+
+    def units(ps):
+        rows = _units([("b", HALF_TOPIC, 0, q, p, 50) for q, p in ps])
+        files = pa.array([f"/s/consumequeue/{HALF_TOPIC}/0/00000000000000000000"] * rows.num_rows)
+        return rows.append_column("file", files).append_column(
+            "file_position", pa.array([20 * q for q, _ in ps], pa.int64()))
+
+    store = _store()
+    head = units([(0, 1 << 62), (1, CLOG + 5)] + [(q, 100 * q) for q in range(2, 6)])
+    assert [r[1:4] for r in hole_gaps([store], queue_holes(head, [store]))] == [(0, 200, GAP_QUEUE_HOLE)]
+    detail = hole_gaps([store], queue_holes(head, [store]))[0][5]
+    assert "queue offsets 0..1 have no unit before unit 2" in detail and "00000000000000000000 byte 0" in detail
+    assert extremes_of_units(anchored_units(head, [store]))[0]["q_first"] == 2
+    middle = units([(q, 900 if q == 3 else 100 * q) for q in range(8)])
+    got = hole_gaps([store], queue_holes(middle, [store]))
+    assert [r[1:3] for r in got] == [(250, 500)] and "byte 60" in got[0][5]
+    tail = units([(q, 100 * q) for q in range(4)] + [(4, -1 & 0x7FFFFFFFFFFF)])
+    assert [r[1:3] for r in hole_gaps([store], queue_holes(tail, [store]))] == [(350, CLOG)]
+    sound = [(q, 100 * q) for q in range(6)]
+    assert queue_holes(units(sound + sound[2:4]), [store]) == []
+    assert queue_holes(units([(q, 100 * q) for q in range(5)]), [_store_from(200)]) == []
+
+
+def _store_from(start: int) -> StoreInfo:
+    return StoreInfo(broker="b", root="/s", commitlog_files=(("/s/commitlog/x", start, CLOG),),
+                     consume_queues=2, tx_half_topic=True, statetable_files=0, redolog_files=0,
+                     abort_present=False, consumequeue_rocksdb=False, discovery_anomalies=0)

@@ -1,7 +1,7 @@
 """``txlog-bench fuzz --audit``: whole-store mutants, audited in full and indexed mode against the intact store.
 
     txlog-bench fuzz --audit [--cases N] [--seed S] [--batch B] [--timeout SECONDS] [--modes full,indexed]
-                             [--no-refbroker] [--transactions T] [--work DIR] [--table-md]
+                             [--no-refbroker] [--transactions T] [--work DIR] [--table-md] [--only m00175,...]
 
 Sources: copies of the real-broker fixtures (tests/data/fixtures: 3.1.4, 4.9.8, 5.3.3, the 4.9.8 DLedger
 stores) and, unless ``--no-refbroker``, reference-broker stores (scenario ``crashy``) of every profile with a
@@ -208,9 +208,11 @@ class Batches:
 
 
 def campaign(sources: Dict[str, Source], cases: int, seed: int, batch: int, runner: Batches, scratch: Path,
-             progress: bool = True) -> Tuple[Dict[str, Counter], Dict[str, Counter], Dict[str, List[str]]]:
+             progress: bool = True, only: frozenset = frozenset(),
+             ) -> Tuple[Dict[str, Counter], Dict[str, Counter], Dict[str, List[str]]]:
     """Mutate ``cases`` mutants (round-robin over ``sources``), audit them in batches; (per class, per source,
-    examples)."""
+    examples).  ``only``: mutant names to audit (the others are still drawn, so that a seed's mutants are
+    the same ones, and removed at once): a run's listed mutants replayed."""
     rng = random.Random(seed)
     labels = sorted(sources)
     by_class: Dict[str, Counter] = defaultdict(Counter)
@@ -223,7 +225,13 @@ def campaign(sources: Dict[str, Source], cases: int, seed: int, batch: int, runn
         for i in range(start, min(cases, start + batch)):
             src = sources[labels[i % len(labels)]]
             cls = rng.choice(src.classes())
-            mutants.append(mutate(src, f"m{i:05d}", bdir / f"m{i:05d}", cls, rng))
+            m = mutate(src, f"m{i:05d}", bdir / f"m{i:05d}", cls, rng)
+            if only and m.name not in only:
+                shutil.rmtree(m.root, ignore_errors=True)
+                continue
+            mutants.append(m)
+        if not mutants:
+            continue
         for group, status, result in runner.run(sources, mutants):
             for m in group:
                 c = Counter(mutants=1)
@@ -288,6 +296,8 @@ def main(argv=None) -> int:
     p.add_argument("--transactions", type=int, default=30, help="transactions per reference-broker store")
     p.add_argument("--work", help="work directory (default: a temporary one, removed afterwards)")
     p.add_argument("--table-md", action="store_true", help="also print the tables as Markdown")
+    p.add_argument("--only", default="",
+                   help="comma-separated mutant names (m00175,...) to audit: the same seed's mutants replayed")
     args = p.parse_args(argv)
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if args.cases < 1 or args.batch < 1 or not modes or not set(modes) <= set(MODES):
@@ -305,7 +315,9 @@ def main(argv=None) -> int:
         runner = Batches(work, modes, timeout, log=lambda s: print(s, file=sys.stderr, flush=True))
         scratch = work / "mutants"
         shutil.rmtree(scratch, ignore_errors=True)
-        by_class, by_source, examples = campaign(sources, args.cases, args.seed, args.batch, runner, scratch)
+        only = frozenset(n.strip() for n in args.only.split(",") if n.strip())
+        by_class, by_source, examples = campaign(sources, args.cases, args.seed, args.batch, runner, scratch,
+                                                 only=only)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -31,7 +31,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.read.indexed.checkpoint import checkpoint_gaps
-from jobs.read.indexed.holes import hole_gaps, queue_holes, queue_holes_of_frame
+from jobs.read.indexed.holes import (
+    anchored_frame,
+    anchors,
+    commitlog_ends,
+    empty_queue_gaps,
+    hole_gaps,
+    queue_holes,
+    queue_holes_of_frame,
+)
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
 from jobs.sources.formats import (
     CONSUMEQUEUE_FORMAT,
@@ -99,6 +107,14 @@ def extremes_of_units(units: pa.Table) -> List[dict]:
                                  r["queue_offset_last"], r["commitlog_offset_first"], r["p_end_last"]),
                      strict=True))
             for r in agg.to_pylist()]
+
+
+def anchored_units(units: pa.Table, stores) -> pa.Table:
+    """The rows of ``units`` that vouch for a record (``jobs.read.indexed.holes.anchors``): a garbled unit
+    neither opens nor closes its queue."""
+    t = units.sort_by([("broker", "ascending"), ("topic", "ascending"), ("queue_id", "ascending"),
+                       ("queue_offset", "ascending")])
+    return t.filter(pa.array(anchors(t, commitlog_ends(stores))))
 
 
 def extremes_of_frame(units) -> List[dict]:
@@ -212,13 +228,13 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
         units = driver_table(CONSUMEQUEUE_FORMAT,
                              opts_for(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS)))
         mine = units.filter(pc.is_in(units.column("broker"), pa.array(sorted(brokers), pa.string())))
-        extremes, holes = extremes_of_units(mine), queue_holes(mine)
+        extremes, holes = extremes_of_units(anchored_units(mine, stores)), queue_holes(mine, stores)
     else:
         from pyspark.sql import functions as F
 
         mine = tx_queues.where(F.col("broker").isin(*brokers)) if brokers else None
-        extremes = extremes_of_frame(mine) if brokers else []
-        holes = queue_holes_of_frame(mine) if brokers else []
+        extremes = extremes_of_frame(anchored_frame(mine, stores).where("anchor")) if brokers else []
+        holes = queue_holes_of_frame(mine, stores) if brokers else []
     ends = dispatch_ends(stores)
     driver_tables = None
     if any(s.statetable_files or s.redolog_files for s in stores):
@@ -233,7 +249,9 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
+    seen = {(q["broker"], q["topic"], q["queue_id"]) for q in [*extremes, *holes]}
     gaps = (queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes)
+            + empty_queue_gaps(stores, seen)
             + checkpoint_gaps(stores, ends)) if stores else []
     return IndexedPlan(gaps, units, driver_tables)
 
