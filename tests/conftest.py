@@ -43,3 +43,24 @@ def spark():
     })
     yield session
     session.stop()
+
+
+#: test_realbroker's module once its broker runs were started in the background (see its start_early)
+_REALBROKER_EARLY = []
+
+
+def pytest_collection_finish(session):
+    """The real-broker runs, minutes of brokers waiting on their timers, start as soon as the tests are
+    collected and overlap the rest of the suite (test_realbroker's fixture then only waits for them)."""
+    if session.config.option.collectonly or os.environ.get("TXAUDIT_REALBROKER_EARLY", "1") == "0":
+        return
+    for item in session.items:
+        if Path(str(item.path)).name == "test_realbroker.py" and hasattr(item.module, "start_early"):
+            item.module.start_early(session)
+            _REALBROKER_EARLY.append(item.module)
+            return
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for module in _REALBROKER_EARLY:
+        module.stop_early()

@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import List, Optional
 
 import pytest
 from conftest import ROOT
@@ -55,35 +57,35 @@ class Runs:
         self.timings = {}
 
 
-@pytest.fixture(scope="session")
-def realbroker_runs(request, tmp_path_factory) -> Runs:
-    # only the scenarios whose tests were selected (-k, node ids) get a broker run
+def selected_names(items) -> set:
+    """The broker runs the collected tests need (``-k`` and node ids select scenarios); a RocksDB run is
+    compared with its file consume-queue twin, so both run when either is selected."""
+    here = Path(__file__).name
     selected = {broker_name(it.callspec.params["version"], it.callspec.params["scenario"])
-                for it in request.session.items
+                for it in items
                 if hasattr(it, "callspec") and {"version", "scenario"} <= it.callspec.params.keys()
-                and Path(str(it.path)).name == Path(__file__).name}
-    # a RocksDB run is compared with its file consume-queue twin: both run when either is selected
+                and Path(str(it.path)).name == here}
     selected |= {broker_name(v, ROCKSDB_TWIN[s]) for v, s in CASES
                  if s in ROCKSDB_TWIN and broker_name(v, s) in selected}
-    base = tmp_path_factory.mktemp("realbroker")
+    return selected
+
+
+def broker_runs(selected: set, base: Path, cancel: Optional[threading.Event] = None) -> Runs:
+    """Every selected scenario's broker run, the two versions side by side (the brokers mostly wait on their
+    1 s timers, so two at a time costs little CPU and halves the wall time).  Raises rb.FetchUnavailable."""
     t0 = time.monotonic()
-    try:
-        for v in sorted({v for v, s in CASES if broker_name(v, s) in selected}):
-            rb.compile_workload(v)              # fetches the jars first (once per machine)
-    except rb.FetchUnavailable as e:
-        msg = f"REAL-BROKER TESTS SKIPPED: {e}"
-        warnings.warn(msg, stacklevel=2)
-        print(f"\n*** {msg}\n", file=sys.stderr)
-        pytest.skip(msg)
+    for v in sorted({v for v, s in CASES if broker_name(v, s) in selected}):
+        rb.compile_workload(v)              # fetches the jars first (once per machine)
     res = Runs(base)
     res.timings["fetch+compile"] = time.monotonic() - t0
 
     def chain(version):
-        # one version's scenarios one after the other; the two versions side by side (the brokers mostly
-        # wait on their 1 s timers, so two at a time costs little CPU and halves the wall time)
         for v, s in CASES:
             name = broker_name(v, s)
             if v != version or name not in selected:
+                continue
+            if cancel is not None and cancel.is_set():
+                res.errors[name] = "not run: the test session ended first"
                 continue
             try:
                 res.runs[name] = rb.run_scenario(v, s, base / name)
@@ -93,6 +95,67 @@ def realbroker_runs(request, tmp_path_factory) -> Runs:
     with ThreadPoolExecutor(max_workers=len(rb.VERSIONS)) as pool:
         list(pool.map(chain, rb.VERSIONS))
     res.timings["brokers"] = time.monotonic() - t0 - res.timings["fetch+compile"]
+    return res
+
+
+class EarlyRuns:
+    """The broker runs started in a background thread as soon as collection is done (conftest calls
+    :func:`start_early`): they spend minutes waiting on the brokers' timers, which the rest of the suite
+    fills with its own work instead of waiting for them at this module's turn."""
+
+    def __init__(self, selected: set, base: Path):
+        self.selected, self.cancel = selected, threading.Event()
+        self.result: Optional[Runs] = None
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, args=(base,), name="realbroker-early")
+        self.thread.start()
+
+    def _run(self, base: Path) -> None:
+        try:
+            self.result = broker_runs(self.selected, base, self.cancel)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the fixture (a skip for FetchUnavailable)
+            self.error = e
+
+    def get(self) -> Runs:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+_EARLY: List[EarlyRuns] = []
+
+
+def start_early(session) -> None:
+    """conftest's pytest_collection_finish: start the selected broker runs in the background."""
+    selected = selected_names(session.items)
+    if selected and not _EARLY:
+        _EARLY.append(EarlyRuns(selected, session.config._tmp_path_factory.mktemp("realbroker")))
+
+
+def stop_early() -> None:
+    """conftest's pytest_sessionfinish: scenarios not begun yet are not begun; the one running finishes
+    (its JVMs are stopped by the harness) before the interpreter exits."""
+    for early in _EARLY:
+        early.cancel.set()
+        early.thread.join()
+
+
+@pytest.fixture(scope="session")
+def realbroker_runs(request, tmp_path_factory) -> Runs:
+    selected = selected_names(request.session.items)
+    try:
+        if _EARLY and selected <= _EARLY[0].selected:
+            res = _EARLY[0].get()
+        else:
+            res = broker_runs(selected, tmp_path_factory.mktemp("realbroker"))
+    except rb.FetchUnavailable as e:
+        msg = f"REAL-BROKER TESTS SKIPPED: {e}"
+        warnings.warn(msg, stacklevel=2)
+        print(f"\n*** {msg}\n", file=sys.stderr)
+        pytest.skip(msg)
+    base = res.base
     conf = base / "audit.properties"
     conf.write_text(f"broker.transactionTimeOut={rb.TX_TIMEOUT_MS}\n"
                     f"broker.transactionCheckInterval={rb.TX_CHECK_INTERVAL_MS}\n"
