@@ -180,6 +180,23 @@ def test_chunk_pool_never_hands_out_a_buffer_something_still_references():
     assert bytes(held) == bytes([7]) * 50
 
 
+def test_chunk_pool_serves_sizes_that_grow_a_little_from_its_buffers():
+    """Batch sizes vary by a few bytes from one batch to the next: a buffer too small for the next size is
+    replaced once (with room to spare), not bypassed by a fresh array on every call."""
+    from txlog_io.positional import ChunkPool
+
+    pool = ChunkPool(keep=2)
+    a, b = pool.take(1 << 20), pool.take(1 << 20)       # both pooled, both held
+    del a, b
+    bases = set()
+    for size in range((1 << 20) + 8, (1 << 20) + 800, 8):
+        buf = pool.take(size)
+        assert buf.size == size and any(buf.base is kept for kept in pool._bufs)
+        bases.add(id(buf.base))
+        del buf
+    assert len(bases) == 1                              # replaced once, then reused for every larger size
+    assert len(pool._bufs) == 2
+
 def test_batches_a_caller_keeps_are_not_overwritten_by_later_ones():
     """Each batch is read from a pooled buffer (txlog_io.ipc_batch): one the caller still holds is never
     handed out again, so batches kept across many chunks equal the same rows converted one at a time."""

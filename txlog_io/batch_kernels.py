@@ -4,14 +4,15 @@ selected records, written in one call into one output buffer that ``txlog_io.ipc
 Layout of the output buffer: ``head`` bytes of IPC metadata (``ipc_batch.Template.meta``, its numbers written
 by ``fill``), then the body: one *region* per column buffer (the ``R_*`` ids below), each 8-byte aligned, in
 the order ``layout`` places them, sized for the worst case (a text column: the bytes it can at most take,
-e.g. every properties byte for the map keys), plus a scratch region.  ``layout`` gives each region's offset
+e.g. every properties byte for the map keys and for each wanted text column).  ``layout`` gives each region's offset
 (relative to the body) and capacity in ``reg[r]``; ``fill`` writes the regions and then each one's length,
 and the IPC metadata (row count, per array node its length and null count, per buffer its region), from the
 ``buf_src`` / ``node_m`` / ``node_nulls`` tables that ``commitlog_rows`` derives from the schema.
 
-The text columns come from one pass over each record's topic and properties (``text_kernels.split_entries``:
-string2messageProperties semantics, duplicate keys dropped, the wanted keys' values found), then one loop per
-column family (hosts, msgId, names, numbers, body).  Rules: see ``commitlog_kernels`` (5.3.3).
+The topic, the map and every wanted property column (texts, numbers, TRAN_MSG, the TAGS hash) come from one
+pass over each record's topic and properties (``text_kernels.split_entries``: string2messageProperties
+semantics, duplicate keys dropped, each wanted key's value written into its column as it is found), then one
+loop per column family (hosts, msgId, names, body).  Rules: see ``commitlog_kernels`` (5.3.3).
 """
 from __future__ import annotations
 
@@ -65,8 +66,10 @@ Q_TAGS, Q_REAL_QID, Q_TRAN_MSG, Q_TCT, Q_TPQO, Q_CITS = 1, 5, 6, 7, 8, 9
 NUMBERS = ((Q_REAL_QID, 4), (Q_TCT, 4), (Q_TPQO, 8), (Q_CITS, 8))
 #: per wanted index q, its index in NUMBERS (-1: not a number)
 NUMBER_OF = tuple(next((i for i, (nq, _) in enumerate(NUMBERS) if nq == q), -1) for q in range(NW))
+_NUMBER_OF = np.asarray(NUMBER_OF, np.int64)
+_NUMBER_WIDTH = np.asarray([w for _, w in NUMBERS], np.int64)
 
-# ---- regions: fixed-width columns (8-, 4-, 1-byte values; bitmaps), offsets, data, scratch
+# ---- regions: fixed-width columns (8-, 4-, 1-byte values; bitmaps), offsets, data
 R_FILE_POSITION, R_PHYSICAL, R_QUEUE_OFFSET, R_STORED_PHYS, R_BORN_TS, R_STORE_TS, R_PREPARED, \
     R_TAGS_CODE = range(8)                                                    # int64
 R_TOTAL, R_BODY_CRC, R_QUEUE_ID, R_FLAG, R_SYS_FLAG, R_RECONSUME, R_BODY_SIZE = range(8, 15)   # int32
@@ -79,9 +82,9 @@ R_TT_OFF, R_BORN_OFF, R_STORE_OFF, R_TOPIC_OFF, R_MSGID_OFF, R_COMP_OFF, R_BODY_
 R_W_OFF = R_MAP_OFF + 1                                                       # NW wanted columns' offsets
 R_KEY_OFF, R_VAL_OFF = R_W_OFF + NW, R_W_OFF + NW + 1                         # (entries + 1) int32 offsets
 R_TT_DATA, R_BORN_DATA, R_STORE_DATA, R_TOPIC_DATA, R_MSGID_DATA, R_COMP_DATA, R_BODY_DATA, R_KEY_DATA, \
-    R_VAL_DATA, R_W_DATA = range(R_VAL_OFF + 1, R_VAL_OFF + 11)
-R_HIT = R_W_DATA + 1                                                          # scratch: (NW, n) int32
-R_NONE = R_HIT + 1                                                            # an absent buffer: (0, 0)
+    R_VAL_DATA = range(R_VAL_OFF + 1, R_VAL_OFF + 10)
+R_W_DATA = R_VAL_DATA + 1                                                     # NW wanted columns' data
+R_NONE = R_W_DATA + NW                                                        # an absent buffer: (0, 0)
 N_REGIONS = R_NONE + 1
 #: ``nulls`` slots of ``fill``: one per wanted column, the body, and a zero
 N_BODY, N_ZERO = NW, NW + 1
@@ -133,10 +136,11 @@ def layout(f, with_body, reg, every_entry):
             size = 56 * n
         elif r == R_BODY_DATA:
             size = bodies
-        elif r < R_HIT:
-            size = props                                  # keys, values, wanted values: at most every byte
-        elif r == R_HIT:
-            size = 4 * NW * n
+        elif r < R_NONE:
+            # keys, values, each text wanted column's values: at most every byte (numbers and TRAN_MSG keep
+            # no text)
+            size = 0 if r >= R_W_DATA and (_NUMBER_OF[r - R_W_DATA] >= 0 or r == R_W_DATA + Q_TRAN_MSG) \
+                else props
         else:
             size = 0
         reg[r, 0] = at if r != R_NONE else 0
@@ -164,19 +168,48 @@ def _name(out, at, names, off, i):
 
 
 @njit
-def _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at):
-    """``fill``'s text part: the topic, map entries and wanted-key entries of every record in one pass over
-    its topic and properties.  Returns (OR of every byte read, map entries or -1 when they do not fit the
-    room ``layout`` gave them, topic / key / value bytes)."""
+def _texts(u8, f, out, o32, o64, head, reg, wanted, wanted_off, wanted_at, true_word, present, wt):
+    """``fill``'s text part: the topic, map entries and wanted columns of every record in one pass over its
+    topic and properties.  A wanted key's value is written into its column as it is found, and the value
+    columns derived from it set: numbers, TRAN_MSG == "true" (the text of these two is not kept), the TAGS
+    hash.
+    ``present[q]``, ``wt[q]``: rows and bytes of wanted column q.  Returns (OR of every byte read, map entries
+    or -1 when they do not fit the room ``layout`` gave them, topic / key / value bytes, bit i: numeric column
+    NUMBERS[i] parsed exactly, TAGS values that are not UTF-8)."""
     n = f.shape[1]
-    # topic, map entries (duplicate keys dropped), wanted keys' entries
+    nb = (n + 7) // 8
     t_off, t_data = _words(head, reg, R_TOPIC_OFF, 4), head + reg[R_TOPIC_DATA, 0]
     m_off, k_off, v_off = (_words(head, reg, R_MAP_OFF, 4), _words(head, reg, R_KEY_OFF, 4),
                            _words(head, reg, R_VAL_OFF, 4))
     k_data, v_data = head + reg[R_KEY_DATA, 0], head + reg[R_VAL_DATA, 0]
-    hit = _words(head, reg, R_HIT, 4)              # hit[q * n + k]: the map entry of wanted key q of record k
-    for i in range(NW * n):
-        o32[hit + i] = -1
+    w_off = np.empty(NW, np.int64)
+    w_data = np.empty(NW, np.int64)
+    valid = np.empty(NW, np.int64)
+    value_at = np.empty(NW, np.int64)              # word index of a number's / the TAGS hash's first value
+    for q in range(NW):
+        w_off[q] = _words(head, reg, R_W_OFF + q, 4)
+        w_data[q] = head + reg[R_W_DATA + q, 0]
+        valid[q] = head + reg[R_VALID + q, 0]
+        present[q] = 0
+        wt[q] = 0
+        for b in range(nb):
+            out[valid[q] + b] = 0
+        number = _NUMBER_OF[q]
+        value_at[q] = 0
+        if number >= 0:
+            width = _NUMBER_WIDTH[number]
+            value_at[q] = _words(head, reg, R_NUMBER + number, width)
+            for k in range(n):
+                if width == 4:
+                    o32[value_at[q] + k] = 0
+                else:
+                    o64[value_at[q] + k] = 0
+    tags_at = _words(head, reg, R_TAGS_CODE, 8)
+    for k in range(n):
+        o64[tags_at + k] = 0
+    true_at = head + reg[R_TRAN_MSG, 0]
+    for b in range(nb):
+        out[true_at + b] = 0
     most = np.int64(1)
     for k in range(n):
         most = max(most, f[F_PROPS_LEN, k] // 3 + 1)
@@ -190,6 +223,8 @@ def _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at):
     kt = np.int64(0)
     vt = np.int64(0)
     m = 0
+    plain = (1 << len(NUMBERS)) - 1
+    bad_tags = 0
     for k in range(n):
         ta, tl = f[F_TOPIC_AT, k], f[F_TOPIC_LEN, k]
         o32[t_off + k] = tw
@@ -197,20 +232,23 @@ def _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at):
         high |= or_bytes(u8, ta, tl)
         tw += tl
         o32[m_off + k] = m
+        for q in range(NW):
+            o32[w_off[q] + k] = wt[q]
         e, h = split_entries(u8, f[F_PROPS_AT, k], f[F_PROPS_AT, k] + f[F_PROPS_LEN, k], ks, kv, ve)
         high |= h
         if m + e > room:
-            return high, -1, tw, kt, vt
+            return high, -1, tw, kt, vt, 0, 0
         mark_duplicates(u8, ks, kv, e, dup)
         for j in range(e):
             if dup[j]:
                 continue
             lj = kv[j] - ks[j]
-            vl = ve[j] - kv[j] - 1
+            va = kv[j] + 1
+            vl = ve[j] - va
             o32[k_off + m] = kt
             o32[v_off + m] = vt
             copy_words(out, k_data + kt, u8, ks[j], lj)
-            copy_words(out, v_data + vt, u8, kv[j] + 1, vl)
+            copy_words(out, v_data + vt, u8, va, vl)
             kt += lj
             vt += vl
             m += 1
@@ -219,12 +257,41 @@ def _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at):
             if lj < 64:
                 q = wanted_at[lj * 256 + u8[ks[j]]]
                 if q >= 0 and equal_words(u8, ks[j], wanted, wanted_off[q], lj):
-                    o32[hit + q * n + k] = m - 1
+                    present[q] += 1
+                    out[valid[q] + (k >> 3)] |= np.uint8(1 << (k & 7))
+                    if q == Q_TRAN_MSG:
+                        if vl == true_word.size:
+                            same = True
+                            for c in range(true_word.size):
+                                same = same and u8[va + c] == true_word[c]
+                            if same:
+                                out[true_at + (k >> 3)] |= np.uint8(1 << (k & 7))
+                        continue
+                    number = _NUMBER_OF[q]
+                    if number >= 0:
+                        width = _NUMBER_WIDTH[number]
+                        v, ok = decimal_int(u8, va, va + vl, _I32_LO if width == 4 else _I64_LO,
+                                            _I32_HI if width == 4 else _I64_HI)
+                        if not ok:
+                            plain &= ~(1 << number)
+                        if width == 4:
+                            o32[value_at[q] + k] = v
+                        else:
+                            o64[value_at[q] + k] = v
+                        continue
+                    if q == Q_TAGS:
+                        v, bad = java_hash(u8, va, va + vl)
+                        bad_tags += 1 if bad else 0      # its tags_code is left 0 here
+                        o64[tags_at + k] = v
+                    copy_words(out, w_data[q] + wt[q], u8, va, vl)
+                    wt[q] += vl
     o32[t_off + n] = tw
     o32[m_off + n] = m
     o32[k_off + m] = kt
     o32[v_off + m] = vt
-    return high, m, tw, kt, vt
+    for q in range(NW):
+        o32[w_off[q] + n] = wt[q]
+    return high, m, tw, kt, vt, plain, bad_tags
 
 
 @njit
@@ -263,62 +330,14 @@ def fill(u8, f, pos, file_pos, base, crc_ok, with_body, out, o32, o64, reg, ipc,
             v |= np.int64(crc_ok[k]) << (k - b * 8)
         out[at + b] = v
     # ---- topics and properties, one pass (``_texts``)
-    v_off, v_data = _words(head, reg, R_VAL_OFF, 4), head + reg[R_VAL_DATA, 0]
-    hit = _words(head, reg, R_HIT, 4)              # hit[q * n + k]: the map entry of wanted key q of record k
-    high, m, tw, kt, vt = _texts(u8, f, out, o32, head, reg, wanted, wanted_off, wanted_at)
+    present = np.empty(NW, np.int64)
+    wt = np.empty(NW, np.int64)
+    high, m, tw, kt, vt, plain, bad_tags = _texts(u8, f, out, o32, o64, head, reg, wanted, wanted_off,
+                                                  wanted_at, true_word, present, wt)
     if m < 0:
         return False, -1, 0
-    # ---- wanted columns: their values copied out of the map's (row q of the offsets: column q), and as each
-    # is copied, the value columns derived from it: numbers, TRAN_MSG == "true", the TAGS hash
-    w_data = head + reg[R_W_DATA, 0]
-    wt = np.int64(0)
-    plain = 0
-    bad_tags = 0
     for q in range(NW):
-        w_off = _words(head, reg, R_W_OFF + q, 4)
-        valid = head + reg[R_VALID + q, 0]
-        number = NUMBER_OF[q]
-        width = NUMBERS[number][1] if number >= 0 else 0
-        lo, hi = (_I32_LO, _I32_HI) if width == 4 else (_I64_LO, _I64_HI)
-        at = _words(head, reg, R_NUMBER + number, width) if number >= 0 else \
-            _words(head, reg, R_TAGS_CODE, 8) if q == Q_TAGS else head + reg[R_TRAN_MSG, 0]
-        exact = True
-        present = 0
-        for b in range((n + 7) // 8):
-            bits = 0
-            trues = 0
-            for k in range(b * 8, min(n, b * 8 + 8)):
-                o32[w_off + k] = wt
-                e = o32[hit + q * n + k]
-                v = np.int64(0)
-                if e >= 0:
-                    a = np.int64(o32[v_off + e])
-                    vl = np.int64(o32[v_off + e + 1]) - a
-                    copy_words(out, w_data + wt, out, v_data + a, vl)
-                    bits |= 1 << (k - b * 8)
-                    present += 1
-                    if number >= 0:
-                        v, ok = decimal_int(out, w_data + wt, w_data + wt + vl, lo, hi)
-                        exact = exact and ok
-                    elif q == Q_TAGS:
-                        v, bad = java_hash(out, w_data + wt, w_data + wt + vl)
-                        bad_tags += 1 if bad else 0      # its tags_code is left 0 here
-                    elif q == Q_TRAN_MSG and vl == true_word.size:
-                        same = True
-                        for c in range(true_word.size):
-                            same = same and out[w_data + wt + c] == true_word[c]
-                        trues |= (1 << (k - b * 8)) if same else 0
-                    wt += vl
-                if width == 4:
-                    o32[at + k] = v
-                elif width == 8 or q == Q_TAGS:
-                    o64[at + k] = v
-            out[valid + b] = bits
-            if q == Q_TRAN_MSG:
-                out[at + b] = trues
-        o32[w_off + n] = wt
-        nulls[q] = n - present
-        plain |= (1 << number) if number >= 0 and exact else 0
+        nulls[q] = n - present[q]
     # ---- names (transaction type, compression), hosts, msgId
     i, j = _words(head, reg, R_TT_OFF, 4), _words(head, reg, R_COMP_OFF, 4)
     a, c = head + reg[R_TT_DATA, 0], head + reg[R_COMP_DATA, 0]
@@ -362,8 +381,10 @@ def fill(u8, f, pos, file_pos, base, crc_ok, with_body, out, o32, o64, reg, ipc,
     # ---- region lengths, then the IPC metadata
     for r, used in ((R_KEY_OFF, 4 * (m + 1)), (R_VAL_OFF, 4 * (m + 1)), (R_TT_DATA, tt), (R_COMP_DATA, ct),
                     (R_BORN_DATA, born), (R_STORE_DATA, store), (R_TOPIC_DATA, tw), (R_MSGID_DATA, ids),
-                    (R_BODY_DATA, bt), (R_KEY_DATA, kt), (R_VAL_DATA, vt), (R_W_DATA, wt)):
+                    (R_BODY_DATA, bt), (R_KEY_DATA, kt), (R_VAL_DATA, vt)):
         reg[r, 1] = used
+    for q in range(NW):
+        reg[R_W_DATA + q, 1] = wt[q]
     reg[R_NONE, 0] = 0
     reg[R_NONE, 1] = 0
     out[:head] = meta

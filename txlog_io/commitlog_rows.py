@@ -20,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from schemas.store import COMMITLOG
 from txlog_io import batch_kernels as B
@@ -68,24 +69,11 @@ def empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=SCHEMA)
 
 
-def _bitmap(valid: Optional[np.ndarray]) -> Optional[pa.Buffer]:
-    """Arrow validity bitmap of a bool array (None: all valid)."""
-    if valid is None or valid.all():
-        return None
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
-
-
 def _numeric(values: np.ndarray, typ: pa.DataType) -> pa.Array:
     """Arrow array of ``typ`` over ``values`` (no copy when they are already contiguous of its width): an
     untyped ``pa.array(ndarray)`` cost 3-20 us per column, inferring the type through pandas' checks."""
     dtype = typ.to_pandas_dtype()
     return pa.Array.from_buffers(typ, values.size, [None, pa.py_buffer(np.ascontiguousarray(values, dtype))])
-
-
-def _binary(off: np.ndarray, data: np.ndarray, valid: Optional[np.ndarray] = None) -> pa.Array:
-    """Arrow binary array over kernel output (offsets int32 + data), no copy."""
-    return pa.Array.from_buffers(pa.binary(), off.size - 1,
-                                 [_bitmap(valid), pa.py_buffer(off), pa.py_buffer(data)])
 
 
 #: per thread: the last file's ``file`` column, sliced for each batch of that file (one file, many batches)
@@ -236,7 +224,7 @@ def _ipc_tables() -> tuple:
             bufs += [B.R_VALID + q, B.R_TRAN_MSG]
         else:
             assert q is not None, name          # every other column is a wanted property
-            bufs += [B.R_VALID + q, B.R_W_OFF + q, B.R_W_DATA]
+            bufs += [B.R_VALID + q, B.R_W_OFF + q, B.R_W_DATA + q]
     if len(bufs) != _IPC.buffers or len(node_m) != _IPC.nodes:
         raise AssertionError("batch_kernels regions do not match the COMMITLOG schema")
     return tuple(np.asarray(x, np.int64) for x in (bufs, node_m, node_nulls))
@@ -293,7 +281,7 @@ def _exact(batch: pa.RecordBatch, out: np.ndarray, reg: np.ndarray, clean: bool,
     for i, (q, _) in enumerate(B.NUMBERS):
         if not plain & (1 << i):
             name = _NAME_OF_Q[q]
-            strings = _wanted_strings(out, reg, q, batch.num_rows, clean)
+            strings = pc.map_lookup(cols["properties"], B.WANTED[q], "last")   # its keys are unique
             cols[name] = _int_column(strings, SCHEMA.field(name).type)
     if bad_tags:
         codes = out[_IPC.head + reg[B.R_TAGS_CODE, 0]:].view(np.int64)[:batch.num_rows].copy()
@@ -313,13 +301,9 @@ def _column_data(out: np.ndarray, reg: np.ndarray, q: int, n: int) -> tuple:
     """(data, offsets, validity) of wanted column ``q`` in a filled buffer."""
     head = _IPC.head
     off = out[head + reg[B.R_W_OFF + q, 0]:].view(np.int32)[:n + 1]
-    data = out[head + reg[B.R_W_DATA, 0]:head + reg[B.R_W_DATA, 0] + reg[B.R_W_DATA, 1]]
+    data = out[head + reg[B.R_W_DATA + q, 0]:head + reg[B.R_W_DATA + q, 0] + reg[B.R_W_DATA + q, 1]]
     bits = out[head + reg[B.R_VALID + q, 0]:][:(n + 7) // 8]
     valid = np.unpackbits(bits, bitorder="little")[:n].astype(bool)
     return data, off, valid
 
 
-def _wanted_strings(out: np.ndarray, reg: np.ndarray, q: int, n: int, clean: bool) -> pa.Array:
-    data, off, valid = _column_data(out, reg, q, n)
-    arr = _binary(off.copy(), data.copy(), valid)
-    return arr.view(pa.string()) if clean else to_utf8(arr)

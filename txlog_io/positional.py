@@ -307,14 +307,22 @@ class ChunkPool:
         self._keep = keep
 
     def take(self, size: int) -> np.ndarray:
+        """A buffer of ``size`` bytes.  A new one gets 1/16 more room (at least 64 KiB), and replaces a free
+        pooled one too small for ``size``: sizes that vary a little from one call to the next (a batch's
+        output) are served from the pool rather than by a fresh array each time."""
+        spare = -1
         for i in range(len(self._bufs)):
             # 2 references: the list's and getrefcount's argument
-            if self._bufs[i].size >= size and sys.getrefcount(self._bufs[i]) == 2:
-                return self._bufs[i][:size]
-        buf = np.empty(size, np.uint8)
+            if sys.getrefcount(self._bufs[i]) == 2:
+                if self._bufs[i].size >= size:
+                    return self._bufs[i][:size]
+                spare = i
+        buf = np.empty(size + max(size >> 4, 64 << 10), np.uint8)
         if len(self._bufs) < self._keep:
             self._bufs.append(buf)
-        return buf
+        elif spare >= 0:
+            self._bufs[spare] = buf
+        return buf[:size]
 
 
 __all__ = ["PositionalFile", "RangedFile", "ChunkPool", "next_data", "next_hole", "open_input", "input_size",
