@@ -59,6 +59,25 @@ def test_damaged_ranges_merge_and_overlap():
     assert len(damaged_ranges(_anomalies([]))) == 0
 
 
+def test_dledger_uncommitted_tail_keeps_file_cuts_only():
+    """Past DLEDGER_UNCOMMITTED a crash's torn entries are no lost range (recovery truncates them), a file cut
+    short or missing is: DLedger maps each data file at full size, and recovery keeps whole uncommitted
+    entries (a one-node group commits them again)."""
+    tail = [{"kind": "DLEDGER_UNCOMMITTED", "source": "dledger", "physical_offset": 2000}]
+    torn = [{"kind": "BAD_TOTAL_SIZE", "source": "dledger", "physical_offset": 2500, "length": 40},
+            {"kind": "RESYNC", "source": "dledger", "physical_offset": 2600, "length": 100}]
+    assert len(damaged_ranges(_anomalies(tail + torn))) == 0
+    cut = [{"kind": "TRUNCATED_FILE", "source": "dledger", "physical_offset": 3000},
+           {"kind": "FILE_SIZE_MISMATCH", "source": "dledger", "physical_offset": 0, "expected": "8192",
+            "actual": "3000"}]
+    d = damaged_ranges(_anomalies(tail + torn + cut))
+    assert d.start.tolist() == [3000] and d.end.tolist() == [8192], (d.start, d.end)
+    gap = [{"kind": "FILE_GAP", "source": "dledger", "physical_offset": 8192, "length": 8192}]
+    assert damaged_ranges(_anomalies(tail + gap)).start.tolist() == [8192]
+    before = [{"kind": "RESYNC", "source": "dledger", "physical_offset": 100, "length": 10}]
+    assert damaged_ranges(_anomalies(tail + before + torn)).start.tolist() == [100]
+
+
 def _truth():
     with gzip.open(V533 / "truth" / "commitlog.jsonl.gz") as f:
         return [json.loads(line) for line in f]

@@ -26,7 +26,12 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
 3.x statetable / redolog damage (``TABLE_KINDS`` findings of those files) is kept per file, in words: the
 units are not CommitLog positions, and a flag or state that rests on a unit of a damaged table is uncertain.
 
-Not lost ranges: damage in a DLedger log's uncommitted tail (at or past the DLEDGER_UNCOMMITTED offset); the
+Not lost ranges: record-level damage in a DLedger log's uncommitted tail (at or past the DLEDGER_UNCOMMITTED
+offset: a crash's torn entries, which DLedgerMmapFileStore.recover truncates at the first entry that does not
+check); but a file cut short there (FILE_SIZE_MISMATCH, TRUNCATED_FILE) or missing (FILE_GAP) is a lost range
+all the same: DLedger maps every data file at its full size when it creates it, so no crash makes one short,
+and recover() keeps the whole entries past the checkpoint's committedIndex, which a one-node group commits
+again once it leads (what such a cut hides may well be committed).  The
 torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
 header; GARBAGE_AFTER_END: bytes after the zero tail): RocketMQ's own recovery drops them too, so the broker
 never acts on what they held (the reference broker's crash stores are audited as the broker sees them).
@@ -50,6 +55,9 @@ LOST_KINDS = ("TRUNCATED_FILE", "BAD_MAGIC", "BAD_TOTAL_SIZE", "RESYNC", "PHYSIC
               "FILE_GAP", "COMMITLOG_HEAD_MISSING")
 #: an indexed read's finding for a position where no record can be read (a point range, see above)
 INDEXED_LOST = "CQ_ENTRY_MISMATCH"
+#: lost ranges no crash produces (a file shorter than its mapped size, a file missing): lost even in a DLedger
+#: log's uncommitted tail
+FILE_LEVEL_KINDS = ("FILE_SIZE_MISMATCH", "TRUNCATED_FILE", "FILE_GAP")
 _SOURCES = ("commitlog", "dledger")
 _MIN, _MAX = -(1 << 62), (1 << 62)
 
@@ -143,14 +151,15 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
             found.append((off, off + length, f"{kind} [{off}, {off + length})"))
         else:
             found.append((off, off + 1, f"{kind} at {off}"))
-    # a DLedger log's uncommitted tail (past the checkpoint's committedIndex, DLEDGER_UNCOMMITTED) is not the
-    # broker's log: DLedger's recovery truncates it, torn entries included, and its records are flagged
-    # EVIDENCE_NOT_COMMITTED already; damage there hides no record the broker acted on
+    # a DLedger log's uncommitted tail (past the checkpoint's committedIndex, DLEDGER_UNCOMMITTED): the torn
+    # entries a crash leaves there are truncated by DLedger's recovery (and its records are flagged
+    # EVIDENCE_NOT_COMMITTED already), so record-level damage there hides no record the broker acts on; a
+    # file cut short or missing is no crash's doing and hides whole entries recovery would keep
     is_tail = pc.fill_null(pc.equal(anomalies.column("kind"), "DLEDGER_UNCOMMITTED"), False)
     uncommitted = anomalies.filter(is_tail)
     tail = pc.min(uncommitted.column("physical_offset")).as_py() if uncommitted.num_rows else None
     if tail is not None:
-        found = [f for f in found if f[0] < tail]
+        found = [f for f in found if f[0] < tail or f[2].startswith(FILE_LEVEL_KINDS)]
     if not found:
         if not (st_damage or redo_damage or head_lost):
             return EMPTY
