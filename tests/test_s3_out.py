@@ -8,7 +8,8 @@
 * the run lock in a bucket: exactly one of two runs racing for one ``--out`` gets it; the other is turned away
   in one line; a stale lock is taken over; a Delta commit is a conditional PUT;
 * a writer killed at random moments while committing to the bucket leaves every table as it was or as the
-  next commit made it, never half.
+  next commit made it, never half; so does a whole ``./spark-submit.sh audit`` SIGKILLed at moments read off
+  the server's request log, and its stale lock object does not block the rerun.
 """
 from __future__ import annotations
 
