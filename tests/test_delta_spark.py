@@ -12,7 +12,8 @@ One module-scoped run of ``./spark-submit.sh audit`` subprocesses over the 5.3.3
 Then: both writers' tables hold the same rows, schema, column comments and partitions, read by either
 reader; a re-run by the other writer replaces the run (same rows, one more version) and the history shows
 both writers' commits.  On S3 (hadoop-aws, the loopback moto server): the Spark writer writes and re-writes
-tables under ``s3a://``, delta-rs reads them back; Spark reads a delta-rs-written table uploaded there.
+tables under ``s3a://``, delta-rs reads them back; Spark reads a delta-rs-written table uploaded there; a
+whole Spark-writer audit with ``--out s3a://`` equals the delta-rs audit on disk table by table.
 """
 from __future__ import annotations
 
