@@ -12,7 +12,8 @@ One module-scoped run of ``./spark-submit.sh audit`` subprocesses over the 5.3.3
 Then: both writers' tables hold the same rows, schema, column comments and partitions, read by either
 reader; a re-run by the other writer replaces the run (same rows, one more version) and the history shows
 both writers' commits.  On S3 (hadoop-aws, the loopback moto server): the Spark writer writes and re-writes
-tables under ``s3a://``, delta-rs reads them back; Spark reads a delta-rs-written table uploaded there.
+tables under ``s3a://``, delta-rs reads them back; Spark reads a delta-rs-written table uploaded there; a
+whole Spark-writer audit with ``--out s3a://`` equals the delta-rs audit on disk table by table.
 """
 from __future__ import annotations
 
@@ -285,3 +286,40 @@ def test_spark_writer_on_s3a(runs, s3):
     rows = pq.read_table(runs["work"] / "s3dump" / "0-latest.parquet")
     assert _canonical(rows, "transactions") == _canonical(runs["phase2"]["A"]["transactions"]["rows"],
                                                           "transactions")
+
+
+def test_spark_writer_audit_into_a_bucket_equals_the_delta_rs_audit_on_disk(runs, s3, tmp_path):
+    """A whole audit through ``./spark-submit.sh --with-jars delta,s3a`` with ``delta.writer=spark`` and ``--out
+    s3a://...`` (Hadoop's S3A file system writes the tables; delta-rs retracts, pyarrow writes the work lists, the
+    run lock is the bucket's lock object): table by table the same rows, schema, comments and partitions as the
+    default writer's audit of the same store on disk (step 1's B), and every commit is Spark's."""
+    from jobs.config import delta_storage_options, object_store_settings
+
+    _jars("delta", "s3a")
+    conf = tmp_path / "spark.properties"
+    conf.write_text("delta.writer=spark\n")
+    env = dict(os.environ, **s3.env(), SPARK_LOCAL_IP="127.0.0.1")
+    out = "s3a://txaudit-out/audit-spark"
+    mark = len(s3.log)
+    t0 = time.monotonic()
+    p = subprocess.run(["bash", str(SUBMIT), "--master", "local[2]", "--with-jars", "delta,s3a", *SPARK_CONF,
+                        "audit", "--store", str(STORE), "--out", out, "--as-of", AS_OF, "--run-id", RUN_ID,
+                        "--conf-file", str(conf), "--no-report"],
+                       capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=env)
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    assert "writer spark" in p.stdout, p.stdout[-2000:]
+    seconds = time.monotonic() - t0
+    writes = [r for r in s3.log[mark:] if r.method in ("PUT", "POST") and 200 <= r.status < 300
+              and r.path.startswith("/txaudit-out/audit-spark/")]
+    assert any("/transactions/_delta_log/" in r.path for r in writes)
+    opts = delta_storage_options(object_store_settings(env))
+    local = runs["phase1"]["B"]                               # the delta-rs audit of STORE on disk
+    for name in TABLES:
+        got = _remote_snapshot(f"{out}/{name}", name, opts)
+        want = local[name]
+        assert got["rows"] == _canonical(want["rows"], name), name
+        assert got["fields"] == [list(f) for f in want["fields"]], name
+        assert got["partitions"] == want["partitions"] and got["description"] == want["description"], name
+        assert {_engine(h) for h in got["history"]} == {"spark"}, (name, got["history"])
+    assert s3.summary(mark, bucket="txaudit-out")["writes"] >= len(writes) > 0
+    print(f"\nspark writer audit into {out}: {seconds:.1f} s, {len(writes)} objects written")

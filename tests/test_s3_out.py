@@ -8,7 +8,8 @@
 * the run lock in a bucket: exactly one of two runs racing for one ``--out`` gets it; the other is turned away
   in one line; a stale lock is taken over; a Delta commit is a conditional PUT;
 * a writer killed at random moments while committing to the bucket leaves every table as it was or as the
-  next commit made it, never half.
+  next commit made it, never half; so does a whole ``./spark-submit.sh audit`` SIGKILLed at moments read off
+  the server's request log, and its stale lock object does not block the rerun.
 """
 from __future__ import annotations
 
@@ -301,3 +302,126 @@ def test_a_writer_killed_while_committing_leaves_the_table_whole(s3):
             assert len({r["run"] for r in rs}) == 1, run_id
             assert sorted(r["k"] for r in rs if r["broker"] == "a") == list(range(500))
     assert seen_versions == sorted(seen_versions) and seen_versions[-1] > 0
+
+
+# ------------------------------------------------------------------------------------------------ kill -9
+def _run_rows(tables: dict, run_id: str, out: str) -> dict:
+    """{table: canonical rows of ``run_id`` without the run id} (audit_runs: without its volatile columns)."""
+    import pyarrow.compute as pc
+
+    got = {}
+    for name, tbl in tables.items():
+        if "run_id" not in tbl.column_names:
+            continue
+        rows = tbl.filter(pc.equal(tbl["run_id"], run_id)).drop_columns(["run_id"])
+        got[name] = _canonical(rows, name, out)
+    return got
+
+
+def _kill_when(p, s3, mark: int, moment) -> str:
+    """SIGKILL ``p``'s process group as soon as the server's log since ``mark`` satisfies ``moment`` (a predicate
+    on the completed requests that changed something); returns the path of the request that triggered it."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and p.poll() is None:
+        hit = moment(_writes(s3, mark))
+        if hit is not None:
+            os.killpg(p.pid, signal.SIGKILL)
+            return hit.path
+        time.sleep(0.005)
+    raise AssertionError(f"the run ended (exit {p.poll()}) before the moment to kill it came")
+
+
+def _nth(kind: str, n: int):
+    """The n-th (1-based) completed write of ``kind``: "commit" (a ``_delta_log`` JSON) or "data" (a Parquet
+    object of a table, written by a task before the commit that adds it)."""
+    def moment(writes):
+        hits = [r for r in writes if (("/_delta_log/" in r.path and r.path.endswith(".json")) if kind == "commit"
+                                      else r.path.endswith(".parquet") and "/_delta_log/" not in r.path)]
+        return hits[n - 1] if len(hits) >= n else None
+    return moment
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_a_spark_submit_killed_while_writing_to_the_bucket_leaves_the_tables_whole(spark, s3, monkeypatch,
+                                                                                      capsys):
+    """``./spark-submit.sh audit --out s3://...`` of a second run id, its process group SIGKILLed at moments read
+    off the server's request log (a data file of the first table uploaded; the second commit): after
+    each kill every table loads, the first run's rows are untouched and the second run's rows are all there or
+    none; the dead run's lock object goes stale after ``TXAUDIT_LOCK_TTL_S`` and is taken over; the rerun of
+    the killed run id completes and holds the same rows as the first run."""
+    from jobs.audit import guard
+    from jobs.audit.bucketlock import BucketLockedError
+    from jobs.audit.run import run_audit
+    from jobs.main import parse_args
+    from tests.test_crash_safety import SUBMIT, _assert_killed, _finish
+
+    ttl = 3
+    T0 = time.monotonic()
+    monkeypatch.setenv("TXAUDIT_LOCK_TTL_S", str(ttl))
+    spark.sparkContext.environment.update(s3.env())
+    out, store = _uri("killed-audit"), _local("rocketmq-5.3.3")
+    argv = ["audit", "--store", store, "--out", out, "--as-of", AS_OF, "--no-report"]
+
+    # the first run, complete (in-process: the kills below are the spark-submit path)
+    _, opts = parse_args([*argv, "--run-id", "first"])
+    with guard.out_lock(out, "first"):
+        run_audit(spark, opts, print_summary=False)
+    first_tables = _tables(out)
+    first = _run_rows(first_tables, "first", out)
+    versions = {n: _delta_version(out, n) for n in first_tables}
+    assert first["transactions"] and first["audit_runs"]
+
+    killed_at, t0 = [], time.monotonic()
+    first_s = time.monotonic() - T0
+    for moment in (_nth("data", 1), _nth("commit", 2)):
+        time.sleep(ttl + 0.5)                               # the previous kill's lock object goes stale
+        mark = len(s3.log)
+        p = subprocess.Popen(["bash", SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                              "--conf", "spark.ui.showConsoleProgress=false", *argv, "--run-id", "second"],
+                             cwd=ROOT, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        hit = _kill_when(p, s3, mark, moment)
+        rc, log = _finish(p, timeout=120)
+        _assert_killed(rc, log)
+        with pytest.raises(BucketLockedError):                   # the dead run's lock object: fresh for a ttl
+            guard.out_lock(out, "second").__enter__()
+        after = _tables(out)
+        assert set(first_tables) <= set(after), (hit, set(after))
+        second = _run_rows(after, "second", out)
+        committed = []
+        for name, rows in _run_rows(after, "first", out).items():
+            if name in first:
+                assert rows == first[name], f"{name}: the first run's rows changed (killed after {hit})"
+            if name == "audit_runs":
+                continue
+            if second.get(name):
+                assert second[name] == first[name], f"{name}: a partial second run (killed after {hit})"
+                committed.append(name)
+        assert not second.get("audit_runs"), f"the killed run is listed in audit_runs (killed after {hit})"
+        for name, v in versions.items():
+            assert _delta_version(out, name) >= v, name
+        killed_at.append((hit.removeprefix(f"/{BUCKET}/killed-audit/"), committed, round(time.monotonic() - t0, 1)))
+    assert killed_at[0][1] == [] and killed_at[-1][1], killed_at  # the first kill before, the last after commits
+
+    # the rerun of the killed run id: the dead run's lock is taken over once stale, then the run completes
+    time.sleep(ttl + 0.5)
+    capsys.readouterr()
+    _, opts = parse_args([*argv, "--run-id", "second"])
+    with guard.out_lock(out, "second"):
+        run_audit(spark, opts, print_summary=False)
+    assert "took over the stale run lock" in capsys.readouterr().err
+    print(f"first run {first_s:.1f} s; killed after (request, tables committed, s): {killed_at}; "
+          f"rerun done at {time.monotonic() - t0:.1f} s")
+    final = _tables(out)
+    assert _run_rows(final, "first", out) == first and _run_rows(final, "second", out) == first
+    assert guard.probe_lock(out) is None
+
+
+def _delta_version(out: str, name: str) -> int:
+    from deltalake import DeltaTable
+
+    from jobs.delta import outfs
+
+    table = outfs.join(out, name)
+    return DeltaTable(table, storage_options=outfs.delta_options(table)).version()
