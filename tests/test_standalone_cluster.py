@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -56,12 +57,14 @@ def _submit(master: str, path: str, stores, out, cwd, *spark_opts: str) -> subpr
                             stdin=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 def _finish(proc: subprocess.Popen, label: str) -> str:
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        raise
+    out, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 0, f"{label}: exit {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
     return out
 
@@ -84,8 +87,12 @@ def test_spark_submit_audit_on_a_standalone_cluster_writes_the_driver_tables(sta
     local = _submit("local[2]", "driver", stores, tmp_path / "local", tmp_path)
     dist = _submit(cluster.url, "distributed", stores, tmp_path / "cluster", tmp_path,
                    "--name", APP_NAME, "--total-executor-cores", "1", "--executor-memory", "1g")
-    _finish(dist, "cluster audit")
-    _finish(local, "local audit")
+    try:
+        _finish(dist, "cluster audit")
+        _finish(local, "local audit")
+    finally:                                        # a failed or timed-out run leaves no process behind
+        _kill(dist)
+        _kill(local)
     elapsed = time.monotonic() - t0
 
     run_d, tables_d = _tables(tmp_path / "cluster")
