@@ -5,6 +5,9 @@ the driver (or pyarrow is "missing" on them), so both are pinned here unless the
 a cluster (a non-local master given here or through spark-submit.sh, which exports ``TXAUDIT_SPARK_MASTER``)
 the driver address is left to Spark.
 
+Under spark-submit the application keeps the name spark-submit gave it (``--name``; spark-submit.sh defaults it
+to ``txaudit-<command>``), so a scheduled run is found under its own name in the cluster's UI.
+
 When this process starts the JVM itself (tests, plain ``python``), the driver JVM gets the project's
 ``conf/log4j2.properties`` (quiet Spark console); under spark-submit the launcher already chose the logging.
 """
@@ -57,7 +60,9 @@ def build_session(app_name: str = "txaudit", master: Optional[str] = None,
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name)
+    builder = SparkSession.builder
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):      # under spark-submit its --name (spark.app.name) stands
+        builder = builder.appName(app_name)
     if master:
         builder = builder.master(master)
     conf = {

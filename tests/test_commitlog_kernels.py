@@ -288,3 +288,39 @@ def test_numeric_and_tran_msg_columns_without_arrow_casts(tmp_path):
         assert [r["tran_prepared_queue_offset"] for r in rows] == [_python_int(v, 64) for v in values], name
         want = [None if t is None else t == "true" for t in (tran[i % len(tran)] for i in range(len(values)))]
         assert [r["tran_msg"] for r in rows] == want, name
+
+
+def test_kernels_imported_from_a_copied_zip_archive_load_the_cache_of_an_earlier_copy(tmp_path):
+    """spark-submit copies the ``--py-files`` archive into a new directory per application; a kernel imported
+    from a copy at another path, with the same bytes, is loaded from the disk cache, and one from an archive
+    with other bytes is compiled again."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    def archive(value):
+        path = tmp_path / f"src{value}.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("zpkg/__init__.py", "")
+            zf.writestr("zpkg/k_kernels.py", f"from txlog_io.jit import njit\n\n\n@njit\ndef kernel():\n"
+                                             f"    return {value}\n")
+        return path
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    probe = "from zpkg import k_kernels as k; print(k.kernel(), sum(k.kernel.stats.cache_hits.values()))"
+
+    def run(src, copy):
+        target = tmp_path / copy / "pyfiles.zip"
+        target.parent.mkdir()
+        shutil.copy(src, target)                      # a fresh copy: new path, new mtime
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), repo]),
+                   NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    one = archive(1)
+    assert run(one, "app-1") == ["1", "0"]          # compiled and cached
+    assert run(one, "app-2") == ["1", "1"]          # another application's copy: loaded from the cache
+    assert run(archive(2), "app-3") == ["2", "0"]   # other bytes: compiled again
+    assert len(list((tmp_path / "cache").glob("zip_*"))) == 2

@@ -6,9 +6,12 @@ writable, ``~/.cache/txaudit-numba``, ``<tempdir>/txaudit-numba-<uid>``.  That c
 executors (whose HOME may be read-only) and a read-only install.
 
 Code shipped with ``--py-files`` is imported from a zip archive; numba's own cache locators only cache functions
-defined in real files, so :class:`_ZipCacheLocator` keys the cache of such functions on the archive (its path,
-size and mtime) instead; functions of the ``*_kernels.py`` modules in real files are keyed on all of those
-modules together (:class:`_KernelFamilyLocator`), since they inline each other's helpers.  ``njit`` here is
+defined in real files, so :class:`_ZipCacheLocator` keys the cache of such functions on the archive's content
+(its SHA-1) and the module's path inside it instead: spark-submit copies the archive into a new directory for
+every application (``userFiles-<uuid>/`` locally, ``<work-dir>/app-<id>/<executor>/`` on a standalone Worker),
+so a key on the copy's path would compile every kernel again in every run and leave one more cache directory
+behind.  Functions of the ``*_kernels.py`` modules in real files are keyed on all of those modules together
+(:class:`_KernelFamilyLocator`), since they inline each other's helpers.  ``njit`` here is
 ``numba.njit(cache=True, nogil=True)``.
 """
 from __future__ import annotations
@@ -61,12 +64,28 @@ def _zip_of(py_file: str):
         probe = parent
 
 
+_DIGESTS: dict = {}
+
+
+def _archive_digest(archive: str) -> str:
+    """SHA-1 of the archive's bytes (once per archive path, size and mtime in this process)."""
+    st = os.stat(archive)
+    key = (os.path.abspath(archive), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha1()
+        with open(archive, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
 class _ZipCacheLocator(_caching._CacheLocator):
     """Cache of functions whose module was imported from a zip (``--py-files``)."""
 
-    def __init__(self, py_func, py_file, archive):
-        self._archive = archive
-        digest = hashlib.sha1(os.path.abspath(py_file).encode()).hexdigest()[:16]
+    def __init__(self, py_func, py_file, archive, member):
+        self._stamp = _archive_digest(archive)
+        digest = hashlib.sha1(f"{self._stamp}/{member}".encode()).hexdigest()[:16]
         self._cache_path = os.path.join(CACHE_DIR, f"zip_{digest}")
 
     def ensure_cache_path(self):
@@ -77,8 +96,7 @@ class _ZipCacheLocator(_caching._CacheLocator):
         return self._cache_path
 
     def get_source_stamp(self):
-        st = os.stat(self._archive)
-        return st.st_mtime, st.st_size
+        return self._stamp
 
     def get_disambiguator(self):
         return ""
@@ -90,7 +108,7 @@ class _ZipCacheLocator(_caching._CacheLocator):
         found = _zip_of(py_file)
         if found is None:
             return None
-        return cls(py_func, py_file, found[0])
+        return cls(py_func, py_file, *found)
 
 
 class _KernelFamilyLocator(_caching.UserProvidedCacheLocator):
