@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from damage_audits import audit_both_modes
 
 V533 = Path(__file__).resolve().parent / "data" / "fixtures" / "rocketmq-5.3.3" / "store"
 
@@ -59,15 +60,8 @@ def test_units_lost_before_the_checkpoint_make_a_gap(stores):
 
 @pytest.mark.spark
 def test_full_and_indexed_agree_and_indexed_names_the_checkpoint(spark, stores):
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import reconstruct
-
     roots = {"intact": stores["intact"], "cut10": stores["cut10"]}
-    got = {}
-    for mode in ("full", "indexed"):
-        frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
-        result = reconstruct(frames, None, local=True)
-        got[mode] = {t: result.arrow[t].to_pylist() for t in ("transactions", "anomalies")}
+    got = audit_both_modes(spark, roots)
 
     def view(g, broker):
         return {t["transaction_key"]: (t["state"], sorted(t["flags"])) for t in g["transactions"]

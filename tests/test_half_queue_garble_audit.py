@@ -22,6 +22,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from damage_audits import audit_both_modes
+from damage_audits import states as _states
 
 from refbroker.systopics import HALF_TOPIC
 
@@ -49,8 +51,6 @@ RB_CASES = ("rb_garbled_head", "rb_zeroed_page")
 
 @pytest.fixture(scope="module")
 def audits(spark, tmp_path_factory):
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import reconstruct
     from refbroker.generate import generate
 
     base = tmp_path_factory.mktemp("half-garble")
@@ -64,16 +64,7 @@ def audits(spark, tmp_path_factory):
         f.unlink()
         f.write_bytes(bytes(data))
         roots[case] = str(base / case)
-    out = {"roots": roots}
-    for mode in ("full", "indexed"):
-        frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
-        result = reconstruct(frames, None, local=True)
-        out[mode] = {t: result.arrow[t].to_pylist() for t in ("transactions", "anomalies")}
-    return out
-
-
-def _states(audit, broker):
-    return {t["transaction_key"]: t["state"] for t in audit["transactions"] if t["broker"] == broker}
+    return {"roots": roots, **audit_both_modes(spark, roots)}
 
 
 def _holes(audit, broker):

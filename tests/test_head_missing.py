@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from damage_audits import audit_both_modes
 
 SMALL = dict(commitlog_file_size=64 * 1024, consumequeue_file_size=200, background_messages=50, msg_bytes=600)
 
@@ -49,16 +50,7 @@ def test_retention_reads_as_retention_and_a_lost_head_as_damage(stores):
 
 @pytest.fixture(scope="module")
 def audits(spark, stores):
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import reconstruct
-
-    roots = {"ret": stores["ret"], "lost": stores["lost"]}
-    out = {}
-    for mode in ("full", "indexed"):
-        frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
-        result = reconstruct(frames, None, local=True)
-        out[mode] = {t: result.arrow[t].to_pylist() for t in ("transactions", "anomalies")}
-    return out
+    return audit_both_modes(spark, {"ret": stores["ret"], "lost": stores["lost"]})
 
 
 @pytest.mark.spark

@@ -18,6 +18,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from damage_audits import audit_both_modes
+from damage_audits import states as _states
 
 from refbroker import repair_scenarios as RS
 from refbroker.systopics import HALF_TOPIC
@@ -75,20 +77,8 @@ def _hole_stores(base: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def audits(spark, stores):
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import reconstruct
-
     roots, _, _ = stores
-    out = {}
-    for mode in ("full", "indexed"):
-        frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
-        result = reconstruct(frames, None, local=True)
-        out[mode] = {t: result.arrow[t].to_pylist() for t in ("transactions", "anomalies")}
-    return out
-
-
-def _states(audit, broker):
-    return {t["transaction_key"]: t["state"] for t in audit["transactions"] if t["broker"] == broker}
+    return audit_both_modes(spark, roots)
 
 
 def _flags(audit, broker):

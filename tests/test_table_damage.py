@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from damage_audits import audit_both_modes
 
 V314 = Path(__file__).resolve().parent / "data" / "fixtures" / "rocketmq-3.1.4" / "store"
 KEY = "66633"           # DTX-12's prepared record: statetable index 12, redolog unit 18 (truth/)
@@ -31,9 +32,6 @@ def _zero(path: Path, start: int, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def audits(spark, tmp_path_factory):
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import reconstruct
-
     base = tmp_path_factory.mktemp("tables")
     roots = {}
     for name in ("intact", "st", "redo"):
@@ -42,12 +40,7 @@ def audits(spark, tmp_path_factory):
     _zero(base / "st" / "transaction" / "statetable" / ("0" * 20), 12 * 24, 24)
     _zero(base / "redo" / "transaction" / "redolog" / "TRANSACTION_REDOLOG_TOPIC_XXXX" / "0" / ("0" * 20),
           18 * 20, 20)
-    out = {}
-    for mode in ("full", "indexed"):
-        frames = load_store_frames(spark, list(roots.values()), mode=mode, brokers=list(roots))
-        result = reconstruct(frames, None, local=True)
-        out[mode] = {t: result.arrow[t].to_pylist() for t in ("transactions", "anomalies", "recovery")}
-    return out
+    return audit_both_modes(spark, roots, ("transactions", "anomalies", "recovery"))
 
 
 def _tx(got, broker):

@@ -145,10 +145,27 @@ def commitlog_ends(stores: Sequence) -> Dict[str, int]:
     return {s.broker: s.commitlog_files[-1][1] + s.commitlog_files[-1][2] for s in stores if s.commitlog_files}
 
 
+def _queue_neighbours():
+    """``(prev, nxt)``: ``prev(col, flag)`` is ``col`` of the nearest earlier unit of the same queue (by queue
+    offset) where ``flag`` holds, ``nxt(col, flag)`` of the nearest later one; Spark window columns."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("broker", "topic", "queue_id").orderBy("queue_offset")
+    before, after = w.rowsBetween(Window.unboundedPreceding, -1), w.rowsBetween(1, Window.unboundedFollowing)
+
+    def prev(col, flag):
+        return F.last(F.when(flag, F.col(col)), ignorenulls=True).over(before)
+
+    def nxt(col, flag):
+        return F.first(F.when(flag, F.col(col)), ignorenulls=True).over(after)
+
+    return prev, nxt
+
+
 def anchored_frame(units, stores: Sequence = ()):
     """The transaction queues' units of the DataFrame ``units`` with the column ``anchor``: :func:`anchors`
     computed by Spark (windows over each queue), and ``e`` the end of each unit's record."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     c = F.col
@@ -163,15 +180,7 @@ def anchored_frame(units, stores: Sequence = ()):
           else (F.lit(None).cast("string").alias("file"), F.lit(None).cast("long").alias("file_position"))))
     u = u.withColumn("e", c("commitlog_offset") + c("size"))
     valid = (c("commitlog_offset") >= 0) & (c("size") > 0) & (limit.isNull() | (c("e") <= limit))
-    w = Window.partitionBy("broker", "topic", "queue_id").orderBy("queue_offset")
-    before, after = w.rowsBetween(Window.unboundedPreceding, -1), w.rowsBetween(1, Window.unboundedFollowing)
-
-    def prev(col, flag):
-        return F.last(F.when(flag, c(col)), ignorenulls=True).over(before)
-
-    def nxt(col, flag):
-        return F.first(F.when(flag, c(col)), ignorenulls=True).over(after)
-
+    prev, nxt = _queue_neighbours()
     u = u.withColumn("valid", valid).select(
         "*", prev("commitlog_offset", c("valid")).alias("vp_p"), prev("size", c("valid")).alias("vp_s"),
         prev("e", c("valid")).alias("vp_e"), nxt("commitlog_offset", c("valid")).alias("vn_p"),
@@ -189,20 +198,11 @@ def anchored_frame(units, stores: Sequence = ()):
 def queue_holes_of_frame(units, stores: Sequence = ()) -> List[dict]:
     """:func:`queue_holes` computed by Spark (:func:`anchored_frame`, then windows over each queue; a row per
     hole and per run of garbled units collected)."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     c = F.col
     u = anchored_frame(units, stores)
-    w = Window.partitionBy("broker", "topic", "queue_id").orderBy("queue_offset")
-    before, after = w.rowsBetween(Window.unboundedPreceding, -1), w.rowsBetween(1, Window.unboundedFollowing)
-
-    def prev(col, flag):
-        return F.last(F.when(flag, c(col)), ignorenulls=True).over(before)
-
-    def nxt(col, flag):
-        return F.first(F.when(flag, c(col)), ignorenulls=True).over(after)
-
+    prev, nxt = _queue_neighbours()
     a = c("anchor")
     u = u.select("broker", "topic", "queue_id", "queue_offset", "commitlog_offset", "e", "file", "file_position",
                  "anchor", *(prev(x, a).alias("b_" + x) for x in ("queue_offset", "commitlog_offset", "e", "file",
