@@ -1,4 +1,4 @@
-"""``./spark-submit.sh check`` end to end (issue 14's "Must show").
+"""``./spark-submit.sh check`` end to end.
 
 One run through spark-submit with a JVM (audit + check) on the real 5.3.3 broker fixture and a
 reference-broker store with faults (``corrupt``: bit flips, truncations, a deleted op queue) named

@@ -1,5 +1,5 @@
 """DLedger stores at the user-facing commands: store detection before any JVM, and a whole audit through
-./spark-submit.sh of the real store-clean (issue 21: it used to report a silent "Transactions: 0").  That run
+./spark-submit.sh of the real store-clean (it once reported a silent "Transactions: 0").  That run
 is also the suite's test of the audit's full path through spark-submit (bootstrap, pre-check, py-files zip,
 log4j2 config, jobs/main.py, run_audit), once test_cli_main's own JVM run."""
 from __future__ import annotations

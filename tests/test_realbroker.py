@@ -1,4 +1,4 @@
-"""The audit against real RocketMQ brokers (issue 30): released 4.9.8 and 5.3.3 jars, fetched from Maven
+"""The audit against real RocketMQ brokers: released 4.9.8 and 5.3.3 jars, fetched from Maven
 Central by tests/realbroker/fetch.sh into a cache outside the repository, run on 127.0.0.1 by the harness in
 tests/realbroker/ with a real TransactionMQProducer (commit, rollback, UNKNOW answered on check-back, never
 answered -> discarded after transactionCheckMax, a producer JVM that halts before answering, in-flight halves

@@ -1,4 +1,4 @@
-"""The recovery job (issue 20): refbroker.repair writes, jobs.repair.run / `repair` subcommand, re-audits.
+"""The recovery job: refbroker.repair writes, jobs.repair.run / `repair` subcommand, re-audits.
 
 Spark-free tests compare what the repair writes with the real brokers' own bytes (fixture op records and
 consume-queue units).  The module fixture ``repaired`` audits the repair situations (reference-broker stores
