@@ -213,8 +213,9 @@ def render_run(d: ReportData) -> str:
     return H.document(f"TxAudit run {d.run['run_id']}", nav, secs)
 
 
-def render_index(out: str, report_dir: str) -> str:
-    runs = read_runs(out)
+def render_index(out: str, report_dir: str, runs: Optional[pd.DataFrame] = None) -> str:
+    """The index page: every finished run of ``out`` (``runs``: read_runs(out), when already read)."""
+    runs = read_runs(out) if runs is None else runs
     rows = []
     for i in range(len(runs) - 1, -1, -1):
         r = runs.iloc[i]
@@ -250,7 +251,7 @@ def write_report(out: str, run_id: Optional[str] = None, *, index: bool = True) 
     page = outfs.join(report_dir, H.page_name(data.run["run_id"]))
     _write(page, render_run(data))
     if index:
-        _write(outfs.join(report_dir, INDEX), render_index(out, report_dir))
+        _write(outfs.join(report_dir, INDEX), render_index(out, report_dir, data.runs))
     return page
 
 
