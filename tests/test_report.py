@@ -436,3 +436,30 @@ def test_the_report_imports_no_plotting_library():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_scatter_tooltips_and_dense_clouds():
+    """Each point of a small scatter has a tooltip; a large one is one dot per 2 px cell, without tooltips."""
+    from xml.etree import ElementTree as ET
+
+    import numpy as np
+    import pandas as pd
+
+    from jobs.report.plots import MANY_POINTS, prepared_age_vs_deadline
+
+    ns = "{http://www.w3.org/2000/svg}"
+    rng = np.random.default_rng(7)
+    for n in (40, 50_000):
+        p = pd.DataFrame({"deadline_ms": np.ones(n), "age_ms": rng.uniform(0, 3e8, n),
+                          "to_deadline_ms": rng.uniform(-1e8, 2e8, n)})
+        svg = ET.fromstring(prepared_age_vs_deadline(p))
+        dots = [c for g in svg.iter(f"{ns}g") for c in g.iter(f"{ns}circle")]
+        tips = [c for c in dots if c.find(f"{ns}title") is not None]
+        if n < MANY_POINTS:
+            assert len(dots) == len(tips) == n                      # distinct points: one dot each
+        else:
+            assert MANY_POINTS < len(dots) < n and not tips
+            assert {float(c.get("cx")) % 2 for c in dots} == {0.0}
+        desc = svg.find(f"{ns}desc").text
+        past = int((p["to_deadline_ms"] <= 0).sum())
+        assert f"{n - past} before their deadline, {past} past it" in desc

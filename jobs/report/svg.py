@@ -92,6 +92,12 @@ class Scale:
             return (self.p0 + self.p1) / 2
         return self.p0 + (float(v) - self.d0) * (self.p1 - self.p0) / (self.d1 - self.d0)
 
+    def many(self, values):
+        """Pixels of a numpy array of data values."""
+        if self.d1 == self.d0:
+            return values * 0.0 + (self.p0 + self.p1) / 2
+        return self.p0 + (values - self.d0) * ((self.p1 - self.p0) / (self.d1 - self.d0))
+
     def inv(self, px: float) -> float:
         """The data value at pixel ``px``."""
         if self.p1 == self.p0:
