@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         return sorted(key(r) for r in rs)[len(rs) // 2]
 
     print(json.dumps({m: {"median_s": med(rs, lambda r: r["s"]), "jobs": rs[-1]["jobs"],
-                          "stages": rs[-1]["stages"], "median_cpu": med(rs, lambda r: sum(r["cpu"].values())),
+                          "stages": rs[-1]["stages"], "median_cpu": round(med(rs, lambda r: sum(r["cpu"].values())), 2),
                           "median_report_cpu": med(rs, lambda r: r["report_cpu"])} for m, rs in out.items()}))
     return 0
 
