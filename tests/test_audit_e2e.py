@@ -253,6 +253,11 @@ def test_auto_shuffle_partitions():
     assert auto_shuffle_partitions(Spark(), 1 << 40) == 200
     assert auto_shuffle_partitions(Spark(explicit=True), 3 << 20) is None
     assert auto_shuffle_partitions(Spark(value="8"), 3 << 20) is None
+    asked = []
+    spark = Spark()
+    spark.sparkContext.getConf = lambda: asked.append(1) or spark.conf
+    assert [auto_shuffle_partitions(spark, 3 << 20) for _ in range(3)] == [4, 4, 4]
+    assert len(asked) == 1                  # the context's start-up conf is copied once, not per run
 
 
 # ------------------------------------------------------------------------------------------------------------

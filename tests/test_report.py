@@ -7,11 +7,13 @@ each).  Every assertion about numbers recomputes them from the Delta tables with
 """
 from __future__ import annotations
 
-import base64
+import html
 import html.parser
 import importlib.util
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,7 +136,43 @@ def test_page_has_every_section(audited):
         p = _parse(_page(audited["out"], rid))
         assert tuple(i for i in p.ids if i != "checks") == ALWAYS
         assert "checks" not in p.ids                       # no check_results table under this --out
-        assert p.tags["img"] >= 3                          # state bars, store map, ... as inline charts
+        assert p.tags["svg"] >= 3                          # state bars, store map, ... as inline charts
+        assert "img" not in p.tags
+
+
+def _charts(page: Path) -> list:
+    """Every inline ``<svg>`` of a page, parsed as a standalone XML document."""
+    from xml.etree import ElementTree as ET
+
+    return [ET.fromstring(m) for m in re.findall(r"<svg\b.*?</svg>", page.read_text(encoding="utf-8"), re.S)]
+
+
+@pytest.mark.spark
+def test_charts_are_valid_sized_and_labelled_svg(audited):
+    ns = "{http://www.w3.org/2000/svg}"
+    for rid in audited["runs"]:
+        charts = _charts(_page(audited["out"], rid))
+        assert len(charts) >= 3
+        ids = [el.get("id") for svg in charts for el in svg.iter() if el.get("id")]
+        assert len(ids) == len(set(ids))                   # inlined together: no id twice on the page
+        for svg in charts:
+            w, h = float(svg.get("width")), float(svg.get("height"))
+            assert 200 <= w <= 800 and 100 <= h <= 2000, (w, h)
+            assert svg.get("viewBox") == f"0 0 {svg.get('width')} {svg.get('height')}"
+            assert svg.get("role") == "img"
+            title, desc = svg.find(f"{ns}title"), svg.find(f"{ns}desc")
+            assert title is not None and title.text and desc is not None and desc.text
+            assert svg.get("aria-labelledby") == f"{title.get('id')} {desc.get('id')}"
+            texts = [t.text for t in svg.iter(f"{ns}text")]
+            assert len(texts) >= 4 and all(texts)          # tick labels, axis label, legend / categories
+            marks = [el for el in svg.iter() if el.tag in (f"{ns}rect", f"{ns}circle", f"{ns}polyline")]
+            assert len(marks) >= 2                         # the background plus at least one data mark
+            for el in svg.iter():                         # every mark inside the drawing
+                for k, bound in (("x", w), ("x1", w), ("x2", w), ("cx", w), ("width", w),
+                                 ("y", h), ("y1", h), ("y2", h), ("cy", h), ("height", h)):
+                    v = el.get(k)
+                    if v is not None and not v.endswith("%"):
+                        assert -1 <= float(v) <= bound + 1, (el.tag, k, v, w, h)
 
 
 @pytest.mark.spark
@@ -151,13 +189,13 @@ def test_page_references_nothing_outside_itself(audited):
             if attr == "href":                              # navigation to a sibling report page only
                 assert "/" not in value and ":" not in value and value in pages, value
             else:
-                assert attr == "src" and value.startswith("data:image/svg+xml;base64,"), (tag, value[:60])
-                svg = base64.b64decode(value.split(",", 1)[1]).decode("utf-8")
-                # SVG links only to its own elements; the namespace declarations are not fetched
-                for ref in re.findall(r'(?:xlink:)?href="([^"]*)"', svg):
-                    assert ref.startswith("#"), ref
-                assert not re.findall(r"https?://(?!www\.w3\.org/(?:2000/svg|1999/xlink))", svg)
-                assert "<image" not in svg
+                raise AssertionError((tag, attr, value[:60]))
+        for svg in re.findall(r"<svg\b.*?</svg>", text, re.S):
+            # SVG links only to its own elements; the namespace declarations are not fetched
+            for ref in re.findall(r'(?:xlink:)?href="([^"]*)"', svg):
+                assert ref.startswith("#"), ref
+            assert not re.findall(r"https?://(?!www\.w3\.org/(?:2000/svg|1999/xlink))", svg)
+            assert "<image" not in svg and "<foreignObject" not in svg
 
 
 @pytest.mark.spark
@@ -193,6 +231,57 @@ def test_numbers_equal_the_tables(audited):
         listed = {(c, s): n for (c, s), n in by_code.items() if f"finding.{c}.{s}" in shown}
         assert len(shown) == len(listed) == min(len(by_code), 40)
         assert all(shown[f"finding.{c}.{s}"] == n for (c, s), n in listed.items())
+
+
+_MEASURE = """<pre id="measure"></pre><script>
+const out = [...document.querySelectorAll("svg.chart")].map(svg => {
+  const box = svg.getBoundingClientRect();
+  const texts = [...svg.querySelectorAll("text")];
+  const outside = texts.filter(t => { const r = t.getBoundingClientRect();
+    return r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1; });
+  const marks = [...svg.querySelectorAll("rect, circle, polyline, line")].slice(1)
+    .map(m => m.getBBox()).filter(b => b.width > 0 || b.height > 0);
+  return {title: svg.querySelector("title").textContent, width: box.width, height: box.height,
+          texts: texts.length, drawn: texts.filter(t => t.getComputedTextLength() > 0).length,
+          outside: outside.map(t => t.textContent), marks: marks.length};
+});
+document.getElementById("measure").textContent = JSON.stringify(out);
+</script>"""
+
+
+def _browser():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.mark.spark
+def test_charts_render_in_a_real_browser(audited, tmp_path):
+    """Headless Chromium lays the page out (a copy with a measuring script appended; the report itself has
+    none): every chart has a size, its text is drawn and inside the chart, its marks have a extent."""
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no chromium on PATH (apt-get install -y chromium)")
+    for rid in audited["runs"]:
+        page = _page(audited["out"], rid)
+        expected = len(_charts(page))
+        probe = tmp_path / f"probe-{rid}.html"
+        probe.write_text(page.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>"),
+                         encoding="utf-8")
+        r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                            "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1300,2000",
+                            "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180)
+        m = re.search(r'<pre id="measure">(.*?)</pre>', r.stdout, re.S)
+        assert r.returncode == 0 and m, r.stderr[-2000:]
+        charts = json.loads(html.unescape(m.group(1)))
+        assert len(charts) == expected >= 3
+        for c in charts:
+            assert c["width"] >= 200 and c["height"] >= 100, c
+            assert c["texts"] >= 4 and c["drawn"] == c["texts"], c
+            assert not c["outside"], c
+            assert c["marks"] >= 1, c
 
 
 @pytest.mark.spark
@@ -339,12 +428,38 @@ def test_notebook_executes(notebook_process):
     assert (notebook_process["work"] / "out" / "report" / "index.html").is_file()
 
 
-def test_importing_the_report_keeps_the_callers_matplotlib_backend():
-    """The audit imports the report modules at the end of a run: a notebook's inline backend must survive."""
-    import sys
-
-    code = "import matplotlib, jobs.report.write, jobs.report.plots; print(matplotlib.get_backend())"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT),
-                       env=dict(os.environ, MPLBACKEND="pdf"), timeout=120)
+def test_the_report_imports_no_plotting_library():
+    """The audit imports the report modules at the end of a run: they draw their SVG themselves, so neither
+    an import's cost nor a notebook's plotting backend is touched."""
+    code = ("import sys, jobs.report.write, jobs.report.plots, jobs.audit.run; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'PIL')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "pdf"
+    assert r.stdout.strip() == "[]"
+
+
+def test_scatter_tooltips_and_dense_clouds():
+    """Each point of a small scatter has a tooltip; a large one is one dot per 2 px cell, without tooltips."""
+    from xml.etree import ElementTree as ET
+
+    import numpy as np
+    import pandas as pd
+
+    from jobs.report.plots import MANY_POINTS, prepared_age_vs_deadline
+
+    ns = "{http://www.w3.org/2000/svg}"
+    rng = np.random.default_rng(7)
+    for n in (40, 50_000):
+        p = pd.DataFrame({"deadline_ms": np.ones(n), "age_ms": rng.uniform(0, 3e8, n),
+                          "to_deadline_ms": rng.uniform(-1e8, 2e8, n)})
+        svg = ET.fromstring(prepared_age_vs_deadline(p))
+        dots = [c for g in svg.iter(f"{ns}g") for c in g.iter(f"{ns}circle")]
+        tips = [c for c in dots if c.find(f"{ns}title") is not None]
+        if n < MANY_POINTS:
+            assert len(dots) == len(tips) == n                      # distinct points: one dot each
+        else:
+            assert MANY_POINTS < len(dots) < n and not tips
+            assert {float(c.get("cx")) % 2 for c in dots} == {0.0}
+        desc = svg.find(f"{ns}desc").text
+        past = int((p["to_deadline_ms"] <= 0).sum())
+        assert f"{n - past} before their deadline, {past} past it" in desc

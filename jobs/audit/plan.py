@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -109,6 +110,19 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 MAX_AUTO_SHUFFLE_PARTITIONS = 200
 
 
+_STARTED_WITH: "weakref.WeakKeyDictionary[Any, Dict[str, bool]]" = weakref.WeakKeyDictionary()
+
+
+def _set_at_start(sc, key: str) -> bool:
+    """Whether the SparkContext was started with ``key`` set.  A context's SparkConf is fixed once it runs,
+    and ``getConf()`` copies every entry through the gateway (about a hundred calls), so it is asked once
+    per context."""
+    known = _STARTED_WITH.setdefault(sc, {})
+    if key not in known:
+        known[key] = bool(sc.getConf().contains(key))
+    return known[key]
+
+
 def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
     """Shuffle partitions for this run when the user left ``spark.sql.shuffle.partitions`` at Spark's default
     (None = the user chose a value; keep it).
@@ -118,7 +132,7 @@ def auto_shuffle_partitions(spark, commitlog_bytes: int) -> Optional[int]:
     of its time scheduling empty tasks (the demo: ~90 s of 230 s).  Chosen: 4 per GiB of CommitLog, at least
     the default parallelism (cores), at most 200."""
     try:
-        explicit = spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS)
+        explicit = _set_at_start(spark.sparkContext, SHUFFLE_PARTITIONS)
         current = spark.conf.get(SHUFFLE_PARTITIONS)
     except Exception:  # noqa: BLE001 - e.g. Spark Connect: leave the session alone
         return None

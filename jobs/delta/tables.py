@@ -45,15 +45,17 @@ def column_names(path: str, what: str = "") -> Optional[List[str]]:
 
 
 def read_table(path: Optional[str], *, what: str = "", columns: Optional[Sequence[str]] = None,
-               **equal) -> Optional[pa.Table]:
+               need: Sequence[str] = (), **equal) -> Optional[pa.Table]:
     """The rows of the Delta table at ``path`` whose columns equal ``equal`` (e.g. ``run_id=...``,
     ``broker=...``; partition columns prune whole files), restricted to ``columns``; None when no Delta table
-    is at ``path``."""
+    is at ``path``, or when it lacks one of the columns ``need`` (the table is opened once either way)."""
     if not is_delta(path):
         return None
     import pyarrow.dataset as ds
 
     table = _open(path, what)
+    if need and not set(need) <= set(table.schema().to_arrow().names):
+        return None
     expr = None
     for name, value in equal.items():
         e = ds.field(name) == value

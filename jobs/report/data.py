@@ -63,6 +63,7 @@ class ReportData:
     findings: pd.DataFrame                   # code, source, rows
     store_maps: List[StoreMap]
     checks: Optional[pd.DataFrame]           # check_results rows of the run, or None when check never ran
+    runs: Optional[pd.DataFrame] = None      # every finished run of ``out`` (the index lists them)
     table_rows: Dict[str, int] = field(default_factory=dict)   # logical table -> rows of this run read
 
 
@@ -98,9 +99,7 @@ def _table_path(out: str, run: dict, logical: str) -> Optional[str]:
 
 def read_run_table(path: Optional[str], run_id: str, columns=None) -> Optional[pa.Table]:
     """The rows of ``run_id`` in the Delta table at ``path`` (None when there is no such table)."""
-    if "run_id" not in (column_names(path) or ()):
-        return None
-    return read_table(path, columns=columns, run_id=run_id)
+    return read_table(path, columns=columns, need=("run_id",), run_id=run_id)
 
 
 def _frame(table: Optional[pa.Table], columns: List[str]) -> pd.DataFrame:
@@ -270,7 +269,7 @@ def gather(out: str, run_id: Optional[str] = None) -> ReportData:
         out=out, run=run, history=runs.iloc[:pos + 1].reset_index(drop=True), profiles=prof,
         states=_state_counts(tx, brokers), prepared=prepared, urgent=urgent, flags=_flags(tx, an),
         group_topic=_group_topic(tx), findings=findings, store_maps=_store_maps(run, brokers, an),
-        checks=_checks(out, rid),
+        checks=_checks(out, rid), runs=runs,
         table_rows={"transactions": n_tx, "check_back_worklist": n_cb, "recovery_worklist": n_rec,
                     "audit_anomalies": n_an})
 

@@ -1,14 +1,13 @@
 """HTML of the report: one self-contained page per run plus the index of runs.
 
-Self-contained means the browser fetches nothing: CSS is inline, charts are SVG data URIs (``<img
-src="data:image/svg+xml;base64,...">``; an ``<img>`` also keeps each chart's ids and styles to itself), the
-only font is the system's.  The only links are to sibling pages of ``OUT/report/`` (index <-> runs).  Values
+Self-contained means the browser fetches nothing: CSS is inline, charts are inline ``<svg>`` elements
+(``jobs.report.plots``; their ids are prefixed per chart, they reference nothing), the only font is the
+system's.  The only links are to sibling pages of ``OUT/report/`` (index <-> runs).  Values
 the tests compare with the tables carry ``data-metric`` attributes.  Nothing here depends on the wall clock,
 so the same data renders to the same bytes.
 """
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import html
 import re
@@ -55,7 +54,7 @@ th{background:#eef1f6}td.n{text-align:right;font-variant-numeric:tabular-nums;wh
 .kv th{width:190px}.muted{color:#778}.warn{color:#b4561b;font-weight:600}
 .badge{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;font-weight:600}
 .PASS{background:#dff3e3}.WARN{background:#fff0c9}.FAIL,.ERROR{background:#f9d6d5}
-img.chart{max-width:100%;height:auto;display:block;margin:6px 0}
+svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}
 code{font-size:12px;background:#f0f2f5;padding:0 3px;border-radius:2px}
 code.key{word-break:break-all}td.todo{min-width:280px}td.code{white-space:nowrap}
 .kpis{display:flex;gap:14px;flex-wrap:wrap;margin:8px 0}
@@ -83,11 +82,11 @@ def num(value, metric: Optional[str] = None) -> str:
     return f'<td class="n"{attr}>{int(value):,}</td>'
 
 
-def chart(svg: Optional[str], alt: str) -> str:
+def chart(svg: Optional[str]) -> str:
+    """An inline chart (its ``<title>``/``<desc>`` name it for assistive technology), or a placeholder."""
     if not svg:
         return '<p class="muted">(nothing to plot)</p>'
-    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    return f'<img class="chart" alt="{e(alt)}" src="data:image/svg+xml;base64,{data}">'
+    return svg
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") -> str:

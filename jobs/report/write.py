@@ -2,7 +2,7 @@
 
 ``write_report(out, run_id=None)`` builds the page of one run (default: the latest) from the Delta tables
 under ``out`` only (``jobs.report.data``: deltalake on the driver, no Spark, no store), draws the charts
-(``jobs.report.plots``: matplotlib, SVG) and renders the page (``jobs.report.html``), then refreshes the
+(``jobs.report.plots``: inline SVG written from the aggregates) and renders the page (``jobs.report.html``), then refreshes the
 index (every finished run, newest first, linking the pages that exist).  The audit calls it at the end of each
 run (``jobs.audit.run``; ``--no-report`` turns it off); ``./spark-submit.sh report --out DIR [--run-id ID]``
 (re)builds it for any past run.
@@ -74,7 +74,7 @@ def _states_section(d: ReportData) -> str:
     rows = [[H.td(b)] + [H.num(s.at[b, c], f"state.{b}.{c}") for c in s.columns]
             + [H.num(int(s.loc[b].sum()), f"broker.{b}")] for b in s.index]
     tbl = H.table(["broker", *s.columns, "total"], rows)
-    return H.section("states", H.chart(P.states_by_broker(s), "transactions per state and broker") + tbl)
+    return H.section("states", H.chart(P.states_by_broker(s)) + tbl)
 
 
 def _prepared_section(d: ReportData) -> str:
@@ -97,9 +97,9 @@ def _prepared_section(d: ReportData) -> str:
     tbl = H.table(["broker", "transaction key", "keys", "producer group", "topic", "age", "to deadline",
                    "checks", "flags", "what to do"], rows)
     return H.section("prepared", intro + "<h3>Age against deadline</h3>"
-                     + H.chart(P.prepared_age_vs_deadline(p), "age against time left until the deadline")
+                     + H.chart(P.prepared_age_vs_deadline(p))
                      + "<h3>How often the broker already asked</h3>"
-                     + H.chart(P.check_times_histogram(p), "check times histogram")
+                     + H.chart(P.check_times_histogram(p))
                      + "<h3>Most urgent</h3>" + tbl)
 
 
@@ -125,7 +125,7 @@ def _flags_section(d: ReportData) -> str:
 
 
 def _store_map_section(d: ReportData) -> str:
-    parts = [H.chart(P.store_map(d.store_maps), "CommitLog files with findings and scanned ranges")]
+    parts = [H.chart(P.store_map(d.store_maps))]
     for m in d.store_maps:
         sizes = {b: s for b, s in m.files}
         rows = []
@@ -174,7 +174,7 @@ def _trend_section(d: ReportData) -> str:
         rows.append([f'<td><a href="{H.e(H.page_name(rid))}">{H.e(rid)}</a></td>',
                      H.td(H.iso(h.at[i, "as_of"]))]
                     + [H.num(vals[i]) for _, vals in series])
-    chart = H.chart(P.trend(h, series), "main counts across runs") if len(h) > 1 else \
+    chart = H.chart(P.trend(h, series)) if len(h) > 1 else \
         '<p class="muted">First run in this output directory: nothing to compare with yet.</p>'
     return H.section("trend", chart + H.table(["run", "as of", *[n for n, _ in series]], rows))
 
@@ -213,8 +213,9 @@ def render_run(d: ReportData) -> str:
     return H.document(f"TxAudit run {d.run['run_id']}", nav, secs)
 
 
-def render_index(out: str, report_dir: str) -> str:
-    runs = read_runs(out)
+def render_index(out: str, report_dir: str, runs: Optional[pd.DataFrame] = None) -> str:
+    """The index page: every finished run of ``out`` (``runs``: read_runs(out), when already read)."""
+    runs = read_runs(out) if runs is None else runs
     rows = []
     for i in range(len(runs) - 1, -1, -1):
         r = runs.iloc[i]
@@ -250,7 +251,7 @@ def write_report(out: str, run_id: Optional[str] = None, *, index: bool = True) 
     page = outfs.join(report_dir, H.page_name(data.run["run_id"]))
     _write(page, render_run(data))
     if index:
-        _write(outfs.join(report_dir, INDEX), render_index(out, report_dir))
+        _write(outfs.join(report_dir, INDEX), render_index(out, report_dir, data.runs))
     return page
 
 
