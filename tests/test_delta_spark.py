@@ -11,8 +11,8 @@ the loopback S3 server (moto's; hadoop-aws's S3A file system), B on disk:
    B (on disk) (in parallel);
 3. one delta-spark process (tests/delta_spark_probe.py) reads every table of A and B, now and (time travel)
    at the version step 1 wrote; in the same JVM it copies A's transactions table with the Spark writer to
-   another prefix of the bucket (written, then re-written), and reads B's transactions table uploaded to the
-   bucket as is.
+   another prefix of the bucket and to a new table on disk (each written, then re-written), and reads B's
+   transactions table uploaded to the bucket as is.
 
 Then: both writers' tables hold the same rows, schema, column comments and partitions, read by either
 reader (so the whole Spark-writer audit into the bucket equals the delta-rs audit on disk table by table,
@@ -210,6 +210,7 @@ def runs(tmp_path_factory, s3):
     probe_out = _probe(jars, "read", str(work / "dump"),
                        *[f"{where[w]}/{n}@{phase1[w][n]['version']}" for w, n in keys],
                        "+", "copy", A_OUT, f"s3a://{BUCKET}/spark", "transactions",
+                       "+", "copy", A_OUT, str(work / "spark-local"), "transactions",
                        "+", "read", str(work / "s3dump"), f"s3a://{BUCKET}/uploaded/transactions", env=env)
     copy_writes = _bucket_writes(s3, mark, "spark")
     spark_read = {}
@@ -311,17 +312,21 @@ def _remote_snapshots(root: str, names, opts: dict, dump: Path) -> dict:
 
 
 def test_spark_writer_on_s3a(runs):
-    """The probe's Spark writer wrote A's transactions (read from the bucket) to another prefix twice (the second
-    a replaceWhere); delta-rs reads them back; Spark read B's table uploaded as is (v0 delta-rs, v1 Spark)."""
+    """The probe's Spark writer wrote A's transactions (read from the bucket) to another prefix, and to a new
+    table on disk, twice each (the second a replaceWhere); delta-rs reads them back; Spark read B's table
+    uploaded as is (v0 delta-rs, v1 Spark)."""
     assert runs["copy_writes"], "the Spark writer wrote nothing under s3a://txaudit-out/spark/"
-    for name in ["transactions"]:
-        got = _remote_snapshots(f"s3a://{BUCKET}/spark", [name], runs["opts"], runs["work"] / "snap-copy")[name]
+    name = "transactions"
+    copies = {"bucket": _remote_snapshots(f"s3a://{BUCKET}/spark", [name], runs["opts"],
+                                          runs["work"] / "snap-copy")[name],
+              "disk": _snapshot(str(runs["work"] / "spark-local" / name))}
+    for where, got in copies.items():
         local = runs["phase2"]["A"][name]
-        assert _canonical(got["rows"], name) == _canonical(local["rows"], name), name
-        assert got["fields"] == local["fields"] and got["partitions"] == local["partitions"]
+        assert _canonical(got["rows"], name) == _canonical(local["rows"], name), where
+        assert got["fields"] == local["fields"] and got["partitions"] == local["partitions"], where
         assert [(_engine(h), h["operation"]) for h in got["history"]] == \
-            [("spark", "CREATE TABLE")] + [("spark", "WRITE")] * 2, name
-        assert f"probe: {name}:" in runs["probe_out"]
+            [("spark", "CREATE TABLE")] + [("spark", "WRITE")] * 2, where
+    assert runs["probe_out"].count(f"probe: {name}:") == 2, runs["probe_out"]
     uploaded = runs["phase2"]["B"]["transactions"]
     assert [_engine(h) for h in uploaded["history"]] == ["delta-rs", "spark"]
     info = json.loads((runs["work"] / "s3dump" / "0.json").read_text())
