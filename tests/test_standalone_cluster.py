@@ -1,10 +1,8 @@
 """The audit as a scheduled ``spark-submit`` on a real Spark standalone cluster (tests/standalone.py: a Master and
 one 1-core Worker on 127.0.0.1): ``./spark-submit.sh --master spark://... audit`` with ``reconstruct.path=
-distributed`` writes the same Delta tables, table by table, as a ``local[2]`` audit of the same stores on the
-driver path; the cluster run records the distributed path, its reduce time was spent on the executors, and the
-Worker's executor ran the job's Python tasks.  The local audit runs in-process on the suite's ``local[2]``
-session (``run_audit``, as ``jobs.main`` calls it) while the cluster's spark-submit runs: a second spark-submit
-would only add a JVM and a driver start to the same local audit.
+distributed`` writes the same Delta tables, table by table, as a ``--master local[2]`` audit of the same stores
+on the driver path; the cluster run records the distributed path, its reduce time was spent on the executors,
+and the Worker's executor ran the job's Python tasks.
 """
 from __future__ import annotations
 
@@ -44,19 +42,15 @@ def stores(tmp_path_factory):
     return out
 
 
-def _audit_args(path: str, stores, out, cwd) -> list:
+def _submit(master: str, path: str, stores, out, cwd, *spark_opts: str) -> subprocess.Popen:
     conf = cwd / f"{path}.properties"
     conf.write_text(f"reconstruct.path={path}\n")
-    args = ["audit", "--out", str(out), "--as-of", AS_OF, "--mode", "full", "--run-id", "r1",
+    args = ["bash", str(SUBMIT), "--master", master, "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.sql.shuffle.partitions=2", *spark_opts,
+            "audit", "--out", str(out), "--as-of", AS_OF, "--mode", "full", "--run-id", "r1",
             "--conf-file", str(conf)]
     for broker, root in stores:
         args += ["--store", root, "--broker", broker]
-    return args
-
-
-def _submit(master: str, path: str, stores, out, cwd, *spark_opts: str) -> subprocess.Popen:
-    args = ["bash", str(SUBMIT), "--master", master, "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.sql.shuffle.partitions=2", *spark_opts, *_audit_args(path, stores, out, cwd)]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("TXAUDIT_SPARK_MASTER", None)
     return subprocess.Popen(args, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -86,24 +80,19 @@ def _tables(out):
 
 
 def test_spark_submit_audit_on_a_standalone_cluster_writes_the_driver_tables(standalone_cluster,  # noqa: F811
-                                                                             stores, spark, tmp_path):
-    from jobs.audit import guard
-    from jobs.audit.run import run_audit
-    from jobs.main import parse_args
-
+                                                                             stores, tmp_path):
     cluster = standalone_cluster
     t0 = time.monotonic()
+    # the local driver-path audit runs alongside the cluster's (its own JVM, --master local[2])
+    local = _submit("local[2]", "driver", stores, tmp_path / "local", tmp_path)
     dist = _submit(cluster.url, "distributed", stores, tmp_path / "cluster", tmp_path,
                    "--name", APP_NAME, "--total-executor-cores", "1", "--executor-memory", "1g")
     try:
-        # the local driver-path audit runs alongside the cluster's, in-process on the suite's local[2] session
-        _, opts = parse_args(_audit_args("driver", stores, tmp_path / "local", tmp_path))
-        with guard.out_lock(opts.out, opts.run_id):              # as jobs.main takes it
-            run_audit(spark, opts, print_summary=False)
-        local_s = time.monotonic() - t0
         _finish(dist, "cluster audit")
+        _finish(local, "local audit")
     finally:                                        # a failed or timed-out run leaves no process behind
         _kill(dist)
+        _kill(local)
     elapsed = time.monotonic() - t0
 
     run_d, tables_d = _tables(tmp_path / "cluster")
@@ -130,5 +119,4 @@ def test_spark_submit_audit_on_a_standalone_cluster_writes_the_driver_tables(sta
     text = "".join(p.read_text(errors="replace") for p in logs)
     assert "Starting Python task execution" in text
     assert f"--app-id\" \"{apps[0]['id']}\"" in text and "--hostname\" \"127.0.0.1\"" in text
-    print(f"standalone audit + local audit: {elapsed:.1f} s (local audit done at {local_s:.1f} s)\n"
-          f"cluster phases {phases_d}\nlocal phases {phases_l}")
+    print(f"standalone audit + local audit: {elapsed:.1f} s\ncluster phases {phases_d}\nlocal phases {phases_l}")
