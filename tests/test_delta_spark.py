@@ -2,18 +2,24 @@
 scripts/fetch-jars.sh into a cache outside the repository (skipped, loudly, only when Central cannot be
 reached on a machine that has not fetched them yet).
 
-One module-scoped run of ``./spark-submit.sh audit`` subprocesses over the 5.3.3 fixture:
+One module-scoped run of ``./spark-submit.sh audit`` subprocesses over the 5.3.3 fixture, A in a bucket of
+the loopback S3 server (moto's; hadoop-aws's S3A file system), B on disk:
 
-1. A: ``--with-jars delta`` + ``delta.writer=spark``; B: the default delta-rs writer (in parallel);
-2. the same run id again with the OTHER writer: delta-rs over A, Spark (``replaceWhere``) over B (in parallel);
+1. A: ``--with-jars delta,s3a`` + ``delta.writer=spark`` + ``--out s3a://...``; B: the default delta-rs writer
+   on disk (in parallel);
+2. the same run id again with the OTHER writer: delta-rs over A (in the bucket), Spark (``replaceWhere``) over
+   B (on disk) (in parallel);
 3. one delta-spark process (tests/delta_spark_probe.py) reads every table of A and B, now and (time travel)
-   at the version step 1 wrote.
+   at the version step 1 wrote; in the same JVM it copies A's transactions table with the Spark writer to
+   another prefix of the bucket and to a new table on disk (each written, then re-written), and reads B's
+   transactions table uploaded to the bucket as is.
 
 Then: both writers' tables hold the same rows, schema, column comments and partitions, read by either
-reader; a re-run by the other writer replaces the run (same rows, one more version) and the history shows
-both writers' commits.  On S3 (hadoop-aws, the loopback moto server): the Spark writer writes and re-writes
-tables under ``s3a://``, delta-rs reads them back; Spark reads a delta-rs-written table uploaded there; a
-whole Spark-writer audit with ``--out s3a://`` equals the delta-rs audit on disk table by table.
+reader (so the whole Spark-writer audit into the bucket equals the delta-rs audit on disk table by table,
+every commit Spark's); a re-run by the other writer replaces the run (same rows, one more version) and the
+history shows both writers' commits.  On S3: the Spark writer writes and re-writes tables under ``s3a://``,
+delta-rs reads them back; Spark reads delta-rs-written tables there.  Tables in the bucket are read by delta-rs
+in a child process (see :func:`_remote_snapshots`).
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ SUBMIT = ROOT / "spark-submit.sh"
 FETCH = ROOT / "scripts" / "fetch-jars.sh"
 PROBE = ROOT / "tests" / "delta_spark_probe.py"
 STORE = FIXTURES / "rocketmq-5.3.3" / "store"
+BUCKET = "txaudit-out"
+A_OUT = f"s3a://{BUCKET}/A"                  # the Spark writer's first audit, into the bucket
 AS_OF = "2026-11-21T12:00:00Z"
 RUN_ID = "r1"
 TABLES = ("transactions", "check_back_worklist", "recovery_worklist", "audit_anomalies", "profiles",
@@ -70,15 +78,14 @@ def _jars(*sets: str) -> list:
     return sorted(j for s in sets for j in glob.glob(str(_cache() / "jars" / s / "*.jar")))
 
 
-def _audit(out: Path, writer: str, conf_dir: Path) -> subprocess.Popen:
+def _audit(out: str, writer: str, conf_dir: Path, env: dict) -> subprocess.Popen:
     conf = conf_dir / f"{writer}.properties"
     conf.write_text(f"delta.writer={writer}\n")
-    jars = ["--with-jars", "delta"] if writer == "spark" else []
+    jars = [] if writer != "spark" else ["--with-jars", "delta,s3a" if out.startswith("s3a://") else "delta"]
     argv = ["bash", str(SUBMIT), "--master", "local[2]", *jars, *SPARK_CONF, "audit", "--store", str(STORE),
-            "--out", str(out), "--as-of", AS_OF, "--run-id", RUN_ID, "--conf-file", str(conf), "--no-report"]
+            "--out", out, "--as-of", AS_OF, "--run-id", RUN_ID, "--conf-file", str(conf), "--no-report"]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
-                            start_new_session=True)
+                            text=True, env=dict(env, SPARK_LOCAL_IP="127.0.0.1"), start_new_session=True)
 
 
 def _wait(*procs: subprocess.Popen) -> list:
@@ -160,27 +167,62 @@ def test_fetch_jars_names_the_artifacts_of_the_venvs_pyspark():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    jars = _jars("delta")
+def s3():
+    pytest.importorskip("moto", reason="moto[server] (test extra) runs the local S3 server")
+    from jobs.bench.s3server import LocalS3
+
+    with LocalS3() as server:
+        server.create_bucket(BUCKET)
+        yield server
+
+
+def _bucket_writes(s3, mark: int, prefix: str) -> list:
+    """Successful PUT/POST requests below ``/BUCKET/prefix/`` since log entry ``mark``."""
+    return [r for r in s3.log[mark:] if r.method in ("PUT", "POST") and 200 <= r.status < 300
+            and r.path.startswith(f"/{BUCKET}/{prefix}/")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, s3):
+    from jobs.config import delta_storage_options, object_store_settings
+
+    jars = _jars("delta", "s3a")
     work = tmp_path_factory.mktemp("delta-spark")
-    a, b = work / "A", work / "B"
+    env = dict(os.environ, **s3.env())
+    opts = delta_storage_options(object_store_settings(env))
+    b = work / "B"
+    where = {"A": A_OUT, "B": str(b)}
     t0 = time.monotonic()
-    first = _wait(_audit(a, "spark", work), _audit(b, "delta-rs", work))
-    phase1 = {w: {n: _snapshot(str(d / n)) for n in TABLES} for w, d in (("A", a), ("B", b))}
-    second = _wait(_audit(a, "delta-rs", work), _audit(b, "spark", work))
-    phase2 = {w: {n: _snapshot(str(d / n)) for n in TABLES} for w, d in (("A", a), ("B", b))}
+    mark = len(s3.log)
+    first = _wait(_audit(A_OUT, "spark", work, env), _audit(str(b), "delta-rs", work, env))
+    t1 = time.monotonic()
+    a_writes = _bucket_writes(s3, mark, "A")
+    a_summary = s3.summary(mark, bucket=BUCKET)
+    phase1 = {"A": _remote_snapshots(A_OUT, TABLES, opts, work / "snap1"),
+              "B": {n: _snapshot(str(b / n)) for n in TABLES}}
+    second = _wait(_audit(A_OUT, "delta-rs", work, env), _audit(str(b), "spark", work, env))
+    phase2 = {"A": _remote_snapshots(A_OUT, TABLES, opts, work / "snap2"),
+              "B": {n: _snapshot(str(b / n)) for n in TABLES}}
+    # B's transactions (v0 delta-rs, v1 Spark on disk) uploaded as is, for Spark to read in the bucket
+    s3.upload(str(b / "transactions"), BUCKET, "uploaded/transactions")
     keys = [(w, n) for w in ("A", "B") for n in TABLES]
-    _probe(jars, "read", str(work / "dump"),
-           *[f"{work / w / n}@{phase1[w][n]['version']}" for w, n in keys])
+    mark = len(s3.log)
+    probe_out = _probe(jars, "read", str(work / "dump"),
+                       *[f"{where[w]}/{n}@{phase1[w][n]['version']}" for w, n in keys],
+                       "+", "copy", A_OUT, f"s3a://{BUCKET}/spark", "transactions",
+                       "+", "copy", A_OUT, str(work / "spark-local"), "transactions",
+                       "+", "read", str(work / "s3dump"), f"s3a://{BUCKET}/uploaded/transactions", env=env)
+    copy_writes = _bucket_writes(s3, mark, "spark")
     spark_read = {}
     for i, key in enumerate(keys):
         info = json.loads((work / "dump" / f"{i}.json").read_text())
         info["latest"] = pq.read_table(work / "dump" / f"{i}-latest.parquet")
         info["at"] = pq.read_table(work / "dump" / f"{i}-at.parquet")
         spark_read[key] = info
-    print(f"\ndelta-spark: 4 audits + 1 probe in {time.monotonic() - t0:.1f} s")
-    return {"jars": jars, "work": work, "stdout": first + second, "phase1": phase1, "phase2": phase2,
-            "spark": spark_read}
+    print(f"\ndelta-spark: 4 audits (first two {t1 - t0:.1f} s) + 1 probe in {time.monotonic() - t0:.1f} s")
+    return {"jars": jars, "work": work, "opts": opts, "stdout": first + second, "phase1": phase1,
+            "phase2": phase2, "spark": spark_read, "a_writes": a_writes, "a_summary": a_summary,
+            "probe_out": probe_out, "copy_writes": copy_writes}
 
 
 def test_spark_writer_writes_the_audit(runs):
@@ -237,95 +279,75 @@ def test_delta_spark_reads_what_either_writer_wrote(runs):
         assert _canonical(info["at"], name) == _canonical(p1[w][name]["rows"], name), (w, name)
 
 
-def _remote_snapshot(uri: str, name: str, opts: dict) -> dict:
-    """:func:`_snapshot` of a table on the loopback S3 server, taken in a child process: some deltalake calls
+def _dump_snapshots(root: str, names: list, opts: dict, dump: str) -> None:
+    """:func:`_snapshot` of each table ``root/<name>``: ``dump/<name>.parquet`` (rows), ``dump/<name>.json``."""
+    Path(dump).mkdir(parents=True, exist_ok=True)
+    for name in names:
+        s = _snapshot(f"{root}/{name}", storage_options=opts)
+        pq.write_table(s.pop("rows"), Path(dump) / f"{name}.parquet")
+        (Path(dump) / f"{name}.json").write_text(json.dumps(s, default=str))
+
+
+def _remote_snapshots(root: str, names, opts: dict, dump: Path) -> dict:
+    """:func:`_snapshot` of tables on the loopback S3 server, taken in one child process: some deltalake calls
     (``history``) hold the GIL, and the server answers from a thread of this process.  The child ends through
     txlog_io.process_exit as the project's commands do: a pyarrow I/O thread still reading through deltalake's
     file system when the interpreter finalizes aborts the process ("terminate called without an active
     exception", seen once in a fresh-clone run after the JSON was printed)."""
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from tests.test_delta_spark import _snapshot, "
-            "_canonical; from txlog_io import process_exit\n"
-            "def main():\n"
-            "    s = _snapshot(sys.argv[2], storage_options=json.loads(sys.argv[4]))\n"
-            "    s['rows'] = _canonical(s['rows'], sys.argv[3]); print(json.dumps(s, default=str))\n"
-            "process_exit.run(main)")
-    p = subprocess.run([sys.executable, "-c", code, str(ROOT), uri, name, json.dumps(opts)], capture_output=True,
-                       text=True, timeout=600, stdin=subprocess.DEVNULL, cwd=str(ROOT))
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from tests.test_delta_spark import _dump_snapshots; "
+            "from txlog_io import process_exit\n"
+            "process_exit.run(_dump_snapshots, sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4]), "
+            "sys.argv[5])")
+    p = subprocess.run([sys.executable, "-c", code, str(ROOT), root, json.dumps(list(names)), json.dumps(opts),
+                        str(dump)], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+                       cwd=str(ROOT))
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout)
-
-
-@pytest.fixture(scope="module")
-def s3():
-    pytest.importorskip("moto", reason="moto[server] (test extra) runs the local S3 server")
-    from jobs.bench.s3server import LocalS3
-
-    with LocalS3() as server:
-        server.create_bucket("txaudit-out")
-        yield server
-
-
-def test_spark_writer_on_s3a(runs, s3):
-    from jobs.config import delta_storage_options, object_store_settings
-
-    jars = _jars("delta", "s3a")
-    a = runs["work"] / "A"
-    env = dict(os.environ, **s3.env())
-    # a delta-rs-written table (A's transactions after its re-run: v0 Spark, v1 delta-rs) uploaded as is
-    s3.upload(str(a / "transactions"), "txaudit-out", "uploaded/transactions")
-    names = ["transactions"]
-    mark = len(s3.log)
-    out = _probe(jars, "copy", str(a), "s3a://txaudit-out/spark", *names,
-                 "+", "read", str(runs["work"] / "s3dump"), "s3a://txaudit-out/uploaded/transactions", env=env)
-    assert s3.summary(mark, bucket="txaudit-out")["writes"] > 0
-    opts = delta_storage_options(object_store_settings(env))
+    out = {}
     for name in names:
-        got = _remote_snapshot(f"s3://txaudit-out/spark/{name}", name, opts)
+        s = json.loads((dump / f"{name}.json").read_text())
+        s["fields"] = [tuple(f) for f in s["fields"]]
+        s["rows"] = pq.read_table(dump / f"{name}.parquet")
+        out[name] = s
+    return out
+
+
+def test_spark_writer_on_s3a(runs):
+    """The probe's Spark writer wrote A's transactions (read from the bucket) to another prefix, and to a new
+    table on disk, twice each (the second a replaceWhere); delta-rs reads them back; Spark read B's table
+    uploaded as is (v0 delta-rs, v1 Spark)."""
+    assert runs["copy_writes"], "the Spark writer wrote nothing under s3a://txaudit-out/spark/"
+    name = "transactions"
+    copies = {"bucket": _remote_snapshots(f"s3a://{BUCKET}/spark", [name], runs["opts"],
+                                          runs["work"] / "snap-copy")[name],
+              "disk": _snapshot(str(runs["work"] / "spark-local" / name))}
+    for where, got in copies.items():
         local = runs["phase2"]["A"][name]
-        assert got["rows"] == _canonical(local["rows"], name), name
-        assert got["fields"] == [list(f) for f in local["fields"]] and got["partitions"] == local["partitions"]
+        assert _canonical(got["rows"], name) == _canonical(local["rows"], name), where
+        assert got["fields"] == local["fields"] and got["partitions"] == local["partitions"], where
         assert [(_engine(h), h["operation"]) for h in got["history"]] == \
-            [("spark", "CREATE TABLE")] + [("spark", "WRITE")] * 2, name
-        assert f"probe: {name}:" in out
+            [("spark", "CREATE TABLE")] + [("spark", "WRITE")] * 2, where
+    assert runs["probe_out"].count(f"probe: {name}:") == 2, runs["probe_out"]
+    uploaded = runs["phase2"]["B"]["transactions"]
+    assert [_engine(h) for h in uploaded["history"]] == ["delta-rs", "spark"]
     info = json.loads((runs["work"] / "s3dump" / "0.json").read_text())
-    assert [h["version"] for h in info["history"]] == [h["version"] for h in runs["phase2"]["A"]["transactions"]["history"]]
+    assert [h["version"] for h in info["history"]] == [h["version"] for h in uploaded["history"]]
     rows = pq.read_table(runs["work"] / "s3dump" / "0-latest.parquet")
-    assert _canonical(rows, "transactions") == _canonical(runs["phase2"]["A"]["transactions"]["rows"],
-                                                          "transactions")
+    assert _canonical(rows, "transactions") == _canonical(uploaded["rows"], "transactions")
 
 
-def test_spark_writer_audit_into_a_bucket_equals_the_delta_rs_audit_on_disk(runs, s3, tmp_path):
-    """A whole audit through ``./spark-submit.sh --with-jars delta,s3a`` with ``delta.writer=spark`` and ``--out
+def test_spark_writer_audit_into_a_bucket_equals_the_delta_rs_audit_on_disk(runs):
+    """A's first audit, ``./spark-submit.sh --with-jars delta,s3a`` with ``delta.writer=spark`` and ``--out
     s3a://...`` (Hadoop's S3A file system writes the tables; delta-rs retracts, pyarrow writes the work lists, the
     run lock is the bucket's lock object): table by table the same rows, schema, comments and partitions as the
     default writer's audit of the same store on disk (step 1's B), and every commit is Spark's."""
-    from jobs.config import delta_storage_options, object_store_settings
-
-    _jars("delta", "s3a")
-    conf = tmp_path / "spark.properties"
-    conf.write_text("delta.writer=spark\n")
-    env = dict(os.environ, **s3.env(), SPARK_LOCAL_IP="127.0.0.1")
-    out = "s3a://txaudit-out/audit-spark"
-    mark = len(s3.log)
-    t0 = time.monotonic()
-    p = subprocess.run(["bash", str(SUBMIT), "--master", "local[2]", "--with-jars", "delta,s3a", *SPARK_CONF,
-                        "audit", "--store", str(STORE), "--out", out, "--as-of", AS_OF, "--run-id", RUN_ID,
-                        "--conf-file", str(conf), "--no-report"],
-                       capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=env)
-    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
-    assert "writer spark" in p.stdout, p.stdout[-2000:]
-    seconds = time.monotonic() - t0
-    writes = [r for r in s3.log[mark:] if r.method in ("PUT", "POST") and 200 <= r.status < 300
-              and r.path.startswith("/txaudit-out/audit-spark/")]
+    assert "writer spark" in runs["stdout"][0], runs["stdout"][0][-2000:]
+    writes = runs["a_writes"]
     assert any("/transactions/_delta_log/" in r.path for r in writes)
-    opts = delta_storage_options(object_store_settings(env))
-    local = runs["phase1"]["B"]                               # the delta-rs audit of STORE on disk
     for name in TABLES:
-        got = _remote_snapshot(f"{out}/{name}", name, opts)
-        want = local[name]
-        assert got["rows"] == _canonical(want["rows"], name), name
-        assert got["fields"] == [list(f) for f in want["fields"]], name
+        got, want = runs["phase1"]["A"][name], runs["phase1"]["B"][name]
+        assert _canonical(got["rows"], name) == _canonical(want["rows"], name), name
+        assert got["fields"] == want["fields"], name
         assert got["partitions"] == want["partitions"] and got["description"] == want["description"], name
         assert {_engine(h) for h in got["history"]} == {"spark"}, (name, got["history"])
-    assert s3.summary(mark, bucket="txaudit-out")["writes"] >= len(writes) > 0
-    print(f"\nspark writer audit into {out}: {seconds:.1f} s, {len(writes)} objects written")
+    assert runs["a_summary"]["writes"] >= len(writes) > 0
+    print(f"\nspark writer audit into {A_OUT}: {len(writes)} objects written")
