@@ -140,8 +140,9 @@ def verify_dledger(layout) -> list:
     entry indexes contiguous across files, every index unit equal to its entry (and every entry indexed), the
     checkpoint/currterm readable, and the entries past the checkpoint's committedIndex (one
     DLEDGER_UNCOMMITTED finding whose physical_offset is the first such message: everything from there on is
-    not known to be committed, and a new leader of a multi-replica group may truncate it).  Framing damage is
-    not repeated here (the range decoders report it)."""
+    not known to be committed, and a new leader of a multi-replica group may truncate it; its length reaches
+    one byte past the start of the last such message, so damage ending before ``physical_offset + length``
+    has a whole entry after it).  Framing damage is not repeated here (the range decoders report it)."""
     if getattr(layout, "dledger_dir", None) is None:
         return []
     found: list = []
@@ -200,7 +201,7 @@ def verify_dledger(layout) -> list:
                 f"{e[5] + ENTRY_HEADER_SIZE} on) are past the checkpoint's committedIndex {committed}: not "
                 "known to be committed by the group (a new leader may truncate them; a single node re-reads "
                 "them)",
-                f"index <= {committed}", last[3]))
+                f"index <= {committed}", last[3], length=past[-1][1] + last[0] - (base + e[0]) + 1))
     return found
 
 

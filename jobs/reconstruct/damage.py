@@ -26,9 +26,11 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
 3.x statetable / redolog damage (``TABLE_KINDS`` findings of those files) is kept per file, in words: the
 units are not CommitLog positions, and a flag or state that rests on a unit of a damaged table is uncertain.
 
-Not lost ranges: record-level damage in a DLedger log's uncommitted tail (at or past the DLEDGER_UNCOMMITTED
-offset: a crash's torn entries, which DLedgerMmapFileStore.recover truncates at the first entry that does not
-check); but a file cut short there (FILE_SIZE_MISMATCH, TRUNCATED_FILE) or missing (FILE_GAP) is a lost range
+Not lost ranges: record-level damage at the end of a DLedger log's uncommitted tail (at or past the
+DLEDGER_UNCOMMITTED offset, with no whole entry after it: a crash's torn entries, which
+DLedgerMmapFileStore.recover truncates at the first entry that does not check).  Damage in that tail that a
+whole entry follows is a lost range: a process crash leaves no hole before a later entry (DLedger appends
+whole entries in order), and recovery truncates at the hole, later entries included; a file cut short there (FILE_SIZE_MISMATCH, TRUNCATED_FILE) or missing (FILE_GAP) is a lost range
 all the same: DLedger maps every data file at its full size when it creates it, so no crash makes one short,
 and recover() keeps the whole entries past the checkpoint's committedIndex, which a one-node group commits
 again once it leads (what such a cut hides may well be committed).  The
@@ -123,6 +125,17 @@ def _int(v):
         return None
 
 
+def _torn_end_from(uncommitted: pa.Table, tail: int) -> int:
+    """The DLedger log position from which damage in the uncommitted tail is a torn end: one byte past the start
+    of the last whole uncommitted message (DLEDGER_UNCOMMITTED's ``physical_offset + length``).  Damage that
+    ends before it has a whole entry after it: no process crash leaves that, and DLedgerMmapFileStore.recover
+    truncates at the first entry that does not check, so the records there are lost either way.  Without a
+    length, the tail's first message (every damaged range in the tail counts as torn)."""
+    ends = pc.add(uncommitted.column("physical_offset"), uncommitted.column("length"))
+    end = pc.max(ends).as_py() if pc.all(pc.is_valid(ends)).as_py() else None
+    return tail if end is None else int(end)
+
+
 def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     """One broker's decoder findings (schemas.store.ANOMALIES columns) -> its lost CommitLog ranges, merged
     (overlapping or touching ranges become one; their descriptions are joined)."""
@@ -152,14 +165,16 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
         else:
             found.append((off, off + 1, f"{kind} at {off}"))
     # a DLedger log's uncommitted tail (past the checkpoint's committedIndex, DLEDGER_UNCOMMITTED): the torn
-    # entries a crash leaves there are truncated by DLedger's recovery (and its records are flagged
-    # EVIDENCE_NOT_COMMITTED already), so record-level damage there hides no record the broker acts on; a
-    # file cut short or missing is no crash's doing and hides whole entries recovery would keep
+    # end a crash leaves there (record-level damage with no whole entry after it) is truncated by DLedger's
+    # recovery (and its records are flagged EVIDENCE_NOT_COMMITTED already), so it hides no record the broker
+    # acts on; damage with a whole entry after it, and a file cut short or missing, is no process crash's
+    # doing and hides records all the same
     is_tail = pc.fill_null(pc.equal(anomalies.column("kind"), "DLEDGER_UNCOMMITTED"), False)
     uncommitted = anomalies.filter(is_tail)
     tail = pc.min(uncommitted.column("physical_offset")).as_py() if uncommitted.num_rows else None
     if tail is not None:
-        found = [f for f in found if f[0] < tail or f[2].startswith(FILE_LEVEL_KINDS)]
+        torn_from = _torn_end_from(uncommitted, tail)
+        found = [f for f in found if f[0] < tail or f[1] < torn_from or f[2].startswith(FILE_LEVEL_KINDS)]
     if not found:
         if not (st_damage or redo_damage or head_lost):
             return EMPTY
