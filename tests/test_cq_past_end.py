@@ -110,7 +110,8 @@ def audits(spark, tmp_path_factory):
     for mode in ("full", "indexed"):
         out[("intact", mode)] = _audit(spark, FIXTURE, base / f"out-intact-{mode}", mode)
         for how in ("zero", "cut"):
-            out[(how, mode)] = _audit(spark, _damage(base / mode, how), base / f"out-{how}-{mode}", mode)
+            out[how] = _damage(base / mode, how)
+            out[(how, mode)] = _audit(spark, out[how], base / f"out-{how}-{mode}", mode)
     return out
 
 
@@ -150,3 +151,20 @@ def test_intact_store_has_no_lost_range(audits, mode):
     assert not [a for a in got["anomalies"] if PAST_END in (a["detail"] or "")
                 or a["code"] == "STATE_UNCERTAIN_DAMAGED_RANGE"]
     assert not [t for t in got["transactions"] if "STATE_UNCERTAIN_DAMAGED_RANGE" in t["flags"]]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_executor_reduction_finds_the_same_ranges(spark, audits, tmp_path, monkeypatch):
+    """The DataFrame plan with the reduction on the executors (jobs/reconstruct/distributed.py, forced by
+    LOCAL_MAX_ROWS = 0) gives the same states, flags and lost ranges as the driver's."""
+    from jobs.reconstruct import spark as reconstruct
+
+    monkeypatch.setattr(reconstruct, "LOCAL_MAX_ROWS", 0)
+    got = _audit(spark, audits["cut"], tmp_path / "out", "full")
+
+    def view(a):
+        return ({t["transaction_key"]: (t["state"], sorted(t["flags"])) for t in a["transactions"]},
+                sorted((r["transaction_key"], r["physical_offset"], r["length"]) for r in a["anomalies"]
+                       if r["code"] == "STATE_UNCERTAIN_DAMAGED_RANGE"))
+    assert view(got) == view(audits[("cut", "full")])
