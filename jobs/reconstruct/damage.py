@@ -30,6 +30,10 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   then truncates them (CommitLog.recoverNormally / recoverAbnormally -> DefaultMessageStore.
   truncateDirtyLogicFiles): the broker has lost those records too, so a state resting on them still rests on
   missing bytes.
+* DLEDGER_INDEX_MISMATCH "has no entry in the data files" with a position (txlog_io/dledger_store.py gives
+  one only for a unit before the last entry read): an entry DLedger appended and indexed there is gone -- a
+  point, like CQ_ENTRY_MISMATCH; indexed mode's only sign of an entry garbled in the middle of the log when no
+  transaction queue unit points into it (full mode reports the same bytes as BAD_MAGIC / RESYNC).
 * COMMITLOG_HEAD_MISSING (txlog_io/retention.py): the CommitLog before the first file, when consume-queue or
   index files that retention deletes with it are still there -- lost, not retained (``head_lost``: what
   points below the first file is then PREPARED_RECORD_MISSING, not EVIDENCE_IN_DELETED_RANGE).
@@ -68,6 +72,8 @@ LOST_KINDS = ("TRUNCATED_FILE", "BAD_MAGIC", "BAD_TOTAL_SIZE", "RESYNC", "PHYSIC
               "FILE_GAP", "COMMITLOG_HEAD_MISSING")
 #: an indexed read's finding for a position where no record can be read (a point range, see above)
 INDEXED_LOST = "CQ_ENTRY_MISMATCH"
+#: a DLedger index unit without its entry (a point range when the finding has a position, see above)
+DLEDGER_UNINDEXED = "DLEDGER_INDEX_MISMATCH"
 #: lost ranges no crash produces (a file shorter than its mapped size, a file missing): lost even in a DLedger
 #: log's uncommitted tail
 FILE_LEVEL_KINDS = ("FILE_SIZE_MISMATCH", "TRUNCATED_FILE", "FILE_GAP")
@@ -211,7 +217,7 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
     sel = pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
                   pc.is_valid(anomalies.column("physical_offset")))
     sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",
-                                                                                 INDEXED_LOST))))
+                                                                                 INDEXED_LOST, DLEDGER_UNINDEXED))))
     rows = anomalies.filter(pc.fill_null(sel, False)).select(
         ["kind", "physical_offset", "length", "expected", "actual"]).to_pylist()
     found: List[Tuple[int, int, str]] = []
@@ -222,6 +228,10 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
             if expected is None or actual is None or actual >= expected:
                 continue
             found.append((off + actual, off + expected, f"{kind} (file cut at {actual} of {expected} bytes)"))
+        elif kind == DLEDGER_UNINDEXED:
+            if a["expected"] == "an entry" and a["actual"] == "none":
+                found.append((off, off + 1, f"{kind} at {off} (a DLedger index unit names an entry that cannot "
+                                            "be read)"))
         elif kind == INDEXED_LOST:
             if a["actual"] != "end of file":
                 found.append((off, off + 1, f"{kind} at {off} (an index points to a record that cannot be read)"))
