@@ -239,9 +239,10 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
             found.append((off, off + length, f"{kind} [{off}, {off + length})"))
         else:
             found.append((off, off + 1, f"{kind} at {off}"))
-    ends = torn_ends(anomalies) if past_end is not None else np.zeros(0, np.int64)
-    if len(ends):
-        found.extend(units_past_end(ends, *past_end(int(ends[0]))))
+    if past_end is not None:
+        torn = torn_ends(anomalies)
+        if len(torn):
+            found.extend(units_past_end(torn, *past_end(int(torn[0]))))
     # a DLedger log's uncommitted tail (past the checkpoint's committedIndex, DLEDGER_UNCOMMITTED): the torn
     # entries a crash leaves there are truncated by DLedger's recovery (and its records are flagged
     # EVIDENCE_NOT_COMMITTED already), so record-level damage there hides no record the broker acts on; a
