@@ -49,7 +49,8 @@ and recover() keeps the whole entries past the checkpoint's committedIndex, whic
 again once it leads (what such a cut hides may well be committed).  The
 torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
 header; GARBAGE_AFTER_END: bytes after the zero tail): RocketMQ's own recovery drops them too, so the broker
-never acts on what they held (the reference broker's crash stores are audited as the broker sees them).
+never acts on what they held (the reference broker's crash stores are audited as the broker sees them) --
+unless a transaction queue unit points into them (``CQ_PAST_DATA_END`` above).
 Record findings whose record was still framed and read (BODY_CRC_MISMATCH, PROPERTY_CRC_MISMATCH,
 BAD_PROPERTIES, BAD_BODY_COMPRESSION) lose no record: they are CORRUPT_RECORD on the transaction that owns the
 record, not a lost range.
