@@ -180,12 +180,18 @@ def verify_dledger(layout) -> list:
     # only and moves the ledger's begin index past them (reviseLedgerBeginIndex); the units stay behind
     starts = [mf.base_offset for mf in layout.commitlog if is_dledger_data_file(mf.path)]
     log_start = min(starts) if starts else 0
+    # a unit whose entry lies before the last entry read names an entry that was appended there and is no
+    # longer readable (DLedgerMmapFileStore.appendAsLeader writes the data, then the index unit): its bytes
+    # starting at pos are lost (physical_offset = pos); a unit past the last entry is the torn tail a crash
+    # leaves (DLedgerMmapFileStore.recover truncates the index to the data), no position given
+    last_entry = max((base + e[0] for _, base, e in entries), default=-1)
     for u in sorted(by_index.values(), key=lambda u: u["unit"]):
         if u["pos"] < log_start:
             continue
+        inside = u["pos"] < last_entry and u["size"] > 0
         found.append(Anomaly(AnomalyKind.DLEDGER_INDEX_MISMATCH, u["file"], u["file_position"],
                              f"index unit {u['unit']} has no entry in the data files (pos {u['pos']})",
-                             "an entry", "none", SOURCE, None))
+                             "an entry", "none", SOURCE, u["pos"] if inside else None))
     checkpoint, cp_found = read_checkpoint(layout.dledger_dir)
     found.extend(cp_found)
     found.extend(read_currterm(layout.dledger_dir)[1])

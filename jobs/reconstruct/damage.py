@@ -19,6 +19,21 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   index names is lost.  Indexed mode does not scan the bytes around it, so this is its only sign of a COMMIT
   record zeroed in the middle of the log (full mode reports the same bytes as RESYNC / BAD_MAGIC).  A
   position past the end of its file (``actual`` "end of file") is not one: the cut is FILE_SIZE_MISMATCH's.
+* a consume-queue unit that points at or past where a CommitLog file's readable data ends (``past_end``):
+  the torn end of a file -- GARBAGE_AFTER_END (the end of data its detail names), TRUNCATED_RECORD,
+  TRUNCATED_FILE -- is what a crash leaves and no lost range by itself (below), but a unit of the half / op /
+  discard queue pointing into it (at or after that end, before the next record the read took) says the broker
+  dispatched a record there: ``[end of data, the unit's end)`` is lost (``CQ_PAST_DATA_END``).  The
+  consume queues are written from the CommitLog after the put (ReputMessageService), so such a unit names a
+  record that was written; zeroed bytes or a cut that ends the readable data early look like a torn end
+  otherwise.  After an OS crash the queues may run ahead of an unflushed CommitLog, and RocketMQ's recovery
+  then truncates them (CommitLog.recoverNormally / recoverAbnormally -> DefaultMessageStore.
+  truncateDirtyLogicFiles): the broker has lost those records too, so a state resting on them still rests on
+  missing bytes.
+* DLEDGER_INDEX_MISMATCH "has no entry in the data files" with a position (txlog_io/dledger_store.py gives
+  one only for a unit before the last entry read): an entry DLedger appended and indexed there is gone -- a
+  point, like CQ_ENTRY_MISMATCH; indexed mode's only sign of an entry garbled in the middle of the log when no
+  transaction queue unit points into it (full mode reports the same bytes as BAD_MAGIC / RESYNC).
 * COMMITLOG_HEAD_MISSING (txlog_io/retention.py): the CommitLog before the first file, when consume-queue or
   index files that retention deletes with it are still there -- lost, not retained (``head_lost``: what
   points below the first file is then PREPARED_RECORD_MISSING, not EVIDENCE_IN_DELETED_RANGE).
@@ -36,31 +51,46 @@ and recover() keeps the whole entries past the checkpoint's committedIndex, whic
 again once it leads (what such a cut hides may well be committed).  The
 torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
 header; GARBAGE_AFTER_END: bytes after the zero tail): RocketMQ's own recovery drops them too, so the broker
-never acts on what they held (the reference broker's crash stores are audited as the broker sees them).
+never acts on what they held (the reference broker's crash stores are audited as the broker sees them) --
+unless a transaction queue unit points into them (``CQ_PAST_DATA_END`` above).
 Record findings whose record was still framed and read (BODY_CRC_MISMATCH, PROPERTY_CRC_MISMATCH,
 BAD_PROPERTIES, BAD_BODY_COMPRESSION) lose no record: they are CORRUPT_RECORD on the transaction that owns the
 record, not a lost range.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.reconstruct.groups import Nullable
+from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS
 
 #: decoder findings whose bytes were not read as records (ranges of their own)
 LOST_KINDS = ("TRUNCATED_FILE", "BAD_MAGIC", "BAD_TOTAL_SIZE", "RESYNC", "PHYSICAL_OFFSET_MISMATCH",
               "FILE_GAP", "COMMITLOG_HEAD_MISSING")
 #: an indexed read's finding for a position where no record can be read (a point range, see above)
 INDEXED_LOST = "CQ_ENTRY_MISMATCH"
+#: a DLedger index unit without its entry (a point range when the finding has a position, see above)
+DLEDGER_UNINDEXED = "DLEDGER_INDEX_MISMATCH"
 #: lost ranges no crash produces (a file shorter than its mapped size, a file missing): lost even in a DLedger
 #: log's uncommitted tail
 FILE_LEVEL_KINDS = ("FILE_SIZE_MISMATCH", "TRUNCATED_FILE", "FILE_GAP")
 _SOURCES = ("commitlog", "dledger")
+#: findings that mark where a CommitLog (or DLedger data) file's readable data ends in a torn tail: the
+#: finding's position, for GARBAGE_AFTER_END the end of data its detail names (txlog_io.commitlog_decode and
+#: txlog_io.dledger word it "non-zero bytes after the end of data at <file position>")
+TORN_END_KINDS = ("GARBAGE_AFTER_END", "TRUNCATED_RECORD", "TRUNCATED_FILE")
+_END_OF_DATA = re.compile(r"after the end of data at (\d+)")
+#: the lost range a consume-queue unit past a file's readable data makes (see the module docstring)
+PAST_END = "CQ_PAST_DATA_END"
+#: ``past_end`` argument: the lowest torn end -> (physical offsets of the records read at or after it, the
+#: CommitLog offsets and ends of the half / op / discard queue units pointing at or after it)
+PastEnd = Callable[[int], Tuple[np.ndarray, np.ndarray, np.ndarray]]
 _MIN, _MAX = -(1 << 62), (1 << 62)
 
 
@@ -136,9 +166,64 @@ def _torn_end_from(uncommitted: pa.Table, tail: int) -> int:
     return tail if end is None else int(end)
 
 
-def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
+def torn_ends(anomalies: pa.Table) -> np.ndarray:
+    """Sorted CommitLog offsets where a file's readable data ends in a torn tail (``TORN_END_KINDS``)."""
+    sel = pc.and_(pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
+                          pc.is_in(anomalies.column("kind"), pa.array(TORN_END_KINDS))),
+                  pc.is_valid(anomalies.column("physical_offset")))
+    rows = anomalies.filter(pc.fill_null(sel, False)).select(
+        ["kind", "physical_offset", "position", "detail"]).to_pylist()
+    ends = set()
+    for a in rows:
+        off = a["physical_offset"]
+        m = _END_OF_DATA.search(a["detail"] or "") if a["kind"] == "GARBAGE_AFTER_END" else None
+        if m is not None and a["position"] is not None:
+            off = off - a["position"] + int(m.group(1))
+        ends.add(int(off))
+    return np.asarray(sorted(ends), np.int64)
+
+
+def units_past_end(ends: np.ndarray, read_at: np.ndarray, unit_at: np.ndarray,
+                   unit_end: np.ndarray) -> List[Tuple[int, int, str]]:
+    """Per torn end ``t`` (``ends``): the units pointing into ``[t, the first record read at or after t)``
+    -- where the read took nothing -- make ``[t, their furthest end)`` a lost range."""
+    found: List[Tuple[int, int, str]] = []
+    read_at = np.sort(read_at)
+    for t in ends.tolist():
+        k = int(np.searchsorted(read_at, t, "left"))
+        stop = int(read_at[k]) if k < len(read_at) else _MAX
+        sel = (unit_at >= t) & (unit_at < stop)
+        if sel.any():
+            e = int(unit_end[sel].max())
+            found.append((t, max(e, t + 1), f"{PAST_END} [{t}, {e}) ({int(sel.sum())} consume-queue unit(s) "
+                                            f"point at or past where the readable data ends at {t})"))
+    return found
+
+
+def past_end_of(records: pa.Table, units: Optional[pa.Table]) -> PastEnd:
+    """``PastEnd`` over Arrow tables: ``records`` with ``physical_offset`` (the records read), ``units`` with
+    ``topic``, ``commitlog_offset`` and ``size`` (consume-queue units; only the half / op / discard queues'
+    count)."""
+    def at_or_after(t: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        phys = records.column("physical_offset")
+        read_at = np.asarray(phys.filter(pc.fill_null(pc.greater_equal(phys, t), False)).cast(pa.int64()))
+        if units is None or not units.num_rows:
+            return read_at, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        off = units.column("commitlog_offset")
+        sel = pc.and_(pc.greater_equal(off, t), pc.is_in(units.column("topic"), pa.array(TX_SYSTEM_TOPICS)))
+        sel = pc.and_(sel, pc.is_valid(units.column("size")))
+        u = units.filter(pc.fill_null(sel, False))
+        at = np.asarray(u.column("commitlog_offset").cast(pa.int64()))
+        return read_at, at, at + np.maximum(np.asarray(u.column("size").cast(pa.int64())), 1)
+
+    return at_or_after
+
+
+def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> DamagedRanges:
     """One broker's decoder findings (schemas.store.ANOMALIES columns) -> its lost CommitLog ranges, merged
-    (overlapping or touching ranges become one; their descriptions are joined)."""
+    (overlapping or touching ranges become one; their descriptions are joined).  ``past_end`` (see
+    ``PastEnd``; called only when a file has a torn end) gives the units and records that make
+    ``CQ_PAST_DATA_END`` ranges; without it there are none."""
     if not anomalies.num_rows:
         return EMPTY
     st_damage, redo_damage = _table_damage(anomalies, "statetable"), _table_damage(anomalies, "redolog")
@@ -146,7 +231,7 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
     sel = pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
                   pc.is_valid(anomalies.column("physical_offset")))
     sel = pc.and_(sel, pc.is_in(anomalies.column("kind"), pa.array(LOST_KINDS + ("FILE_SIZE_MISMATCH",
-                                                                                 INDEXED_LOST))))
+                                                                                 INDEXED_LOST, DLEDGER_UNINDEXED))))
     rows = anomalies.filter(pc.fill_null(sel, False)).select(
         ["kind", "physical_offset", "length", "expected", "actual"]).to_pylist()
     found: List[Tuple[int, int, str]] = []
@@ -157,6 +242,10 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
             if expected is None or actual is None or actual >= expected:
                 continue
             found.append((off + actual, off + expected, f"{kind} (file cut at {actual} of {expected} bytes)"))
+        elif kind == DLEDGER_UNINDEXED:
+            if a["expected"] == "an entry" and a["actual"] == "none":
+                found.append((off, off + 1, f"{kind} at {off} (a DLedger index unit names an entry that cannot "
+                                            "be read)"))
         elif kind == INDEXED_LOST:
             if a["actual"] != "end of file":
                 found.append((off, off + 1, f"{kind} at {off} (an index points to a record that cannot be read)"))
@@ -164,6 +253,10 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
             found.append((off, off + length, f"{kind} [{off}, {off + length})"))
         else:
             found.append((off, off + 1, f"{kind} at {off}"))
+    if past_end is not None:
+        torn = torn_ends(anomalies)
+        if len(torn):
+            found.extend(units_past_end(torn, *past_end(int(torn[0]))))
     # a DLedger log's uncommitted tail (past the checkpoint's committedIndex, DLEDGER_UNCOMMITTED): the torn
     # end a crash leaves there (record-level damage with no whole entry after it) is truncated by DLedger's
     # recovery (and its records are flagged EVIDENCE_NOT_COMMITTED already), so it hides no record the broker
@@ -196,4 +289,6 @@ def damaged_ranges(anomalies: pa.Table) -> DamagedRanges:
                          redo_damage, head_lost)
 
 
-__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "TABLE_KINDS", "damaged_ranges"]
+__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "PAST_END", "TABLE_KINDS", "damaged_ranges", "past_end_of",
+           "torn_ends",
+           "units_past_end"]

@@ -35,13 +35,14 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.reconstruct import partitioned as part
 from jobs.reconstruct import rules as txrules
-from jobs.reconstruct.damage import damaged_ranges
+from jobs.reconstruct.damage import PastEnd, damaged_ranges, past_end_of
 from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
 from schemas.audit import AUDIT_ANOMALIES
@@ -96,14 +97,32 @@ def _facts_and_findings(wide: DataFrame, op_bodies_given: bool) -> Tuple[Dict[st
     return merged, {b: by_broker.get(b, empty) for b in merged}
 
 
+def _past_end(wide: DataFrame, brokers) -> Dict[str, PastEnd]:
+    """broker -> ``damage.PastEnd`` over ``wide``: a small job, run only for a broker with a torn end, for the
+    records and half / op / discard units at or after it."""
+    c = F.col
+
+    def of(b: str) -> PastEnd:
+        def at_or_after(t: int):
+            key = F.coalesce(c("commitlog_offset"), c("physical_offset"))
+            rows = (wide.where((c("broker") == b) & c("src").isin("commitlog", "consumequeue") & (key >= t))
+                    .select("src", "topic", "physical_offset", "commitlog_offset", "size").toArrow())
+            is_rec = pc.fill_null(pc.equal(rows.column("src"), "commitlog"), False)
+            return past_end_of(rows.filter(is_rec), rows.filter(pc.invert(is_rec)))(t)
+        return at_or_after
+
+    return {b: of(b) for b in brokers}
+
+
 def _context(facts: Dict[str, dict], findings: Dict[str, pa.Table], params, profile_override,
-             critical_within_ms: int) -> Tuple[part.Context, List[dict]]:
+             critical_within_ms: int, past_end: Dict[str, PastEnd]) -> Tuple[part.Context, List[dict]]:
     profiles = {b: txrules.profile_row(b, f, override_for(profile_override, b)) for b, f in facts.items()}
     broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
     brokers = {}
     for b, f in facts.items():
         an = findings[b]
-        brokers[b] = part.BrokerContext(f, profiles[b]["profile"], broker_params.get(b), damaged_ranges(an), an,
+        brokers[b] = part.BrokerContext(f, profiles[b]["profile"], broker_params.get(b),
+                                        damaged_ranges(an, past_end.get(b)), an,
                                         [dict(a, broker=b) for a in an.select(_ANOMALY_COLUMNS).to_pylist()])
     return part.Context(brokers, critical_within_ms), list(profiles.values())
 
@@ -193,7 +212,8 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     wide = _persist(wide, persisted)
     facts, findings = _facts_and_findings(wide, op_bodies_given)
     has_cq = any(f.pop(part.CQ_UNITS, 0) for f in facts.values())
-    ctx, profile_rows = _context(facts, findings, params, profile_override, critical_within_ms)
+    ctx, profile_rows = _context(facts, findings, params, profile_override, critical_within_ms,
+                                 _past_end(wide, facts))
 
     cores = int(spark.sparkContext.defaultParallelism or 1)
     # the union of the link's parts has the partitions of all of them: as many as a shuffle has, each task

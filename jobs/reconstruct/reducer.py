@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from jobs.reconstruct import rules as txrules
 from jobs.reconstruct import split as txsplit
-from jobs.reconstruct.damage import damaged_ranges
+from jobs.reconstruct.damage import damaged_ranges, past_end_of
 from jobs.reconstruct.evidence import (
     COPY,
     DISCARD,
@@ -447,7 +447,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     findings.extend(missing_bodies)
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
-            "damaged": damaged_ranges(anomalies)}
+            "damaged": damaged_ranges(anomalies, past_end_of(cl, sub["consumequeue"] if has_cq else None))}
 
 
 def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:
