@@ -56,6 +56,22 @@ def test_oracle_counts_silent_changes_and_intact_drops(source):
     assert known_gap(away, source, "full", "silent_state_change", set(), set()) is None
 
 
+def test_a_dledger_record_is_intact_only_with_its_entry_header(tmp_path):
+    """A DLedger record's bytes start after its entry's header; damage to that header alone leaves the record
+    unframeable (DLedgerMmapFileStore.recover stops there, so does the reader): the record is not intact."""
+    from txlog_io.dledger import ENTRY_HEADER_SIZE
+
+    root = tmp_path / "dledger"
+    shutil.copytree(FIXTURE.parent.parent / "rocketmq-4.9.8-dledger" / "store-clean", root)
+    src = load_source("dl", root)
+    half = next(iter(src.halves.values()))
+    assert half.frame == ENTRY_HEADER_SIZE
+    header = Mutant("m1", src.label, "random_block", root, damaged=[(half.file, half.pos - 30, half.pos - 20)])
+    before = Mutant("m2", src.label, "random_block", root,
+                    damaged=[(half.file, half.pos - ENTRY_HEADER_SIZE - 10, half.pos - ENTRY_HEADER_SIZE)])
+    assert not intact(header, half) and intact(before, half)
+
+
 def test_mutants_never_write_their_source(source, tmp_path):
     files = sorted(p for p in source.root.rglob("*") if p.is_file())
     before = {p: p.read_bytes() for p in files}

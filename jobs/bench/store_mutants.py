@@ -51,6 +51,7 @@ class TxRecord:
     physical_offset: int
     topic: str
     queue_id: int
+    frame: int = 0            # bytes before ``pos`` that frame the record (a DLedger entry's header)
 
 
 @dataclass
@@ -102,7 +103,9 @@ def load_source(label: str, root: Path) -> Source:
     for mf in layout.commitlog:
         rel = _rel(root, mf.path)
         src.log_files.append(rel)
-        decode = dledger.decode_file if dledger.is_dledger_data_file(mf.path) else commitlog_decode.decode_file
+        in_entries = dledger.is_dledger_data_file(mf.path)
+        decode = dledger.decode_file if in_entries else commitlog_decode.decode_file
+        frame = dledger.ENTRY_HEADER_SIZE if in_entries else 0
         for batch, _found in decode(str(mf.path)):
             cols = ("file_position", "physical_offset", "total_size", "topic", "transaction_type", "queue_id")
             for r in batch.select(list(cols)).to_pylist():
@@ -112,7 +115,7 @@ def load_source(label: str, root: Path) -> Source:
                 if role is None:
                     continue
                 rec = TxRecord(role, rel, int(r["file_position"]), int(r["total_size"]),
-                               int(r["physical_offset"]), topic, int(r["queue_id"] or 0))
+                               int(r["physical_offset"]), topic, int(r["queue_id"] or 0), frame)
                 src.records.append(rec)
                 if role == "half":
                     src.halves[rec.physical_offset] = rec
@@ -226,10 +229,13 @@ def mutate(src: Source, name: str, dst: Path, cls: str, rng: random.Random) -> M
 
 
 def intact(m: Mutant, rec: Optional[TxRecord]) -> bool:
-    """Whether ``rec`` (a source record) lies outside every mutated byte range of ``m``."""
+    """Whether ``rec`` (a source record), with the bytes that frame it (a DLedger entry's header: a reader, like
+    ``DLedgerMmapFileStore.recover``, cannot frame the record without it), lies outside every mutated byte range
+    of ``m``."""
     if rec is None:
         return False
-    return not any(f == rec.file and s < rec.pos + rec.size and rec.pos < e for f, s, e in m.damaged)
+    start = rec.pos - rec.frame
+    return not any(f == rec.file and s < rec.pos + rec.size and start < e for f, s, e in m.damaged)
 
 
 __all__ = ["AIMED", "RANDOM", "CLASSES", "ROLES", "Mutant", "Source", "TxRecord", "intact", "load_source",
