@@ -28,7 +28,7 @@ from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS
 from txlog_io.consumequeue import CQ_UNIT_SIZE
 
 GAP_QUEUE_HOLE = "QUEUE_UNITS_MISSING"   # queue offsets without a unit between two units of the queue
-_HOLE = ("broker", "topic", "queue_id", "q_before", "q_after", "p_after_before", "p_next")
+_HOLE = ("broker", "topic", "queue_id", "q_before", "q_after", "p_before", "p_next")
 
 
 def anchors(units: pa.Table, clog_end: Optional[Dict[str, int]] = None) -> np.ndarray:
@@ -68,7 +68,7 @@ def anchors(units: pa.Table, clog_end: Optional[Dict[str, int]] = None) -> np.nd
 def queue_holes(units: pa.Table, stores: Sequence = ()) -> List[dict]:
     """The holes of the transaction queues in ``units`` (CONSUMEQUEUE_SOURCE rows): one dict per run of
     queue offsets without a unit that vouches for its record (:func:`anchors`), with the unit before
-    (``q_before``, the end of its record ``p_after_before``; None at the head of the queue) and the unit
+    (``q_before``, its record's CommitLog offset ``p_before``; None at the head of the queue) and the unit
     after (``q_after``, its record's CommitLog offset ``p_next``; None at the tail), the run's queue offsets
     ``first``..``last``, ``garbled`` the units of the run that were read but vouch for nothing, and
     ``file`` / ``position`` where the run's first unit lies (None without those columns).  A run at the head
@@ -136,7 +136,7 @@ def make_hole(key: tuple, before: Optional[tuple], after: Optional[tuple], run: 
     else:
         file, pos = after[3], None if after[4] is None else max(0, after[4] - CQ_UNIT_SIZE * (after[0] - first))
     return [dict(zip(_HOLE, (*key, before[0] if before else None, after[0] if after else None,
-                             before[2] if before else None, after[1] if after else None), strict=True),
+                             before[1] if before else None, after[1] if after else None), strict=True),
                  first=first, last=last, garbled=run[0] if run else 0, file=file, position=pos)]
 
 
@@ -239,15 +239,17 @@ def queue_holes_of_frame(units, stores: Sequence = ()) -> List[dict]:
 
 def hole_gaps(stores, holes: Sequence[dict]) -> List[tuple]:
     """``QUEUE_UNITS_MISSING`` gap rows (GAPS_SCHEMA) of ``holes`` for the ``stores`` they belong to: from the
-    end of the record of the unit before the hole (the CommitLog's start at the head of the queue) to the
-    record of the unit after it (the CommitLog's end at the tail)."""
+    record of the unit before the hole (the CommitLog's start at the head of the queue) to the record of the
+    unit after it (the CommitLog's end at the tail).  The scan starts at the before-unit's record, not at its
+    end: the unit's size field can be garbled while its offset still fits the queue's CommitLog order (a
+    block of garbage starting inside the unit), and an end computed from it would skip the hole's records."""
     by: Dict[str, object] = {s.broker: s for s in stores}
     rows: List[tuple] = []
     for h in sorted(holes, key=lambda h: (h["broker"], h["topic"], h["queue_id"], h["first"])):
         s = by.get(h["broker"])
         if s is None or not s.commitlog_files:
             continue
-        start = h["p_after_before"] if h["q_before"] is not None else s.commitlog_files[0][1]
+        start = h["p_before"] if h["q_before"] is not None else s.commitlog_files[0][1]
         end = h["p_next"] if h["q_after"] is not None else s.commitlog_files[-1][1] + s.commitlog_files[-1][2]
         if not start < end:
             continue
