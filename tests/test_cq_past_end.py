@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from damage_audits import audit_tables, findings
 
 from jobs.reconstruct.damage import PAST_END, damaged_ranges, past_end_of
 
@@ -32,12 +33,6 @@ DAMAGE_FLAGS = {"STATE_UNCERTAIN_DAMAGED_RANGE", "CORRUPT_RECORD", "CQ_MISMATCH"
 ZERO = (36864, 40960)
 CUT = 14376
 LOG = "00000000000000000000"
-
-
-def _anomalies(rows):
-    cols = {"kind": pa.string(), "source": pa.string(), "physical_offset": pa.int64(), "position": pa.int64(),
-            "length": pa.int64(), "detail": pa.string(), "expected": pa.string(), "actual": pa.string()}
-    return pa.table({c: [r.get(c) for r in rows] for c in cols}, schema=pa.schema(list(cols.items())))
 
 
 def _units(rows):
@@ -53,23 +48,23 @@ def test_units_past_the_data_end_make_a_lost_range():
     records = pa.table({"physical_offset": pa.array([1000000, 1036000, 1041000], pa.int64())})
     units = _units([("RMQ_SYS_TRANS_OP_HALF_TOPIC", 1039481, 200), ("RMQ_SYS_TRANS_HALF_TOPIC", 1036000, 300),
                     ("TopicTest", 1039000, 5000), ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 1041000, 90)])
-    d = damaged_ranges(_anomalies([garbage]), past_end_of(records, units))
+    d = damaged_ranges(findings([garbage]), past_end_of(records, units))
     # from the end of data (file base 1,000,000 + 36,873) to the unit's end; the unit at a record read
     # (1,041,000) and the other topic's unit do not count
     assert d.start.tolist() == [1036873] and d.end.tolist() == [1039681], (d.start, d.end)
     assert PAST_END in d.what[0]
     # the torn end alone, or without units past it, is no lost range (a crash's torn tail)
-    assert len(damaged_ranges(_anomalies([garbage]))) == 0
-    assert len(damaged_ranges(_anomalies([garbage]), past_end_of(records, units.slice(1, 1)))) == 0
+    assert len(damaged_ranges(findings([garbage]))) == 0
+    assert len(damaged_ranges(findings([garbage]), past_end_of(records, units.slice(1, 1)))) == 0
     cut = {"kind": "TRUNCATED_RECORD", "source": "commitlog", "physical_offset": 14371, "position": 14371,
            "length": 5}
-    d = damaged_ranges(_anomalies([cut]), past_end_of(pa.table({"physical_offset": pa.array([0], pa.int64())}),
+    d = damaged_ranges(findings([cut]), past_end_of(pa.table({"physical_offset": pa.array([0], pa.int64())}),
                                                      _units([("RMQ_SYS_TRANS_OP_HALF_TOPIC", 15000, 100),
                                                              ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 20000, 100)])))
     assert d.start.tolist() == [14371] and d.end.tolist() == [20100]
     # past a DLedger log's committed index a crash's torn entries stay no lost range
     tail = {"kind": "DLEDGER_UNCOMMITTED", "source": "dledger", "physical_offset": 10000}
-    assert len(damaged_ranges(_anomalies([tail, dict(cut, source="dledger")]),
+    assert len(damaged_ranges(findings([tail, dict(cut, source="dledger")]),
                               past_end_of(pa.table({"physical_offset": pa.array([], pa.int64())}),
                                           _units([("RMQ_SYS_TRANS_OP_HALF_TOPIC", 15000, 100)])))) == 0
     assert np.all(d.end > d.start)
@@ -88,30 +83,15 @@ def _damage(tmp: Path, how: str) -> Path:
     return root
 
 
-def _audit(spark, store, out, mode):
-    from jobs.audit.run import run_audit
-    from jobs.main import parse_args
-
-    _, opts = parse_args(["audit", "--store", str(store), "--out", str(out), "--as-of", AS_OF, "--mode", mode])
-    got = {}
-
-    def on_result(result, summary):
-        for name in ("transactions", "anomalies"):
-            got[name] = getattr(result, name).toPandas().to_dict("records")
-
-    run_audit(spark, opts, on_result=on_result, print_summary=False)
-    return got
-
-
 @pytest.fixture(scope="module")
 def audits(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("cq_past_end")
     out = {}
     for mode in ("full", "indexed"):
-        out[("intact", mode)] = _audit(spark, FIXTURE, base / f"out-intact-{mode}", mode)
+        out[("intact", mode)] = audit_tables(spark, FIXTURE, base / f"out-intact-{mode}", mode, AS_OF)
         for how in ("zero", "cut"):
             out[how] = _damage(base / mode, how)
-            out[(how, mode)] = _audit(spark, out[how], base / f"out-{how}-{mode}", mode)
+            out[(how, mode)] = audit_tables(spark, out[how], base / f"out-{how}-{mode}", mode, AS_OF)
     return out
 
 
@@ -161,7 +141,7 @@ def test_the_executor_reduction_finds_the_same_ranges(spark, audits, tmp_path, m
     from jobs.reconstruct import spark as reconstruct
 
     monkeypatch.setattr(reconstruct, "LOCAL_MAX_ROWS", 0)
-    got = _audit(spark, audits["cut"], tmp_path / "out", "full")
+    got = audit_tables(spark, audits["cut"], tmp_path / "out", "full", AS_OF)
 
     def view(a):
         return ({t["transaction_key"]: (t["state"], sorted(t["flags"])) for t in a["transactions"]},

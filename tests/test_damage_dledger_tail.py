@@ -15,8 +15,8 @@ import json
 import shutil
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
+from damage_audits import audit_tables, findings
 
 from jobs.reconstruct.damage import damaged_ranges
 
@@ -24,25 +24,17 @@ DLEDGER = Path(__file__).resolve().parent / "data" / "fixtures" / "rocketmq-4.9.
 OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 
-def _anomalies(rows):
-    cols = ("kind", "source", "physical_offset", "length", "expected", "actual")
-    return pa.table({c: [r.get(c) for r in rows] for c in cols},
-                    schema=pa.schema([("kind", pa.string()), ("source", pa.string()),
-                                      ("physical_offset", pa.int64()), ("length", pa.int64()),
-                                      ("expected", pa.string()), ("actual", pa.string())]))
-
-
 def test_interior_damage_in_the_uncommitted_tail_is_lost_the_torn_end_is_not():
     # uncommitted messages start at 2000 .. 2999 (the last one starts at 2999)
     tail = [{"kind": "DLEDGER_UNCOMMITTED", "source": "dledger", "physical_offset": 2000, "length": 1000}]
     interior = [{"kind": "RESYNC", "source": "dledger", "physical_offset": 2500, "length": 100}]
-    d = damaged_ranges(_anomalies(tail + interior))
+    d = damaged_ranges(findings(tail + interior))
     assert d.start.tolist() == [2500] and d.end.tolist() == [2600], (d.start, d.end)
     # the last message's own record unreadable (a point at its start), or damage with no entry after it
     last = [{"kind": "BAD_MAGIC", "source": "dledger", "physical_offset": 2999}]
     end = [{"kind": "BAD_TOTAL_SIZE", "source": "dledger", "physical_offset": 3100, "length": 500}]
-    assert len(damaged_ranges(_anomalies(tail + last + end))) == 0
-    d = damaged_ranges(_anomalies(tail + interior + end))
+    assert len(damaged_ranges(findings(tail + last + end))) == 0
+    d = damaged_ranges(findings(tail + interior + end))
     assert d.start.tolist() == [2500], d.start
 
 
@@ -80,20 +72,8 @@ def _uncommitted_commit_with_later_op(recs):
 
 
 def _audit(spark, store, out, mode, as_of_ms):
-    from jobs.audit.run import run_audit
-    from jobs.main import parse_args
-
     as_of = dt.datetime.fromtimestamp(as_of_ms // 1000 + 1, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _, opts = parse_args(["audit", "--store", str(store), "--out", str(out), "--as-of", as_of,
-                          "--mode", mode])
-    got = {}
-
-    def on_result(result, summary):
-        for name in ("transactions", "anomalies"):
-            got[name] = getattr(result, name).toPandas().to_dict("records")
-
-    run_audit(spark, opts, on_result=on_result, print_summary=False)
-    return got
+    return audit_tables(spark, store, out, mode, as_of)
 
 
 @pytest.mark.spark

@@ -17,27 +17,20 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
+from damage_audits import audit_tables, findings
 
 from jobs.reconstruct.damage import damaged_ranges
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "fixtures"
 V533 = FIXTURES / "rocketmq-5.3.3"
 AS_OF = "2026-11-20T00:00:00Z"
+TABLES = ("transactions", "recovery", "anomalies", "check_back")
 HALF, OP = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 
-def _anomalies(rows):
-    cols = ("kind", "source", "physical_offset", "length", "expected", "actual")
-    return pa.table({c: [r.get(c) for r in rows] for c in cols},
-                    schema=pa.schema([("kind", pa.string()), ("source", pa.string()),
-                                      ("physical_offset", pa.int64()), ("length", pa.int64()),
-                                      ("expected", pa.string()), ("actual", pa.string())]))
-
-
 def test_damaged_ranges_merge_and_overlap():
-    d = damaged_ranges(_anomalies([
+    d = damaged_ranges(findings([
         {"kind": "RESYNC", "source": "commitlog", "physical_offset": 100, "length": 50},
         {"kind": "BAD_MAGIC", "source": "commitlog", "physical_offset": 140, "length": 20},
         {"kind": "TRUNCATED_FILE", "source": "commitlog", "physical_offset": 1000},
@@ -56,7 +49,7 @@ def test_damaged_ranges_merge_and_overlap():
     assert d.first_overlap(lo, hi).tolist() == [-1, -1, -1, 0, -1]
     assert d.first_overlap((np.array([99]), np.array([True])), (np.array([101]), np.array([True]))).tolist() \
         == [0]
-    assert len(damaged_ranges(_anomalies([]))) == 0
+    assert len(damaged_ranges(findings([]))) == 0
 
 
 def test_dledger_uncommitted_tail_keeps_file_cuts_only():
@@ -66,16 +59,16 @@ def test_dledger_uncommitted_tail_keeps_file_cuts_only():
     tail = [{"kind": "DLEDGER_UNCOMMITTED", "source": "dledger", "physical_offset": 2000}]
     torn = [{"kind": "BAD_TOTAL_SIZE", "source": "dledger", "physical_offset": 2500, "length": 40},
             {"kind": "RESYNC", "source": "dledger", "physical_offset": 2600, "length": 100}]
-    assert len(damaged_ranges(_anomalies(tail + torn))) == 0
+    assert len(damaged_ranges(findings(tail + torn))) == 0
     cut = [{"kind": "TRUNCATED_FILE", "source": "dledger", "physical_offset": 3000},
            {"kind": "FILE_SIZE_MISMATCH", "source": "dledger", "physical_offset": 0, "expected": "8192",
             "actual": "3000"}]
-    d = damaged_ranges(_anomalies(tail + torn + cut))
+    d = damaged_ranges(findings(tail + torn + cut))
     assert d.start.tolist() == [3000] and d.end.tolist() == [8192], (d.start, d.end)
     gap = [{"kind": "FILE_GAP", "source": "dledger", "physical_offset": 8192, "length": 8192}]
-    assert damaged_ranges(_anomalies(tail + gap)).start.tolist() == [8192]
+    assert damaged_ranges(findings(tail + gap)).start.tolist() == [8192]
     before = [{"kind": "RESYNC", "source": "dledger", "physical_offset": 100, "length": 10}]
-    assert damaged_ranges(_anomalies(tail + before + torn)).start.tolist() == [100]
+    assert damaged_ranges(findings(tail + before + torn)).start.tolist() == [100]
 
 
 def _truth():
@@ -128,21 +121,6 @@ def _damage(tmp: Path, rec: dict, how: str) -> Path:
     return root
 
 
-def _audit(spark, store, out, mode):
-    from jobs.audit.run import run_audit
-    from jobs.main import parse_args
-
-    _, opts = parse_args(["audit", "--store", str(store), "--out", str(out), "--as-of", AS_OF, "--mode", mode])
-    got = {}
-
-    def on_result(result, summary):
-        for name in ("transactions", "recovery", "anomalies", "check_back"):
-            got[name] = getattr(result, name).toPandas().to_dict("records")
-
-    run_audit(spark, opts, on_result=on_result, print_summary=False)
-    return got
-
-
 @pytest.fixture(scope="module")
 def cases(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("inference")
@@ -150,12 +128,12 @@ def cases(spark, tmp_path_factory):
     op_commit, op = _committed_with_single_op(_truth())
     out = {"commit": commit, "half": half, "op_commit": op_commit, "op": op}
     for mode in ("full", "indexed"):
-        out[("intact", mode)] = _audit(spark, V533 / "store", base / f"out-intact-{mode}", mode)
+        out[("intact", mode)] = audit_tables(spark, V533 / "store", base / f"out-intact-{mode}", mode, AS_OF, TABLES)
         for how in ("zero", "garbage"):
             store = _damage(base / mode, commit, how)
-            out[(how, mode)] = _audit(spark, store, base / f"out-{how}-{mode}", mode)
+            out[(how, mode)] = audit_tables(spark, store, base / f"out-{how}-{mode}", mode, AS_OF, TABLES)
         store = _damage(base / mode / "op", op, "zero")
-        out[("op", mode)] = _audit(spark, store, base / f"out-op-{mode}", mode)
+        out[("op", mode)] = audit_tables(spark, store, base / f"out-op-{mode}", mode, AS_OF, TABLES)
     return out
 
 
