@@ -456,6 +456,28 @@ def test_garbage_in_the_middle_resynchronises(tmp_path):
     assert "resynchronised at file position %d" % offsets[3] in anomalies[0].detail
 
 
+def test_a_zeroed_tail_of_the_properties_is_reported_and_the_record_kept(tmp_path):
+    """PROPERTIES is a record's last field and never ends in a zero byte (messageProperties2String: 0x02 or a
+    value's last byte, 4.9.x without the final 0x02): a record whose tail was zeroed after the write still frames
+    and is read, with BAD_PROPERTIES over the whole record (the half of seed 3's m03820 lost REAL_TOPIC)."""
+    props = {"UNIQ_KEY": "K1", "PGROUP": "G", "TRAN_MSG": "true", "REAL_TOPIC": "TopicOrders", "REAL_QID": "1"}
+    for trailing in (True, False):
+        rec = encode_record(Message(topic="RMQ_SYS_TRANS_HALF_TOPIC", body=b"hello", properties=props,
+                                    properties_trailing_separator=trailing), 0)
+        intact = _write(tmp_path, "00000000000000000000", rec, 4096)
+        assert decode_all(intact)[1] == []
+        cut = bytearray(rec)
+        cut[-20:] = bytes(20)
+        f = _write(tmp_path, "00000000000000000000", bytes(cut), 4096)
+        (row,), anomalies = decode_all(f)
+        assert row["physical_offset"] == 0 and row["real_topic"] != "TopicOrders"
+        assert [(a.kind, a.position, a.length) for a in anomalies] == [(AnomalyKind.BAD_PROPERTIES, 0, len(rec))]
+        assert "end in 20 zero byte(s)" in anomalies[0].detail
+    # no properties at all: the record ends in PROPERTIESLENGTH 0x0000, which is no damage
+    bare = _write(tmp_path, "00000000000000000000", encode_record(Message(topic="T", body=b"x"), 0), 4096)
+    assert decode_all(bare)[1] == []
+
+
 def test_crc_mismatch_is_reported_and_the_record_kept(tmp_path):
     rec = encode_record(Message(topic="T", body=b"hello", body_crc=12345), 0)
     f = _write(tmp_path, "00000000000000000000", rec, 256)

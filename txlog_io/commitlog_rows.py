@@ -166,6 +166,7 @@ def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str,
                                  "__CRC32# property does not match the record bytes before it",
                                  bytes(u8[t:t + 10]).decode("utf-8", "replace"), str(int(actual[i])),
                                  int(f[K.F_TOTAL, i])))
+    anomalies.extend(zero_tail_findings(u8, pos, file_pos, f, ok, path, base))
     if topics is not None or tx_relevant:
         names, off = topics if topics is not None else _TX_TOPICS
         keep = K.relevant(u8, f, names, off, tx_relevant)
@@ -175,6 +176,35 @@ def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str,
         sel = np.flatnonzero(keep)
         f, pos, file_pos, crc_ok = f[:, sel], pos[sel], file_pos[sel], crc_ok[sel]
     return f, pos, file_pos, crc_ok, anomalies
+
+
+def zero_tail_findings(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, f: np.ndarray, ok: np.ndarray,
+                       path: str, base: int) -> list:
+    """BAD_PROPERTIES for each framed record whose non-empty properties end in a zero byte: its tail was
+    zeroed after the write.  PROPERTIES is a record's last field, written with the rest of the record in one
+    put (CommitLog.DefaultAppendMessageCallback.doAppend, 4.x and 5.x), from
+    MessageDecoder.messageProperties2String: ``name 0x01 value 0x02`` per entry (4.9.x drops the last
+    0x02), so its last byte is 0x02 or a value's last byte, and UTF-8 has a zero byte only for U+0000.  The
+    record still frames and is read (it is CORRUPT_RECORD on the transaction that owns it), but the
+    properties it lost (REAL_TOPIC, TRAN_PREPARED_QUEUE_OFFSET, ...) no longer link it."""
+    n = f[K.F_PROPS_LEN]
+    has = np.flatnonzero(ok & (n > 0))
+    if not has.size:
+        return []
+    last = f[K.F_PROPS_AT, has] + n[has] - 1
+    inside = last < u8.size
+    bad = has[inside][u8[last[inside]] == 0]
+    found = []
+    for i in bad.tolist():
+        at, size = int(f[K.F_PROPS_AT, i]), int(n[i])
+        kept = len(bytes(u8[at:at + size]).rstrip(b"\x00"))
+        found.append(anomaly(AnomalyKind.BAD_PROPERTIES, path, int(file_pos[i]), base,
+                             f"the properties end in {size - kept} zero byte(s) (record bytes "
+                             f"{at - int(pos[i]) + kept}..{int(f[K.F_TOTAL, i])} zeroed after the write); "
+                             "record kept, properties incomplete",
+                             "properties ending in 0x02 or a value's last byte",
+                             f"{size - kept} zero bytes", int(f[K.F_TOTAL, i])))
+    return found
 
 
 def batch_of(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, base: int, path: str, with_body: bool,
