@@ -25,7 +25,7 @@ _INPUT_SOURCES = {
     STATETABLE: ("index", "state"),
     REDOLOG: ("tags_code", "kind"),
     CONSUMER_OFFSETS: ("group", "offset"),
-    ANOMALIES: ("file", "position", "length", "detail", "expected", "actual", "source"),
+    ANOMALIES: ("file", "position", "length", "detail", "expected", "actual", "source", "data_end"),
 }
 
 

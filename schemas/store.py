@@ -97,6 +97,9 @@ ANOMALIES = Table.of("anomalies", [
     C("source", _str, False, "decoder that found it (commitlog, consumequeue, statetable, redolog, config, store)"),
     C("physical_offset", _i64, True, "global offset when known"),
     C("length", _i64, True, "bytes of the damaged range that starts at position (null: not about a byte range)"),
+    C("data_end", _i64, True, "a torn end (GARBAGE_AFTER_END, TRUNCATED_RECORD, TRUNCATED_FILE of a CommitLog or "
+                              "DLedger data file): the global offset where the file's readable data ends "
+                              "(null otherwise)"),
 ], "Integrity findings met while decoding")
 
 STORE_TABLES = {t.name: t for t in (COMMITLOG, CONSUMEQUEUE, STATETABLE, REDOLOG, CONSUMER_OFFSETS, ANOMALIES)}

@@ -32,7 +32,8 @@ def states(audit: Mapping[str, List[dict]], broker: str) -> Dict[str, str]:
 
 #: the decoder-finding columns damage.damaged_ranges reads (schemas.store.ANOMALIES), for hand-made findings
 FINDING_COLUMNS = {"kind": "string", "source": "string", "physical_offset": "int64", "position": "int64",
-                   "length": "int64", "detail": "string", "expected": "string", "actual": "string"}
+                   "length": "int64", "detail": "string", "expected": "string", "actual": "string",
+                   "data_end": "int64"}
 
 
 def findings(rows: Iterable[Mapping]):

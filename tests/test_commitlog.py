@@ -507,6 +507,13 @@ def test_nonzero_garbage_after_end_of_data(tmp_path):
     rows, anomalies = decode_all(f)
     assert len(rows) == 3
     assert [(a.kind, a.position) for a in anomalies] == [(AnomalyKind.GARBAGE_AFTER_END, 1500)]
+    end = rows[-1]["physical_offset"] + rows[-1]["total_size"]      # where the readable data ends
+    assert anomalies[0].data_end == end and f"end of data at {end}" in anomalies[0].detail
+    cut = tmp_path / "cut" / "00000000000000000000"                  # a file cut inside a record's header
+    cut.parent.mkdir()
+    cut.write_bytes(full[:offsets[2] + 5])
+    (found,) = decode_all(cut)[1]
+    assert (found.kind, found.data_end) == (AnomalyKind.TRUNCATED_RECORD, offsets[2])
 
 
 def test_missing_file_is_a_usage_error(tmp_path):

@@ -44,7 +44,8 @@ def _units(rows):
 
 def test_units_past_the_data_end_make_a_lost_range():
     garbage = {"kind": "GARBAGE_AFTER_END", "source": "commitlog", "physical_offset": 1040960,
-               "position": 40960, "length": 100, "detail": "non-zero bytes after the end of data at 36873"}
+               "position": 40960, "length": 100, "detail": "non-zero bytes after the end of data at 36873",
+               "data_end": 1036873}
     records = pa.table({"physical_offset": pa.array([1000000, 1036000, 1041000], pa.int64())})
     units = _units([("RMQ_SYS_TRANS_OP_HALF_TOPIC", 1039481, 200), ("RMQ_SYS_TRANS_HALF_TOPIC", 1036000, 300),
                     ("TopicTest", 1039000, 5000), ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 1041000, 90)])
@@ -57,7 +58,7 @@ def test_units_past_the_data_end_make_a_lost_range():
     assert len(damaged_ranges(findings([garbage]))) == 0
     assert len(damaged_ranges(findings([garbage]), past_end_of(records, units.slice(1, 1)))) == 0
     cut = {"kind": "TRUNCATED_RECORD", "source": "commitlog", "physical_offset": 14371, "position": 14371,
-           "length": 5}
+           "length": 5, "data_end": 14371}
     d = damaged_ranges(findings([cut]), past_end_of(pa.table({"physical_offset": pa.array([0], pa.int64())}),
                                                      _units([("RMQ_SYS_TRANS_OP_HALF_TOPIC", 15000, 100),
                                                              ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 20000, 100)])))

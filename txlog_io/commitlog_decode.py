@@ -214,7 +214,7 @@ def _walk(reader: PositionalFile, base: int, pos: Optional[int], end: int, chunk
                 if nz is not None:
                     anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, fp, base,
                                               "fewer than 8 bytes left for a record header",
-                                              "8 bytes", f"{size - fp} bytes", size - fp))
+                                              "8 bytes", f"{size - fp} bytes", size - fp, data_end=fp))
                 elif fp > pos or count:
                     # the broker always leaves >= END_FILE_MIN_BLANK_LENGTH (8) bytes after a record and fills
                     # them with a BLANK header or zeros: a file that ends right after a record was cut there
@@ -222,7 +222,8 @@ def _walk(reader: PositionalFile, base: int, pos: Optional[int], end: int, chunk
                                               "the file ends right after a record, without the BLANK "
                                               "end-of-file filler or zero tail the broker always leaves: it "
                                               "was cut here and the records written after this point are lost",
-                                              ">= 8 bytes of BLANK filler or zeros", f"{size - fp} bytes"))
+                                              ">= 8 bytes of BLANK filler or zeros", f"{size - fp} bytes",
+                                              data_end=fp))
                 summary.valid_end, summary.stop_reason = fp, "end of file"
                 break
             total, magic = unpack(buf, rel)  # type: ignore[arg-type]  # ndarray is a Buffer (numpy's stubs: from 3.12 on)
@@ -327,7 +328,7 @@ def _check_zero_tail(reader, base, fp, end, anomalies, summary) -> Optional[int]
     if nxt is None:
         anomalies.append(_anomaly(AnomalyKind.GARBAGE_AFTER_END, reader.path, nz, base,
                                   f"non-zero bytes after the end of data at {fp}", "zeros", "non-zero bytes",
-                                  reader.size - nz))
+                                  reader.size - nz, data_end=fp))
         summary.skipped_bytes += reader.size - nz
         return None
     anomalies.append(_anomaly(AnomalyKind.RESYNC, reader.path, fp, base,

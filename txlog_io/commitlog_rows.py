@@ -57,12 +57,15 @@ _TRUE = np.frombuffer(b"true", np.uint8)
 _INT_RANGE = {pa.int32(): (-(1 << 31), (1 << 31) - 1), pa.int64(): (-(1 << 63), (1 << 63) - 1)}
 
 
-def anomaly(kind, file, pos, base, detail, expected=None, actual=None, length=None) -> Anomaly:
-    """A CommitLog finding at ``pos``; ``length``: bytes of the damaged range (a record, skipped bytes)."""
+def anomaly(kind, file, pos, base, detail, expected=None, actual=None, length=None,
+            data_end: Optional[int] = None) -> Anomaly:
+    """A CommitLog finding at ``pos``; ``length``: bytes of the damaged range (a record, skipped bytes);
+    ``data_end``: for a torn end, the file position where the readable data ends (made global here)."""
     return Anomaly(kind=kind, file=str(file), position=int(pos), detail=detail,
                    expected=None if expected is None else str(expected),
                    actual=None if actual is None else str(actual), source=SOURCE,
-                   physical_offset=int(base + pos), length=None if length is None else int(length))
+                   physical_offset=int(base + pos), length=None if length is None else int(length),
+                   data_end=None if data_end is None else int(base + data_end))
 
 
 def empty_batch() -> pa.RecordBatch:

@@ -254,11 +254,14 @@ class EntryFrame:
                         strict=True))
 
 
-def _anomaly(kind, path, fp, base, detail, expected=None, actual=None, source=SOURCE, length=None) -> Anomaly:
+def _anomaly(kind, path, fp, base, detail, expected=None, actual=None, source=SOURCE, length=None,
+             data_end: Optional[int] = None) -> Anomaly:
+    """A finding at file position ``fp``; ``data_end``: a torn end's file position where the data ends."""
     return Anomaly(kind=kind, file=str(path), position=int(fp), detail=detail,
                    expected=None if expected is None else str(expected),
                    actual=None if actual is None else str(actual), source=source,
-                   physical_offset=int(base + fp), length=None if length is None else int(length))
+                   physical_offset=int(base + fp), length=None if length is None else int(length),
+                   data_end=None if data_end is None else int(base + data_end))
 
 
 def scan_entries(path, *, base_offset: Optional[int] = None, start: int = 0, end: Optional[int] = None,
@@ -310,7 +313,7 @@ def _walk(f: PositionalFile, base: int, fp: Optional[int], end: int, chunk_bytes
                 if at < size and any(f.pread(at, size - at)):
                     anomalies.append(_anomaly(AnomalyKind.TRUNCATED_RECORD, path, at, base,
                                               "fewer than 8 bytes left for an entry header", "8 bytes",
-                                              f"{size - at} bytes", length=size - at))
+                                              f"{size - at} bytes", length=size - at, data_end=at))
                 summary.valid_end, summary.stop_reason = at, "end of file"
                 break
             if rel + END_MARKER.size > n:
@@ -422,14 +425,15 @@ def _resync(f: PositionalFile, base, at, stop_at, anomalies, summary, kind, deta
                                   f"starts at {nxt}: resynchronised there", nxt - prev_at, at - prev_at,
                                   length=nxt - prev_at))
         return nxt if nxt < stop_at else None
+    torn = at if kind == AnomalyKind.TRUNCATED_RECORD else None
     if nxt is None:
         anomalies.append(_anomaly(kind, f.path, at, base, f"{detail}; no entry follows (bytes {at}..{f.size} "
-                                  "unreadable)", expected, actual, length=f.size - at))
+                                  "unreadable)", expected, actual, length=f.size - at, data_end=torn))
         summary.skipped_bytes += f.size - at
         summary.stop_reason = f"{kind} with no entry after it"
         return None
     anomalies.append(_anomaly(kind, f.path, at, base, f"{detail}; resynchronised at file position {nxt} "
-                              f"({nxt - at} bytes skipped)", expected, actual, length=nxt - at))
+                              f"({nxt - at} bytes skipped)", expected, actual, length=nxt - at, data_end=torn))
     summary.skipped_bytes += nxt - at
     return nxt if nxt < stop_at else None
 
@@ -444,7 +448,7 @@ def _zero_tail(f: PositionalFile, base, at, stop_at, anomalies, summary, search_
             if nxt is None:
                 anomalies.append(_anomaly(AnomalyKind.GARBAGE_AFTER_END, f.path, nz, base,
                                           f"non-zero bytes after the end of data at {at}", "zeros",
-                                          "non-zero bytes", length=f.size - nz))
+                                          "non-zero bytes", length=f.size - nz, data_end=at))
                 summary.skipped_bytes += f.size - nz
                 return None
             anomalies.append(_anomaly(AnomalyKind.RESYNC, f.path, at, base,

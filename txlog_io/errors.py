@@ -117,6 +117,7 @@ class Anomaly:
     source: str = ""            # which decoder found it: commitlog, consumequeue, statetable, ...
     physical_offset: Optional[int] = None  # global offset (CommitLog / logical queue offset bytes) if known
     length: Optional[int] = None           # bytes of the damaged range starting at position; None: not a range
+    data_end: Optional[int] = None         # a torn end: global offset where the file's readable data ends
 
     def to_dict(self) -> dict:
         return asdict(self)

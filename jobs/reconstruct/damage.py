@@ -20,7 +20,7 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   record zeroed in the middle of the log (full mode reports the same bytes as RESYNC / BAD_MAGIC).  A
   position past the end of its file (``actual`` "end of file") is not one: the cut is FILE_SIZE_MISMATCH's.
 * a consume-queue unit that points at or past where a CommitLog file's readable data ends (``past_end``):
-  the torn end of a file -- GARBAGE_AFTER_END (the end of data its detail names), TRUNCATED_RECORD,
+  the torn end of a file -- GARBAGE_AFTER_END, TRUNCATED_RECORD,
   TRUNCATED_FILE -- is what a crash leaves and no lost range by itself (below), but a unit of the half / op /
   discard queue pointing into it (at or after that end, before the next record the read took) says the broker
   dispatched a record there: ``[end of data, the unit's end)`` is lost (``CQ_PAST_DATA_END``).  The
@@ -45,12 +45,12 @@ Not lost ranges: record-level damage at the end of a DLedger log's uncommitted t
 DLEDGER_UNCOMMITTED offset, with no whole entry after it: a crash's torn entries, which
 DLedgerMmapFileStore.recover truncates at the first entry that does not check).  Damage in that tail that a
 whole entry follows is a lost range: a process crash leaves no hole before a later entry (DLedger appends
-whole entries in order), and recovery truncates at the hole, later entries included; a file cut short there (FILE_SIZE_MISMATCH, TRUNCATED_FILE) or missing (FILE_GAP) is a lost range
-all the same: DLedger maps every data file at its full size when it creates it, so no crash makes one short,
-and recover() keeps the whole entries past the checkpoint's committedIndex, which a one-node group commits
-again once it leads (what such a cut hides may well be committed).  The
-torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes of a
-header; GARBAGE_AFTER_END: bytes after the zero tail): RocketMQ's own recovery drops them too, so the broker
+whole entries in order), and recovery truncates at the hole, later entries included; a file cut short there
+(FILE_SIZE_MISMATCH, TRUNCATED_FILE) or missing (FILE_GAP) is a lost range all the same: DLedger maps every data
+file at its full size when it creates it, so no crash makes one short, and recover() keeps the whole entries
+past the checkpoint's committedIndex, which a one-node group commits again once it leads (what such a cut hides
+may well be committed).  The torn end of the written data a crash leaves (TRUNCATED_RECORD: fewer than 8 bytes
+of a header; GARBAGE_AFTER_END: bytes after the zero tail): RocketMQ's own recovery drops them too, so the broker
 never acts on what they held (the reference broker's crash stores are audited as the broker sees them) --
 unless a transaction queue unit points into them (``CQ_PAST_DATA_END`` above).
 Record findings whose record was still framed and read (BODY_CRC_MISMATCH, PROPERTY_CRC_MISMATCH,
@@ -59,7 +59,6 @@ record, not a lost range.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
@@ -81,16 +80,16 @@ DLEDGER_UNINDEXED = "DLEDGER_INDEX_MISMATCH"
 #: log's uncommitted tail
 FILE_LEVEL_KINDS = ("FILE_SIZE_MISMATCH", "TRUNCATED_FILE", "FILE_GAP")
 _SOURCES = ("commitlog", "dledger")
-#: findings that mark where a CommitLog (or DLedger data) file's readable data ends in a torn tail: the
-#: finding's position, for GARBAGE_AFTER_END the end of data its detail names (txlog_io.commitlog_decode and
-#: txlog_io.dledger word it "non-zero bytes after the end of data at <file position>")
+#: findings that mark where a CommitLog (or DLedger data) file's readable data ends in a torn tail: their
+#: ``data_end`` column (schemas.store.ANOMALIES; txlog_io.commitlog_decode and txlog_io.dledger set it)
 TORN_END_KINDS = ("GARBAGE_AFTER_END", "TRUNCATED_RECORD", "TRUNCATED_FILE")
-_END_OF_DATA = re.compile(r"after the end of data at (\d+)")
 #: the lost range a consume-queue unit past a file's readable data makes (see the module docstring)
 PAST_END = "CQ_PAST_DATA_END"
-#: ``past_end`` argument: the lowest torn end -> (physical offsets of the records read at or after it, the
-#: CommitLog offsets and ends of the half / op / discard queue units pointing at or after it)
-PastEnd = Callable[[int], Tuple[np.ndarray, np.ndarray, np.ndarray]]
+#: ``past_end`` argument: the torn ends (sorted CommitLog offsets) -> per torn end ``t`` whose half / op /
+#: discard queue units point into ``[t, the first record read at or after t)``: ``(t, the furthest such unit's
+#: end, how many)`` -- one row per torn end, whatever the damage (jobs/reconstruct/distributed.py computes it
+#: as a Spark aggregation)
+PastEnd = Callable[[np.ndarray], List[Tuple[int, int, int]]]
 _MIN, _MAX = -(1 << 62), (1 << 62)
 
 
@@ -167,56 +166,59 @@ def _torn_end_from(uncommitted: pa.Table, tail: int) -> int:
 
 
 def torn_ends(anomalies: pa.Table) -> np.ndarray:
-    """Sorted CommitLog offsets where a file's readable data ends in a torn tail (``TORN_END_KINDS``)."""
+    """Sorted CommitLog offsets where a file's readable data ends in a torn tail (``TORN_END_KINDS``): the
+    finding's ``data_end`` (set by the decoder), its position when a finding carries none."""
     sel = pc.and_(pc.and_(pc.is_in(anomalies.column("source"), pa.array(_SOURCES)),
                           pc.is_in(anomalies.column("kind"), pa.array(TORN_END_KINDS))),
                   pc.is_valid(anomalies.column("physical_offset")))
-    rows = anomalies.filter(pc.fill_null(sel, False)).select(
-        ["kind", "physical_offset", "position", "detail"]).to_pylist()
-    ends = set()
-    for a in rows:
-        off = a["physical_offset"]
-        m = _END_OF_DATA.search(a["detail"] or "") if a["kind"] == "GARBAGE_AFTER_END" else None
-        if m is not None and a["position"] is not None:
-            off = off - a["position"] + int(m.group(1))
-        ends.add(int(off))
-    return np.asarray(sorted(ends), np.int64)
+    torn = anomalies.filter(pc.fill_null(sel, False))
+    if not torn.num_rows:
+        return np.zeros(0, np.int64)
+    ends = torn.column("physical_offset")
+    if "data_end" in torn.column_names:
+        ends = pc.coalesce(torn.column("data_end"), ends)
+    return np.unique(np.asarray(ends.cast(pa.int64())))
 
 
 def units_past_end(ends: np.ndarray, read_at: np.ndarray, unit_at: np.ndarray,
-                   unit_end: np.ndarray) -> List[Tuple[int, int, str]]:
-    """Per torn end ``t`` (``ends``): the units pointing into ``[t, the first record read at or after t)``
-    -- where the read took nothing -- make ``[t, their furthest end)`` a lost range."""
-    found: List[Tuple[int, int, str]] = []
+                   unit_end: np.ndarray) -> List[Tuple[int, int, int]]:
+    """Per torn end ``t`` (``ends``) with units pointing into ``[t, the first record read at or after t)`` --
+    where the read took nothing --: ``(t, their furthest end, how many)`` (a ``PastEnd`` answer)."""
+    found: List[Tuple[int, int, int]] = []
     read_at = np.sort(read_at)
     for t in ends.tolist():
         k = int(np.searchsorted(read_at, t, "left"))
         stop = int(read_at[k]) if k < len(read_at) else _MAX
         sel = (unit_at >= t) & (unit_at < stop)
         if sel.any():
-            e = int(unit_end[sel].max())
-            found.append((t, max(e, t + 1), f"{PAST_END} [{t}, {e}) ({int(sel.sum())} consume-queue unit(s) "
-                                            f"point at or past where the readable data ends at {t})"))
+            found.append((int(t), int(unit_end[sel].max()), int(sel.sum())))
     return found
+
+
+def past_end_ranges(hits: List[Tuple[int, int, int]]) -> List[Tuple[int, int, str]]:
+    """``PastEnd`` answers -> lost ranges ``[t, the furthest unit's end)`` with their description."""
+    return [(t, max(e, t + 1), f"{PAST_END} [{t}, {e}) ({n} consume-queue unit(s) point at or past where the "
+                               f"readable data ends at {t})") for t, e, n in hits]
 
 
 def past_end_of(records: pa.Table, units: Optional[pa.Table]) -> PastEnd:
     """``PastEnd`` over Arrow tables: ``records`` with ``physical_offset`` (the records read), ``units`` with
     ``topic``, ``commitlog_offset`` and ``size`` (consume-queue units; only the half / op / discard queues'
     count)."""
-    def at_or_after(t: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def per_torn_end(ends: np.ndarray) -> List[Tuple[int, int, int]]:
+        t = int(ends.min())
         phys = records.column("physical_offset")
         read_at = np.asarray(phys.filter(pc.fill_null(pc.greater_equal(phys, t), False)).cast(pa.int64()))
         if units is None or not units.num_rows:
-            return read_at, np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return []
         off = units.column("commitlog_offset")
         sel = pc.and_(pc.greater_equal(off, t), pc.is_in(units.column("topic"), pa.array(TX_SYSTEM_TOPICS)))
         sel = pc.and_(sel, pc.is_valid(units.column("size")))
         u = units.filter(pc.fill_null(sel, False))
         at = np.asarray(u.column("commitlog_offset").cast(pa.int64()))
-        return read_at, at, at + np.maximum(np.asarray(u.column("size").cast(pa.int64())), 1)
+        return units_past_end(ends, read_at, at, at + np.maximum(np.asarray(u.column("size").cast(pa.int64())), 1))
 
-    return at_or_after
+    return per_torn_end
 
 
 def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> DamagedRanges:
@@ -256,7 +258,7 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
     if past_end is not None:
         torn = torn_ends(anomalies)
         if len(torn):
-            found.extend(units_past_end(torn, *past_end(int(torn[0]))))
+            found.extend(past_end_ranges(past_end(torn)))
     # a DLedger log's uncommitted tail (past the checkpoint's committedIndex, DLEDGER_UNCOMMITTED): the torn
     # end a crash leaves there (record-level damage with no whole entry after it) is truncated by DLedger's
     # recovery (and its records are flagged EVIDENCE_NOT_COMMITTED already), so it hides no record the broker
@@ -289,6 +291,5 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
                          redo_damage, head_lost)
 
 
-__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "PAST_END", "TABLE_KINDS", "damaged_ranges", "past_end_of",
-           "torn_ends",
-           "units_past_end"]
+__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "PAST_END", "PastEnd", "TABLE_KINDS", "damaged_ranges",
+           "past_end_of", "past_end_ranges", "torn_ends", "units_past_end"]

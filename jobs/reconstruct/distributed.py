@@ -35,14 +35,13 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.reconstruct import partitioned as part
 from jobs.reconstruct import rules as txrules
-from jobs.reconstruct.damage import PastEnd, damaged_ranges, past_end_of
+from jobs.reconstruct.damage import PastEnd, damaged_ranges
 from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
 from schemas.audit import AUDIT_ANOMALIES
@@ -54,7 +53,7 @@ from schemas.recon import RECON_EVIDENCE, RECON_FACTS, RECON_OUTPUT
 ROWS_PER_TASK = 250_000
 MAX_TASKS = 10_000
 _ANOMALY_COLUMNS = ["kind", "source", "physical_offset", "file", "position", "length", "detail", "expected",
-                    "actual"]
+                    "actual", "data_end"]
 _EV = RECON_EVIDENCE.names
 _TYPES = {f.name: f.dataType for f in RECON_EVIDENCE.spark_schema().fields}
 
@@ -98,18 +97,30 @@ def _facts_and_findings(wide: DataFrame, op_bodies_given: bool) -> Tuple[Dict[st
 
 
 def _past_end(wide: DataFrame, brokers) -> Dict[str, PastEnd]:
-    """broker -> ``damage.PastEnd`` over ``wide``: a small job, run only for a broker with a torn end, for the
-    records and half / op / discard units at or after it."""
+    """broker -> ``damage.PastEnd`` over ``wide``, run only for a broker with a torn end: one Spark job that
+    joins the torn ends (a few rows, broadcast) with the broker's records and half / op / discard queue units
+    and aggregates per torn end; the driver gets one row per torn end, whatever the damage."""
     c = F.col
+    spark = wide.sparkSession
 
     def of(b: str) -> PastEnd:
-        def at_or_after(t: int):
-            key = F.coalesce(c("commitlog_offset"), c("physical_offset"))
-            rows = (wide.where((c("broker") == b) & c("src").isin("commitlog", "consumequeue") & (key >= t))
-                    .select("src", "topic", "physical_offset", "commitlog_offset", "size").toArrow())
-            is_rec = pc.fill_null(pc.equal(rows.column("src"), "commitlog"), False)
-            return past_end_of(rows.filter(is_rec), rows.filter(pc.invert(is_rec)))(t)
-        return at_or_after
+        def per_torn_end(ends) -> List[Tuple[int, int, int]]:
+            lo = int(min(ends))
+            torn = F.broadcast(spark.createDataFrame([(int(t),) for t in ends], "_t long"))
+            mine = wide.where(c("broker") == b)
+            read_at = mine.where((c("src") == "commitlog") & (c("physical_offset") >= lo)).select(
+                c("physical_offset").alias("_p"))
+            # the first record read at or after each torn end (none: the end of the log)
+            stops = (read_at.join(torn, c("_p") >= c("_t")).groupBy("_t").agg(F.min("_p").alias("_stop")))
+            bounds = F.broadcast(torn.join(stops, "_t", "left"))
+            units = mine.where((c("src") == "consumequeue") & c("topic").isin(*TX_SYSTEM_TOPICS)
+                               & c("size").isNotNull() & (c("commitlog_offset") >= lo)).select(
+                c("commitlog_offset").alias("_u"),
+                (c("commitlog_offset") + F.greatest(c("size").cast("long"), F.lit(1))).alias("_e"))
+            hits = (units.join(bounds, (c("_u") >= c("_t")) & (c("_stop").isNull() | (c("_u") < c("_stop"))))
+                    .groupBy("_t").agg(F.max("_e").alias("_e"), F.count(F.lit(1)).alias("_n")))
+            return sorted((int(r["_t"]), int(r["_e"]), int(r["_n"])) for r in hits.collect())
+        return per_torn_end
 
     return {b: of(b) for b in brokers}
 

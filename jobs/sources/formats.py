@@ -414,6 +414,7 @@ def anomalies_batch(broker: str, anomalies: Sequence[Anomaly], default_source: s
         cols["source"].append(str(a.source) if a.source else default_source)
         cols["physical_offset"].append(None if a.physical_offset is None else int(a.physical_offset))
         cols["length"].append(None if a.length is None else int(a.length))
+        cols["data_end"].append(None if a.data_end is None else int(a.data_end))
     return pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in _ANOMALY_TARGET],
                                       schema=_ANOMALY_TARGET)
 

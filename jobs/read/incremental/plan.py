@@ -279,7 +279,7 @@ def _fallback_rows(plan: Plan, brokers: Sequence[str]) -> List[tuple]:
     audit_anomalies)."""
     return [(b, AnomalyKind.INCREMENTAL_FALLBACK, outfs.join(plan.out, AUDIT_STATE.name), 0,
              f"--incremental ran a full audit: {plan.detail}", "a completed incremental run to continue from",
-             plan.reason, "audit", None, None) for b in brokers]
+             plan.reason, "audit", None, None, None) for b in brokers]
 
 
 def fallback_findings(spark, plan: Plan, brokers: Sequence[str]):

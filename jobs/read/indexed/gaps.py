@@ -142,7 +142,8 @@ def gap_findings(gaps):
         F.format_string(GAP_DETAIL, "reason", "detail", "start", "end").alias("detail"),
         F.lit(GAP_EXPECTED).alias("expected"),
         c("reason").alias("actual"), F.lit("index").alias("source"),
-        c("start").alias("physical_offset"), F.lit(None).cast("long").alias("length"))
+        c("start").alias("physical_offset"), F.lit(None).cast("long").alias("length"),
+        F.lit(None).cast("long").alias("data_end"))
 
 
 def scan_cells(spark, gap_rows: Sequence[tuple], info: Sequence, opts: SourceOptions):

@@ -85,7 +85,8 @@ def idle_tail_findings(spark, scanned, idle: Sequence[tuple]):
                         "g_end").alias("detail"),
         F.lit(IDLE_EXPECTED).alias("expected"),
         F.format_string(IDLE_ACTUAL, "n").alias("actual"), F.lit("index").alias("source"),
-        c("first").alias("physical_offset"), F.lit(None).cast("long").alias("length"))
+        c("first").alias("physical_offset"), F.lit(None).cast("long").alias("length"),
+        F.lit(None).cast("long").alias("data_end"))
 
 
 def idle_tail_anomalies(records, idle: Sequence[tuple]) -> list:
