@@ -406,7 +406,8 @@ def test_fetch_at_merges_duplicates_filters_plain_records_and_reports_missing_fi
         "broker": "b", "kind": "MISSING_FILE", "file": "/x/commitlog", "position": 1 << 40,
         "detail": anomalies.column("detail")[0].as_py(),
         "expected": "a CommitLog file containing this offset",
-        "actual": "no such file", "source": "commitlog", "physical_offset": 1 << 40, "length": None}]
+        "actual": "no such file", "source": "commitlog", "physical_offset": 1 << 40, "length": None,
+        "data_end": None}]
 
 
 # --- indexed vs full ----------------------------------------------------------------------------------------
