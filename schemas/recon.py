@@ -94,6 +94,10 @@ RECON_EVIDENCE = Table.of("recon_evidence", [
     C("problems", _i8, True, "bits of the consume-queue findings naming the row's CommitLog offset"),
 ], "Evidence rows of the distributed reduce, linked by Spark joins and shuffled by transaction")
 
+RECON_EVIDENCE_PASS = RECON_EVIDENCE.with_columns("recon_evidence_pass", after=[
+    C("facts_json", _str, True, "null on evidence rows; on a broker's facts row (ord -1, evidence columns "
+                                 "null): the partition's partial facts, as in recon_facts")])
+
 RECON_FACTS = Table.of("recon_facts", [
     C("broker", _str, False, "broker / store name"),
     C("facts_json", _str, False, "partial per-broker facts of one input partition (counts, bounds, offsets)"),

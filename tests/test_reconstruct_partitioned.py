@@ -83,3 +83,20 @@ def test_rules_over_linked_evidence_rows_equal_the_reducer():
     got = out.filter(pa.compute.equal(out.column("out"), "transactions")).select(want.column_names)
     key = (lambda t: sorted(map(repr, t.cast(want.schema).to_pylist())))
     assert key(got) == key(want)
+
+
+def test_one_pass_gives_the_evidence_rows_and_the_partial_facts():
+    """evidence_and_facts: the rows of evidence_batches (facts_json null) and, after them, one facts row per
+    broker whose facts are partial_facts' of the same batches."""
+    table = input_table(commitlog=_commitlog("a", "b"))
+    batches = _batches(table, (3, 4, 7))
+    got = pa.Table.from_batches(list(part.evidence_and_facts(batches, 5, False)))
+    is_facts = pa.compute.is_valid(got.column("facts_json"))
+    ev = got.filter(pa.compute.invert(is_facts))
+    assert ev.drop_columns(["facts_json"]).equals(pa.Table.from_batches(list(part.evidence_batches(batches, 5,
+                                                                                                   False))))
+    facts = got.filter(is_facts)
+    assert facts.num_rows == 2 and facts.column("ord").to_pylist() == [-1, -1]
+    assert facts.column("role").null_count == 2
+    want = [r for out in part.partial_facts(batches, False) for r in out.to_pylist()]
+    assert part.merge_facts(facts.select(["broker", "facts_json"]).to_pylist()) == part.merge_facts(want)

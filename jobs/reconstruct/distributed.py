@@ -2,8 +2,10 @@
 
 The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each runs where it scales:
 
-1. **Row-local** -- evidence rows from the input rows (``partitioned.evidence_batches``), one ``mapInArrow``
-   over the input partitions.
+1. **Row-local** -- evidence rows and each partition's partial broker facts from the input rows in ONE
+   Python pass (``partitioned.evidence_and_facts``, one ``mapInArrow`` over the input partitions), persisted;
+   the input union itself is not persisted (its branches are the read's persisted frames, and each later
+   filter on ``src`` reads only its own branches).
 2. **Global, by key** -- the linking of jobs/reconstruct/evidence.py (``link_ends``, ``link_ops``) as two Spark
    windows, one shuffle each, so that every evidence row gets its transaction id ``tx``: by (broker,
    CommitLog offset), a copy by its own offset and an END by its PREPARED_TRANSACTION_OFFSET (the END takes
@@ -16,8 +18,8 @@ The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each ru
    shuffle by (broker, tx) over ``reduce_tasks`` partitions, sorted within by (broker, tx, ord), and the
    unchanged per-transaction rules (jobs/reconstruct/rules.py) over chunks of whole transactions
    (``partitioned.reduce_chunks``).
-3. **Per broker, small** -- the facts (counts, bounds, consume offsets) are summed per partition and merged
-   on the driver; with the decoder findings (collected: they grow with damage, not with the broker) they
+3. **Per broker, small** -- the facts (counts, bounds, consume offsets) are summed per partition (in the
+   evidence pass) and merged on the driver; with the decoder findings (collected: they grow with damage, not with the broker) they
    give each broker's profile, params and lost CommitLog ranges, shipped to the tasks with the functions.  The
    findings no transaction owns go their own way: the consume-queue comparison shuffled by (broker,
    CommitLog offset), orphan ops from the linked OP rows without an id, missing op bodies by an anti-join;
@@ -46,7 +48,7 @@ from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
 from schemas.audit import AUDIT_ANOMALIES
 from schemas.audit import PROFILES as PROFILES_TABLE
-from schemas.recon import RECON_EVIDENCE, RECON_FACTS, RECON_OUTPUT
+from schemas.recon import RECON_EVIDENCE, RECON_EVIDENCE_PASS, RECON_OUTPUT
 
 #: linked evidence rows per reduce task (at least one task per core): with chunked rules a task's memory does
 #: not grow with it, only its duration
@@ -82,18 +84,28 @@ def _persist(df: DataFrame, persisted: List[DataFrame]) -> DataFrame:
     return df
 
 
-def _facts_and_findings(wide: DataFrame, op_bodies_given: bool) -> Tuple[Dict[str, dict], Dict[str, pa.Table]]:
-    """{broker: merged facts} and {broker: its decoder findings as Arrow} (two small jobs)."""
-    def facts(it):
-        for batch in part.partial_facts(it, op_bodies_given):
-            yield batch
+def _evidence_and_facts(wide: DataFrame, op_bodies_given: bool,
+                        persisted: List[DataFrame]) -> Tuple[DataFrame, Dict[str, dict], Dict[str, pa.Table]]:
+    """(unlinked evidence rows, persisted; {broker: merged facts}; {broker: its decoder findings as Arrow}).
 
-    rows = wide.mapInArrow(facts, RECON_FACTS.spark_schema()).collect()
+    One Python pass over the input rows gives both the evidence rows and each partition's partial facts
+    (``partitioned.evidence_and_facts``); the job that collects the facts rows (one per broker and partition)
+    materializes the evidence.  The findings are a second, small job: ``wide`` is a union whose branches carry
+    their ``src`` as a literal, so the filter reads only the findings' branch."""
+    def to_rows(it):
+        from pyspark import TaskContext
+
+        yield from part.evidence_and_facts(it, TaskContext.get().partitionId(), op_bodies_given)
+
+    c = F.col
+    both = _persist(wide.mapInArrow(to_rows, RECON_EVIDENCE_PASS.spark_schema()), persisted)
+    rows = both.where(c("facts_json").isNotNull()).select("broker", "facts_json").collect()
     merged = part.merge_facts(r.asDict() for r in rows)
-    anomalies = wide.where(F.col("src") == "anomaly").select("broker", *_ANOMALY_COLUMNS).toArrow()
+    ev = both.where(c("facts_json").isNull()).select(*_EV)
+    anomalies = wide.where(c("src") == "anomaly").select("broker", *_ANOMALY_COLUMNS).toArrow()
     by_broker = {b: t for b, t in part.by_broker(anomalies)} if anomalies.num_rows else {}
     empty = anomalies.schema.empty_table()
-    return merged, {b: by_broker.get(b, empty) for b in merged}
+    return ev, merged, {b: by_broker.get(b, empty) for b in merged}
 
 
 def _past_end(wide: DataFrame, brokers) -> Dict[str, PastEnd]:
@@ -136,15 +148,6 @@ def _context(facts: Dict[str, dict], findings: Dict[str, pa.Table], params, prof
                                         damaged_ranges(an, past_end.get(b)), an,
                                         [dict(a, broker=b) for a in an.select(_ANOMALY_COLUMNS).to_pylist()])
     return part.Context(brokers, critical_within_ms), list(profiles.values())
-
-
-def _evidence(wide: DataFrame, op_bodies_given: bool) -> DataFrame:
-    def to_evidence(it):
-        from pyspark import TaskContext
-
-        yield from part.evidence_batches(it, TaskContext.get().partitionId(), op_bodies_given)
-
-    return wide.mapInArrow(to_evidence, RECON_EVIDENCE.spark_schema())
 
 
 def link(ev: DataFrame) -> DataFrame:
@@ -220,8 +223,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     spark = wide.sparkSession
     c = F.col
     persisted: List[DataFrame] = []
-    wide = _persist(wide, persisted)
-    facts, findings = _facts_and_findings(wide, op_bodies_given)
+    ev, facts, findings = _evidence_and_facts(wide, op_bodies_given, persisted)
     has_cq = any(f.pop(part.CQ_UNITS, 0) for f in facts.values())
     ctx, profile_rows = _context(facts, findings, params, profile_override, critical_within_ms,
                                  _past_end(wide, facts))
@@ -230,8 +232,6 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     # the union of the link's parts has the partitions of all of them: as many as a shuffle has, each task
     # reading several (every Python step over the rows costs a worker round trip per partition)
     narrow = max(cores, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    ev = _persist(_evidence(wide, op_bodies_given), persisted)
-    ev.count()          # materialized once: both windows of the link read it
     linked = _persist(link(ev).coalesce(narrow), persisted)
     n_rows = linked.count()
     if tasks is None:

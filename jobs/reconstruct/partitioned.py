@@ -70,6 +70,7 @@ from schemas.recon import (
     EVIDENCE_INT_COLUMNS,
     EVIDENCE_STR_COLUMNS,
     RECON_EVIDENCE,
+    RECON_EVIDENCE_PASS,
     RECON_FACTS,
     RECON_OUTPUT,
 )
@@ -202,9 +203,10 @@ def evidence_of(t: pa.Table) -> Evidence:
                     {k: strings(t.column(k)) for k in STR_FIELDS})
 
 
-def evidence_batches(batches: Iterable[pa.RecordBatch], partition: int,
-                     op_bodies_given: bool) -> Iterator[pa.RecordBatch]:
-    """RECON_INPUT batches of one input partition -> RECON_EVIDENCE batches (see the module docstring)."""
+def _evidence_tables(batches: Iterable[pa.RecordBatch], partition: int, op_bodies_given: bool,
+                     facts: Optional[Dict[str, dict]] = None) -> Iterator[pa.Table]:
+    """RECON_INPUT batches of one input partition -> RECON_EVIDENCE tables; with ``facts``, each broker's
+    partial facts (``partial_facts``) are summed into it from the same per-batch split of the rows."""
     seq = 0
     base = partition << PART_SHIFT
     for b in batches:
@@ -212,8 +214,13 @@ def evidence_batches(batches: Iterable[pa.RecordBatch], partition: int,
             continue
         for broker, sub in by_broker(pa.Table.from_batches([b])):
             src = _BySrc(sub)
-            records = _relevant(src["commitlog"])
+            cl = src["commitlog"]
+            records = _relevant(cl)
             op_rows = op_rows_of(src, records, op_bodies_given)
+            if facts is not None:
+                d = _facts(cl, records, op_rows, src)
+                d[CQ_UNITS] = src["consumequeue"].num_rows
+                _merge(facts.setdefault(broker, {}), d)
             for kind, ev in ((KIND_RECORD, record_evidence(records)), (KIND_OP, op_rows_evidence(op_rows)),
                              (KIND_ST, statetable_evidence(src["statetable"])),
                              (KIND_REDO, redolog_evidence(src["redolog"]))):
@@ -221,7 +228,32 @@ def evidence_batches(batches: Iterable[pa.RecordBatch], partition: int,
                     continue
                 ord_ = (np.int64(kind) << KIND_SHIFT) + base + seq + np.arange(ev.n, dtype=np.int64)
                 seq += ev.n
-                yield from evidence_table(broker, ev, ord_).to_batches()
+                yield evidence_table(broker, ev, ord_)
+
+
+def evidence_batches(batches: Iterable[pa.RecordBatch], partition: int,
+                     op_bodies_given: bool) -> Iterator[pa.RecordBatch]:
+    """RECON_INPUT batches of one input partition -> RECON_EVIDENCE batches (see the module docstring)."""
+    for t in _evidence_tables(batches, partition, op_bodies_given):
+        yield from t.to_batches()
+
+
+def evidence_and_facts(batches: Iterable[pa.RecordBatch], partition: int,
+                       op_bodies_given: bool) -> Iterator[pa.RecordBatch]:
+    """RECON_INPUT batches of one input partition -> RECON_EVIDENCE_PASS batches: the rows of
+    ``evidence_batches`` (``facts_json`` null), then one row per broker with the partition's ``partial_facts``
+    in ``facts_json`` (``ord`` -1, the evidence columns null): one pass over the rows for both."""
+    schema = RECON_EVIDENCE_PASS.arrow_schema()
+    acc: Dict[str, dict] = {}
+    for t in _evidence_tables(batches, partition, op_bodies_given, acc):
+        t = t.append_column(schema.field("facts_json"), pa.nulls(t.num_rows, pa.string()))
+        yield from t.to_batches()
+    if acc:
+        n = len(acc)
+        cols = {"broker": pa.array(list(acc), pa.string()), "ord": pa.array([-1] * n, pa.int64()),
+                "facts_json": pa.array([json.dumps(d) for d in acc.values()], pa.string())}
+        yield pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type)
+                                          for f in schema], schema=schema)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -361,7 +393,7 @@ def decoder_findings(broker: str, anomalies: pa.Table) -> List[dict]:
     return [_decoder_finding(dict(a, broker=broker)) for a in anomalies.select(cols).to_pylist()]
 
 
-__all__ = ["evidence_batches", "evidence_table", "evidence_of", "partial_facts", "merge_facts",
+__all__ = ["evidence_batches", "evidence_and_facts", "evidence_table", "evidence_of", "partial_facts", "merge_facts",
            "reduce_chunks", "orphan_batches", "cq_chunks", "cq_key", "missing_body_batches",
            "decoder_findings", "chunks_by_key", "by_broker", "output_union", "BrokerContext", "Context",
            "PROBLEM_BITS", "CQ_UNITS", "KIND_SHIFT", "KIND_ORIGREF", "CHUNK_ROWS"]
