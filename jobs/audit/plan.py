@@ -209,7 +209,8 @@ def plan_audit(spark, options) -> AuditPlan:
         from jobs.read.incremental.plan import plan_incremental
 
         plan.incremental = plan_incremental(spec, plan.out, plan.run_id, names.get(RUNS_TABLE, RUNS_TABLE),
-                                            frames.layout_info, doc)
+                                            frames.layout_info, doc,
+                                            reopened=getattr(options, "incremental_reopened", None))
     # indexed mode shuffles only what it fetched (transactions' records): partitions as for no CommitLog
     shuffle_partitions = auto_shuffle_partitions(spark, plan.commitlog_bytes if spec.mode == "full" else 0)
     if shuffle_partitions is not None:

@@ -236,16 +236,18 @@ def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
     if inputs.local is not None:
         from jobs.reconstruct.local import reduce_local
 
-        outs = reduce_local(inputs.local, plan.layout_info, plan.params, plan.override, phases)
+        outs = reduce_local(inputs.local, plan.layout_info, plan.params, plan.override, phases,
+                            plan=plan.incremental)
         return Reconstructed(result=AuditResult(arrow=outs, spark=spark), arrow=outs)
     frames = dict(inputs.side, commitlog=inputs.records, anomalies=inputs.anomalies,
                   layout_info=plan.layout_info)
     if inputs.op_bodies is not None:
         frames["op_bodies"] = inputs.op_bodies
     if plan.incremental is not None:
-        from jobs.reconstruct.local import carried_input
+        from jobs.reconstruct.local import carried_input, final_of
 
         frames["carried"] = carried_input(plan.incremental)
+        frames["final"] = final_of(plan.incremental)
     path = plan.reconstruct_path
     if path == "auto":
         path = "driver" if inputs.n_records + inputs.n_anomalies <= LOCAL_MAX_ROWS else "distributed"
@@ -419,6 +421,46 @@ def _run_row(spark, plan: AuditPlan, result, counts: tuple, tables: Dict[str, Ta
     }
 
 
+class FinalReopened(Exception):
+    """An incremental run's reduction named a transaction its state carries as settled: the run is done
+    again as a full audit (jobs/read/incremental/plan.py, FINAL_REOPENED)."""
+
+
+def settled_check(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructed) -> None:
+    """For an incremental run carrying settled transactions: raise FinalReopened when this run's reduction
+    names one of them (jobs.reconstruct.settle.reopened); else, when reduced on the driver, hand the
+    reduction to the state writer (``plan.incremental.reduced``), which settles more."""
+    from jobs.reconstruct.local import final_of
+    from jobs.reconstruct.settle import consume_offsets
+
+    inc = plan.incremental
+    if inc is None:
+        return
+    if inputs.local is not None:
+        co = inputs.local.consumer_offsets
+    else:
+        df = inputs.side.get("consumer_offsets")
+        co = df.toArrow() if df is not None else None
+    offsets = consume_offsets(co)
+    final = final_of(inc)
+    if final is not None and final.num_rows:
+        if rec.arrow is not None:
+            from jobs.reconstruct.settle import reopened
+
+            profiles = dict(zip(*(rec.arrow["profiles"].column(c).to_pylist() for c in ("broker", "profile")),
+                                strict=True))
+            why = reopened(final, rec.arrow["transactions"], rec.arrow["anomalies"], profiles, offsets)
+        else:
+            from jobs.reconstruct.spark import reopened_frames
+
+            why = reopened_frames(rec.result, final, offsets)
+        if why:
+            raise FinalReopened("; ".join(f"{b}: {w}" for b, w in sorted(why.items())))
+    if rec.arrow is not None:
+        inc.reduced = {"transactions": rec.arrow["transactions"], "profiles": rec.arrow["profiles"],
+                       "consumer_offsets": co}
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the pipeline
 # ------------------------------------------------------------------------------------------------------------
@@ -426,10 +468,23 @@ def _run_row(spark, plan: AuditPlan, result, counts: tuple, tables: Dict[str, Ta
 def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> AuditSummary:
     """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``: plan ->
     read -> reconstruct -> aggregate -> write; prints the summary (jobs.audit.summary) and returns it.  See
-    the module docstring.
+    the module docstring.  An incremental run whose reduction reopens a settled transaction (FinalReopened,
+    before anything is written) is done again as a full audit.
 
     ``on_result(result, summary)``: called after every table is written, while the reconstruction's frames
     (``jobs.reconstruct.spark.AuditResult``) are still persisted (tests compare them with the tables)."""
+    try:
+        return _run_audit(spark, options, print_summary=print_summary, on_result=on_result)
+    except FinalReopened as e:
+        import copy
+
+        _log(f"incremental state: {e}; auditing the whole store again")
+        again = copy.copy(options)
+        again.incremental_reopened = str(e)
+        return _run_audit(spark, again, print_summary=print_summary, on_result=on_result)
+
+
+def _run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> AuditSummary:
     started_at = dt.datetime.now(dt.timezone.utc)
     t_start = time.monotonic()
     phases: Dict[str, float] = {}
@@ -449,6 +504,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
 
         with _phase(phases, "reconstruct", spark):
             rec = reconstruct_inputs(spark, plan, inputs, persist, phases)
+            settled_check(spark, plan, inputs, rec)
         with _phase(phases, "aggregate", spark):
             counts = _aggregates_arrow(rec.arrow) if rec.arrow else _aggregates(rec.result)
         states, states_by_broker, flags, profiles, detected = counts
