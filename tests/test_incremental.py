@@ -93,11 +93,17 @@ def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypat
     settled rows carried (its state passes them on)."""
     import jobs.reconstruct.spark
 
+    runs = []
+
     def last_run_distributed(k, n):
+        runs.append(k)
         if k == n - 1:
             monkeypatch.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
 
-    _equivalence(spark, tmp_path, "5.1+", "crashy", 30, one_job=None, before_run=last_run_distributed)
+    _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, one_job=None, before_run=last_run_distributed)
+    before_last = _header_row(tmp_path / "out", f"s{runs[-2]}")
+    assert before_last["finals"] > 0, before_last       # the distributed run had settled rows to carry ...
+    assert _incremental_info(tmp_path / "out", f"s{runs[-1]}")["continued"]     # ... and carried them
 
 
 def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):

@@ -155,13 +155,9 @@ def read_local(spark, plan: AuditPlan, phases: Dict[str, float]):
 
     with _phase(phases, "read.records"):
         if plan.incremental is not None:
-            from jobs.audit.state import start_state_write
             from jobs.read.incremental.read import read_local as read_incremental
 
-            read = read_incremental(spark, plan.incremental, plan.spec, LOCAL_MAX_ROWS, phases)
-            if plan.incremental.fresh is not None:      # this run's rows are all on the driver: write its
-                start_state_write(spark, plan.incremental, plan.spec, plan.writer, plan.run_date)  # state now
-            return read
+            return read_incremental(spark, plan.incremental, plan.spec, LOCAL_MAX_ROWS, phases)
         if plan.spec.mode == "indexed":     # the same shape for indexed mode (jobs/read/indexed/read.py)
             from jobs.read.indexed.read import read_indexed_local
 
@@ -505,6 +501,11 @@ def _run_audit(spark, options, *, print_summary: bool = True, on_result=None) ->
         with _phase(phases, "reconstruct", spark):
             rec = reconstruct_inputs(spark, plan, inputs, persist, phases)
             settled_check(spark, plan, inputs, rec)
+        if plan.incremental is not None and plan.incremental.fresh is not None:
+            from jobs.audit.state import start_state_write
+
+            # this run's rows and its reduction are on the driver: its state is written while the outputs are
+            start_state_write(spark, plan.incremental, plan.spec, plan.writer, plan.run_date)
         with _phase(phases, "aggregate", spark):
             counts = _aggregates_arrow(rec.arrow) if rec.arrow else _aggregates(rec.result)
         states, states_by_broker, flags, profiles, detected = counts
@@ -549,8 +550,8 @@ def _end_run(spark, plan: Optional[AuditPlan], persist: _Persisted) -> None:
     (the caller releases the output lock next), nothing persisted, the session's settings as they were."""
     incremental = plan.incremental if plan is not None else None
     if incremental is not None and incremental.early_state is not None:
-        # a state write started while the reducer ran (jobs.audit.state.start_state_write) ends before the
-        # caller releases the output lock, also when the run failed: no thread writes under --out after it
+        # a state write started while the outputs are written (jobs.audit.state.start_state_write) ends before
+        # the caller releases the output lock, also when the run failed: no thread writes under --out after it
         with contextlib.suppress(Exception):
             incremental.early_state.result()
     persist.release()

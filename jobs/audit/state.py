@@ -29,23 +29,23 @@ from schemas.state import (
 def write_state(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, layout_info, run_date, writer,
                 local: bool = False) -> list:
     """:func:`write_now`, or the result of the write ``plan.early_state`` started with the same rows while
-    the reducer ran (:func:`start_state_write`)."""
+    the outputs were written (:func:`start_state_write`)."""
     early, plan.early_state = plan.early_state, None
     if early is not None:
         return early.result()
     return write_now(spark, plan, spec, records, op_bodies, findings, layout_info, run_date, writer, local)
 
 
-def start_state_write(spark, plan: Plan, spec: ReadSpec, writer: str, run_date, early: bool = False) -> None:
-    """With ``early``: the state of a run read through jobs.read.incremental.read.read_local (``plan.fresh`` +
-    the carried rows) is written in a driver thread while the reducer runs, settling nothing
-    (jobs/reconstruct/settle.py needs the reduction's transactions).  jobs.audit.run's :func:`write_state`
-    call, after the outputs, then waits for it (so the state is still complete before the run's
-    ``audit_runs`` row), and so does its ``finally`` when the run fails.  Without ``early`` (the default) the
-    state is written after the reduction, by :func:`write_state`, with the settled transactions."""
+def start_state_write(spark, plan: Plan, spec: ReadSpec, writer: str, run_date) -> None:
+    """The state of a run read through jobs.read.incremental.read.read_local (``plan.fresh`` + the carried rows)
+    is written in a driver thread while the outputs are written: it needs the reduction's transactions
+    (``plan.reduced``: what settles, jobs/reconstruct/settle.py) and nothing the output writes do.
+    jobs.audit.run starts it after the reduction; its :func:`write_state` call, after the outputs, then waits
+    for it (so the state is still complete before the run's ``audit_runs`` row), and so does its ``finally``
+    when the run fails."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if not early or writer != "delta-rs" or spec.mode != "full":
+    if writer != "delta-rs" or spec.mode != "full":       # Spark's writer: a job, from the main thread
         return
     pool = ThreadPoolExecutor(1, thread_name_prefix="state-write")
     plan.early_state = pool.submit(write_now, spark, plan, spec, None, None, None, plan.layout_info,

@@ -295,8 +295,8 @@ def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_o
                  carried: Optional[pa.Table] = None, timings: Optional[Dict[str, float]] = None,
                  t0: Optional[float] = None, final: Optional[pa.Table] = None) -> AuditResult:
     """RECON_INPUT rows (``wide``, plus ``carried`` Arrow rows) reduced on ``path`` (driver, broker or
-    distributed); see :func:`reconstruct`.  ``final``: carried settled transactions (``reduce_input``); the
-    broker path takes none."""
+    distributed); see :func:`reconstruct`.  ``final``: carried settled transactions (``reduce_input``); with
+    them the broker path is taken as distributed."""
     t = timings if timings is not None else {}
     t0 = time.monotonic() if t0 is None else t0
     spark = wide.sparkSession
@@ -310,14 +310,13 @@ def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_o
         return AuditResult(arrow=outs, spark=spark)
     if carried is not None and carried.num_rows:
         wide = wide.union(spark.createDataFrame(carried, schema=RECON_INPUT.spark_schema()))
+    if path == "broker" and final is not None and final.num_rows:
+        path = "distributed"        # one task per broker has no place for the settled rows (AuditResult.path)
     if path == "distributed":
         dist = reduce_distributed(wide, params, profile_override, op_bodies_given, critical_within_ms,
                                   final=final)
         out, tasks = dist.out, dist.reduce_tasks
     elif path == "broker":
-        if final is not None and final.num_rows:
-            raise ValueError("reconstruct path 'broker' takes no carried settled transactions: use "
-                             "'driver' or 'distributed'")
         out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
         dist, tasks = None, None
     else:

@@ -118,7 +118,7 @@ class Plan:
     segments: Dict[str, list] = field(default_factory=dict)
     #: the stores as planned (``layout_info``: what the state's headers describe)
     layout_info: list = field(default_factory=list)
-    #: the state write started while the reducer runs (jobs.read.incremental.read.read_local): a Future
+    #: the state write started after the reduction, while the outputs are written (jobs.audit.run): a Future
     early_state: Optional[object] = None
     #: broker -> the previous state's settled-transaction segments (run ids) and facts per CommitLog file
     prev_final_segments: Dict[str, list] = field(default_factory=dict)
