@@ -17,9 +17,11 @@ needs to continue from this run instead of re-reading the whole CommitLog.
 
 Every table is partitioned by ``broker`` and ``run_id`` (the sink adds ``run_id`` / ``run_date``); only the
 newest run's state is kept (the next incremental run retracts the previous run's rows after it completes),
-except the records: a run writes only the records it read itself, as a new segment (run id) next to the
-previous runs' segments its header lists, until MAX_SEGMENTS are reached and it writes them all again as one
-(``audit_state.record_segments_json``; the records are ~all of the state's bytes and ~95 % are carried).
+except the records and the settled transactions, kept in segments (run ids) that the header lists: a run
+writes only the settled transactions it settled itself next to the previous runs' segments, until
+MAX_SEGMENTS are reached and it writes them all again as one (``final_segments_json``); the records, the open
+transactions' only, are written whole by a run that settled (``record_segments_json`` then lists its own
+run), as segments otherwise.
 """
 from __future__ import annotations
 
