@@ -100,10 +100,22 @@ def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypat
         if k == n - 1:
             monkeypatch.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
 
-    _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, one_job=None, before_run=last_run_distributed)
+    _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, one_job=None, before_run=last_run_distributed,
+                 repeat_last=True)
     before_last = _header_row(tmp_path / "out", f"s{runs[-2]}")
-    assert before_last["finals"] > 0, before_last       # the distributed run had settled rows to carry ...
-    assert _incremental_info(tmp_path / "out", f"s{runs[-1]}")["continued"]     # ... and carried them
+    assert before_last["finals"] > 0, before_last       # the distributed run had settled rows to carry
+
+
+def test_settled_rows_carried_by_a_driver_run(spark, tmp_path):
+    """The final store audited twice: the second run continues a state with settled rows and reduces on the
+    driver with them carried; equal to a full audit."""
+    from jobs.delta.tables import read_table as read_rows
+
+    _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, repeat_last=True)
+    out = tmp_path / "out"
+    runs = sorted(r["run_id"] for r in read_rows(str(out / "audit_runs")).to_pylist())
+    assert _header_row(out, runs[-2])["finals"] > 0
+    assert _incremental_info(out, runs[-1])["continued"]
 
 
 def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):
@@ -119,10 +131,12 @@ def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypa
     assert [len(s) for s in segments] == [1, 2, 1, 2, 1][:len(segments)], segments
 
 
-def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=None, before_run=None):
+def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=None, before_run=None,
+                 repeat_last=False):
     """``one_job``: every run read through jobs.read.full's one job (its ``read.job`` phase), False: through
     the DataFrame plan, None: either.  ``as_of``: one per run (default AS_OF for all).  ``before_run(k, n)``:
-    called before run k of n.  -> the settled-transaction segments of each run's state.  A run whose
+    called before run k of n.  ``repeat_last``: the last state is audited twice (the second run continues a
+    state settled at it).  -> the settled-transaction segments of each run's state.  A run whose
     reduction reopened a settled transaction is a full audit (FINAL_REOPENED): its findings hold the
     INCREMENTAL_FALLBACK row a full audit does not, the other tables are compared as they are."""
     from refbroker.generate import generate
@@ -131,7 +145,7 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=N
                    commitlog_file_size=32 << 10, msg_bytes=256)
     snaps = sorted((tmp_path / "gen" / "snapshots").iterdir())
     assert len(snaps) >= 2
-    states = [s / "store" for s in snaps] + [gen.store_dir]
+    states = [s / "store" for s in snaps] + [gen.store_dir] * (2 if repeat_last else 1)
     conf = _conf(tmp_path)
     live = tmp_path / "live" / "b1"
     out = tmp_path / "out"

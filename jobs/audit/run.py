@@ -472,15 +472,12 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
     try:
         return _run_audit(spark, options, print_summary=print_summary, on_result=on_result)
     except FinalReopened as e:
-        import copy
-
         _log(f"incremental state: {e}; auditing the whole store again")
-        again = copy.copy(options)
-        again.incremental_reopened = str(e)
-        return _run_audit(spark, again, print_summary=print_summary, on_result=on_result)
+        return _run_audit(spark, options, print_summary=print_summary, on_result=on_result, reopened=str(e))
 
 
-def _run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> AuditSummary:
+def _run_audit(spark, options, *, print_summary: bool = True, on_result=None,
+               reopened: Optional[str] = None) -> AuditSummary:
     started_at = dt.datetime.now(dt.timezone.utc)
     t_start = time.monotonic()
     phases: Dict[str, float] = {}
@@ -488,7 +485,7 @@ def _run_audit(spark, options, *, print_summary: bool = True, on_result=None) ->
     plan: Optional[AuditPlan] = None
     try:
         with _phase(phases, "plan", spark):
-            plan = plan_audit(spark, options)
+            plan = plan_audit(spark, options, reopened)
         _log(f"run {plan.run_id}: {len(plan.spec.stores)} store(s), "
              f"{plan.commitlog_bytes / (1 << 20):.1f} MiB of CommitLog, mode {plan.spec.mode}, "
              f"as of {plan.as_of.isoformat()}")
