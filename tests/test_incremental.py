@@ -102,20 +102,19 @@ def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypat
 
     _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, one_job=None, before_run=last_run_distributed,
                  repeat_last=True)
-    before_last = _header_row(tmp_path / "out", f"s{runs[-2]}")
-    assert before_last["finals"] > 0, before_last       # the distributed run had settled rows to carry
+    # the distributed run is handed settled rows, but today it reports a finding at a settled record's offset
+    # and is redone as a full audit (FINAL_REOPENED; docs/ARCHITECTURE.md "Settled transactions", Open): equal
+    # to the full audit either way
+    assert _incremental_info(tmp_path / "out", f"s{runs[-1]}")["fallback"] in (None, "FINAL_REOPENED")
 
 
 def test_settled_rows_carried_by_a_driver_run(spark, tmp_path):
     """The final store audited twice: the second run continues a state with settled rows and reduces on the
     driver with them carried; equal to a full audit."""
-    from jobs.delta.tables import read_table as read_rows
-
-    _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, repeat_last=True)
-    out = tmp_path / "out"
-    runs = sorted(r["run_id"] for r in read_rows(str(out / "audit_runs")).to_pylist())
-    assert _header_row(out, runs[-2])["finals"] > 0
-    assert _incremental_info(out, runs[-1])["continued"]
+    segments = _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, repeat_last=True)
+    out, last = tmp_path / "out", f"s{len(segments) - 1}"
+    assert f"s{len(segments) - 2}" in _final_runs(out)      # settled rows written by the run before ...
+    assert _incremental_info(out, last)["continued"]       # ... carried by the last one
 
 
 def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):
@@ -202,6 +201,14 @@ def _header_row(out, run_id) -> dict:
     from jobs.delta.tables import read_table as read_rows
 
     return read_rows(os.path.join(str(out), "audit_state"), run_id=run_id).to_pylist()[0]
+
+
+def _final_runs(out) -> set:
+    """The run ids audit_state_final holds rows of."""
+    from jobs.delta.tables import read_table as read_rows
+
+    t = read_rows(os.path.join(str(out), "audit_state_final"))
+    return set(t.column("run_id").to_pylist()) if t is not None else set()
 
 
 def _final_segments(out, run_id) -> list:
