@@ -45,7 +45,8 @@ from jobs.reconstruct import rules as txrules
 from jobs.reconstruct.damage import PastEnd, damaged_ranges, past_end_of
 from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
-from schemas.audit import AUDIT_ANOMALIES
+from jobs.reconstruct.reducer import CQ_RECORD_SRC, as_of_ms, final_transactions
+from schemas.audit import AUDIT_ANOMALIES, TRANSACTIONS
 from schemas.audit import PROFILES as PROFILES_TABLE
 from schemas.recon import RECON_EVIDENCE, RECON_FACTS, RECON_OUTPUT
 
@@ -202,10 +203,12 @@ def _as_output(df: DataFrame, name: str) -> DataFrame:
 
 
 def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_given: bool,
-                       critical_within_ms: int = 60000, tasks: Optional[int] = None) -> Distributed:
+                       critical_within_ms: int = 60000, tasks: Optional[int] = None,
+                       final: Optional[pa.Table] = None) -> Distributed:
     """RECON_INPUT rows (any brokers) -> the reducer's outputs as RECON_OUTPUT rows (check_back ranked per
     chunk: rank them again).  ``tasks``: partitions of the shuffle by transaction (default: reduce_tasks of
-    the linked rows)."""
+    the linked rows).  ``final``: carried settled transactions (``reducer.reduce_input``'s ``final``), added
+    to the transactions at each broker's as-of (they have no check-back or recovery row)."""
     spark = wide.sparkSession
     c = F.col
     persisted: List[DataFrame] = []
@@ -237,7 +240,8 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
             yield from part.cq_chunks(it, ctx)
 
         key = F.coalesce(c("commitlog_offset"), c("physical_offset"))
-        cq_in = (wide.where(c("src").isin("commitlog", "consumequeue") & c("topic").isin(*TX_SYSTEM_TOPICS))
+        cq_in = (wide.where(c("src").isin("commitlog", "consumequeue", CQ_RECORD_SRC)
+                            & c("topic").isin(*TX_SYSTEM_TOPICS))
                  .select("src", "broker", "topic", "physical_offset", "commitlog_offset", "queue_id",
                          "queue_offset", "total_size", "size"))
         cqf = _persist(cq_in.repartition(tasks, c("broker"), key).sortWithinPartitions(c("broker"), key)
@@ -276,6 +280,10 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
            .mapInArrow(reduce, RECON_OUTPUT.spark_schema()))
     for df in anomaly_frames:
         out = out.unionByName(_as_output(df, "anomalies"))
+    if final is not None and final.num_rows:
+        as_of = {b: as_of_ms(bc.params, bc.facts) for b, bc in ctx.brokers.items()}
+        out = out.unionByName(_as_output(spark.createDataFrame(final_transactions(final, as_of),
+                                                               schema=TRANSACTIONS.spark_schema()), "transactions"))
     profiles = pa.Table.from_pylist(profile_rows, schema=PROFILES_TABLE.arrow_schema())
     out = out.unionByName(_as_output(spark.createDataFrame(profiles, schema=PROFILES_TABLE.spark_schema()),
                                      "profiles"))
