@@ -64,15 +64,13 @@ def _incremental_info(out, run_id):
 
 
 CASES = [
-    ("5.1+", "crashy", 45),            # crashes and abnormal restarts between snapshots, ends in a crash
-    ("4.6-4.9", "retention", 45),      # retention deletes the oldest files after the last snapshot
-    ("3.x", "legacy-3x", 45),          # 3.x statetable / redolog, the statetable rebuilt after a crash
-    ("4.0-4.2", "clean", 30),          # no transaction index at all: every record found by the scan
-    # re-put copies and re-checks after crashes with unbatched ops: transactions settle between snapshots
-    ("4.6-4.9", "crashy", 45),
+    ("5.1+", "crashy", 45, None),      # crashes and abnormal restarts between snapshots, ends in a crash
+    ("4.6-4.9", "retention", 45, None),  # retention deletes the oldest files after the last snapshot
+    ("3.x", "legacy-3x", 45, None),    # 3.x statetable / redolog, the statetable rebuilt after a crash
+    ("4.0-4.2", "clean", 30, None),    # no transaction index at all: every record found by the scan
     # halves re-checked before their (batched) ops are flushed: late ops and duplicate commits for halves
-    # an earlier snapshot already saw resolved
-    ("5.1+", "checkmax-storm", 45),
+    # an earlier snapshot already saw resolved (one snapshot half-way: two incremental runs)
+    ("5.1+", "checkmax-storm", 40, 20),
 ]
 #: profiles whose resolved transactions settle (jobs/reconstruct/settle.py): carried as rows, not records
 SETTLING = ("4.3-4.5", "4.6-4.9", "5.0", "5.1+")
@@ -81,44 +79,65 @@ SETTLING = ("4.3-4.5", "4.6-4.9", "5.0", "5.1+")
 SETTLES = {("4.6-4.9", "retention"), ("4.6-4.9", "crashy")}
 
 
-@pytest.mark.parametrize("profile,scenario,n_tx", CASES, ids=[f"{p}-{s}" for p, s, _ in CASES])
-def test_incremental_equals_full(spark, tmp_path, profile, scenario, n_tx):
-    _equivalence(spark, tmp_path, profile, scenario, n_tx)
+@pytest.mark.parametrize("profile,scenario,n_tx,every", CASES, ids=[f"{p}-{s}" for p, s, _, _ in CASES])
+def test_incremental_equals_full(spark, tmp_path, profile, scenario, n_tx, every):
+    _equivalence(spark, tmp_path, profile, scenario, n_tx, every=every)
 
 
-def test_incremental_equals_full_reduced_on_executors(spark, tmp_path, monkeypatch):
-    """The carried state (Arrow on the driver) also reaches a reduction on the executors and the Spark-side
-    state write, not only the driver path the small stores take.  The first runs settle transactions on the
-    driver; the last one reads through the DataFrame plan and reduces on the distributed path with the
-    settled rows carried (its state passes them on)."""
+@pytest.fixture(scope="module")
+def settling(spark, tmp_path_factory):
+    """One growing 4.6-4.9 store with crashes (re-put copies and re-checks after a crash, unbatched ops:
+    transactions settle between runs), audited incrementally at its one snapshot and at its final state on
+    the driver, then the final state twice more: once more on the driver (continuing a state with settled rows),
+    then read through the DataFrame plan and reduced on the executors with the settled rows carried.  The
+    tests below check the runs of this one fixture."""
     import jobs.reconstruct.spark
 
-    runs = []
+    tmp = tmp_path_factory.mktemp("incr-settling")
+    with pytest.MonkeyPatch.context() as mp:
+        def last_run_distributed(k, n):
+            if k == n - 1:
+                mp.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
 
-    def last_run_distributed(k, n):
-        runs.append(k)
-        if k == n - 1:
-            monkeypatch.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
-
-    _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, one_job=None, before_run=last_run_distributed,
-                 repeat_last=True)
-    # the distributed run is handed settled rows, but today it reports a finding at a settled record's offset
-    # and is redone as a full audit (FINAL_REOPENED; docs/ARCHITECTURE.md "Settled transactions", Open): equal
-    # to the full audit either way
-    assert _incremental_info(tmp_path / "out", f"s{runs[-1]}")["fallback"] in (None, "FINAL_REOPENED")
+        return _grow(spark, tmp, "4.6-4.9", "crashy", 45, every=25, one_job=None,
+                     before_run=last_run_distributed, repeat_last=2)
 
 
-def test_settled_rows_carried_by_a_driver_run(spark, tmp_path):
-    """The final store audited twice: the second run continues a state with settled rows and reduces on the
-    driver with them carried; equal to a full audit."""
-    segments = _equivalence(spark, tmp_path, "4.6-4.9", "crashy", 45, repeat_last=True)
-    out, last = tmp_path / "out", f"s{len(segments) - 1}"
-    assert f"s{len(segments) - 2}" in _final_runs(out)      # settled rows written by the run before ...
-    assert _incremental_info(out, last)["continued"]       # ... carried by the last one
+def test_settling_store_equals_full_run_by_run(settling):
+    """Every snapshot's run continues the previous state; each audit of the final store (the first, the
+    driver run carrying settled rows, the distributed run) equals the full audit table by table; settled
+    transactions are carried as rows."""
+    g = settling
+    for k in range(len(g.states) - 3, len(g.states)):
+        _assert_equal_to_full(g, f"s{k}")
+    settled = [h["finals"] for h in g.headers]
+    assert max(settled) > 0, g.headers
+    assert max(settled) <= len(_rows(g.full_out, "transactions", "full"))
+
+
+def test_settled_rows_carried_by_a_driver_run(settling):
+    """The final store audited a second time on the driver: the run continues a state with settled rows
+    written by the run before and reduces with them carried (no reopening)."""
+    g = settling
+    first, again = f"s{len(g.states) - 3}", f"s{len(g.states) - 2}"
+    assert g.infos[again]["continued"] and g.infos[again]["fallback"] is None, g.infos[again]
+    assert first in g.final_segments[again]                 # settled rows written by the run before ...
+    assert g.headers[-2]["finals"] > 0                       # ... and carried by this one
+
+
+def test_settled_rows_reach_a_reduction_on_executors(settling):
+    """The last run reads through the DataFrame plan and reduces on the distributed path with the settled rows
+    carried (its state passes them on); it equals the full audit (checked above)."""
+    g = settling
+    last = f"s{len(g.states) - 1}"
+    assert "read.job" not in g.phases[last], sorted(g.phases[last])
+    # today the distributed run reports a finding at a settled record's offset and is redone as a full audit
+    # (FINAL_REOPENED; docs/ARCHITECTURE.md "Settled transactions", Open): equal to the full audit either way
+    assert g.infos[last]["fallback"] in (None, "FINAL_REOPENED"), g.infos[last]
 
 
 def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):
-    """At most MAX_SEGMENTS record segments: the run that would list a third writes every record again as
+    """At most MAX_SEGMENTS segments: the run that would list a third writes every settled row again as
     one; each run at its own, later as-of (time-based flags change between runs: nothing of them is
     carried).  Still equal to a full audit at the last as-of."""
     import jobs.audit.state
@@ -130,37 +149,45 @@ def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypa
     assert [len(s) for s in segments] == [1, 2, 1, 2, 1][:len(segments)], segments
 
 
-def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=None, before_run=None,
-                 repeat_last=False):
-    """``one_job``: every run read through jobs.read.full's one job (its ``read.job`` phase), False: through
-    the DataFrame plan, None: either.  ``as_of``: one per run (default AS_OF for all).  ``before_run(k, n)``:
-    called before run k of n.  ``repeat_last``: the last state is audited twice (the second run continues a
-    state settled at it).  -> the settled-transaction segments of each run's state.  A run whose
-    reduction reopened a settled transaction is a full audit (FINAL_REOPENED): its findings hold the
-    INCREMENTAL_FALLBACK row a full audit does not, the other tables are compared as they are."""
+class _Grown:
+    """The incremental runs s0..sN of one growing store under ``out`` and a full audit of the final store
+    under ``full_out`` (run id ``full``)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as_of=None, before_run=None,
+          repeat_last=0) -> _Grown:
+    """Audit the snapshots of a generated growing store (one every ``every`` transactions, default a third)
+    and its final state with ``--incremental``, then the final state in full.  ``one_job``: every run read
+    through jobs.read.full's one job (its ``read.job`` phase), False: through the DataFrame plan, None:
+    either.  ``as_of``: one per run (default AS_OF for all).  ``before_run(k, n)``: called before run k of
+    n.  ``repeat_last``: the final state is audited that many more times (each run continues the state the
+    one before settled)."""
     from refbroker.generate import generate
 
-    gen = generate(profile, scenario, n_tx, 7, tmp_path / "gen", snapshot_every=n_tx // 3,
+    gen = generate(profile, scenario, n_tx, 7, tmp_path / "gen", snapshot_every=every or n_tx // 3,
                    commitlog_file_size=32 << 10, msg_bytes=256)
     snaps = sorted((tmp_path / "gen" / "snapshots").iterdir())
-    assert len(snaps) >= 2
-    states = [s / "store" for s in snaps] + [gen.store_dir] * (2 if repeat_last else 1)
+    assert len(snaps) >= 1
+    states = [s / "store" for s in snaps] + [gen.store_dir] * (1 + repeat_last)
     conf = _conf(tmp_path)
     live = tmp_path / "live" / "b1"
     out = tmp_path / "out"
-    read_from, segments = [], []
+    read_from, segments, headers, infos, phases, final_segments = [], [], [], {}, {}, {}
     as_of = as_of or [AS_OF] * len(states)
-    headers, reopened = [], False
     for k, state in enumerate(states):
-        _sync(state, live)
+        if k == 0 or state != states[k - 1]:
+            _sync(state, live)
         if before_run is not None:
             before_run(k, len(states))
         s = _audit(spark, out, [("b1", live)], f"s{k}", conf, "--incremental", as_of=as_of[k])
-        info = s.extra["incremental"]
-        reopened = info["fallback"] == "FINAL_REOPENED"
+        info = infos[f"s{k}"] = s.extra["incremental"]
+        phases[f"s{k}"] = set(s.phases)
         if k == 0:
             assert info["fallback"] == "NO_PREVIOUS_RUN"
-        elif not reopened:
+        elif info["fallback"] != "FINAL_REOPENED":
             assert info["continued"], info
             read_from.append(info["read_from"]["b1"])
         assert info["state_written"]
@@ -168,33 +195,47 @@ def _equivalence(spark, tmp_path, profile, scenario, n_tx, one_job=True, as_of=N
             assert ("read.job" in s.phases) == one_job, sorted(s.phases)
         assert _record_segments(out, f"s{k}") == [[f"s{k}", None]]     # the open records, written whole
         segments.append(_final_segments(out, f"s{k}"))
+        final_segments[f"s{k}"] = segments[-1]
         headers.append(_header_row(out, f"s{k}"))
     assert max(read_from, default=0) > 0, read_from     # some run did not read the CommitLog below it again
-    last = f"s{len(states) - 1}"
     full_out = tmp_path / "full"
-    _audit(spark, full_out, [("b1", live)], "full", conf, as_of=as_of[len(states) - 1])
+    _audit(spark, full_out, [("b1", live)], "full", conf, as_of=as_of[-1])
+    # only the newest run's state is kept (the records: the segments it lists)
+    from jobs.delta.tables import read_table as read_rows
+
+    last = f"s{len(states) - 1}"
+    assert set(read_rows(str(out / "audit_state")).column("run_id").to_pylist()) == {last}
+    return _Grown(out=out, full_out=full_out, states=states, segments=segments, headers=headers, infos=infos,
+                  phases=phases, final_segments=final_segments)
+
+
+def _assert_equal_to_full(g: _Grown, run_id: str) -> None:
+    """Run ``run_id``'s tables equal the full audit's.  A run whose reduction reopened a settled transaction
+    is a full audit (FINAL_REOPENED): its findings hold the INCREMENTAL_FALLBACK row a full audit does not."""
+    reopened = g.infos[run_id]["fallback"] == "FINAL_REOPENED"
     for table in COMPARED:
-        got, want = _rows(out, table, last), _rows(full_out, table, "full")
+        got, want = _rows(g.out, table, run_id), _rows(g.full_out, table, "full")
         if reopened and table == "audit_anomalies":
             fell = [r for r in got if r["code"] == "INCREMENTAL_FALLBACK"]
             assert len(fell) == 1 and "FINAL_REOPENED" in json.dumps(fell[0]), fell
             got = [r for r in got if r["code"] != "INCREMENTAL_FALLBACK"]
-        assert got == want, f"{table}: incremental {len(got)} rows vs full {len(want)}"
-    # settled transactions are carried as rows, their records no longer (4.3+ profiles; the others carry
-    # every record as before)
-    settled = [h["finals"] for h in headers]
-    if (profile, scenario) in SETTLES and one_job is not False:
-        assert max(settled) > 0, headers
-        assert max(settled) <= len(_rows(full_out, "transactions", "full"))
-    elif profile not in SETTLING:
-        assert settled == [0] * len(settled), headers
-    assert _rows(out, "transactions", last), "no transactions audited"
-    # only the newest run's state is kept (the records: the segments it lists)
-    from jobs.delta.tables import read_table as read_rows
+        assert got == want, f"{run_id} {table}: incremental {len(got)} rows vs full {len(want)}"
+    assert _rows(g.out, "transactions", run_id), "no transactions audited"
 
-    state_runs = set(read_rows(str(out / "audit_state")).column("run_id").to_pylist())
-    assert state_runs == {last}
-    return segments
+
+def _equivalence(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as_of=None) -> list:
+    """``_grow``, then the last run equal to the full audit; settled transactions carried as rows where the
+    case settles, none for profiles that never settle.  -> the settled-transaction segments of each run's
+    state."""
+    g = _grow(spark, tmp_path, profile, scenario, n_tx, every=every, one_job=one_job, as_of=as_of)
+    _assert_equal_to_full(g, f"s{len(g.states) - 1}")
+    settled = [h["finals"] for h in g.headers]
+    if (profile, scenario) in SETTLES and one_job is not False:
+        assert max(settled) > 0, g.headers
+        assert max(settled) <= len(_rows(g.full_out, "transactions", "full"))
+    elif profile not in SETTLING:
+        assert settled == [0] * len(settled), g.headers
+    return g.segments
 
 
 def _header_row(out, run_id) -> dict:

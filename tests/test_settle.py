@@ -129,3 +129,43 @@ def test_nothing_settles_across_files_or_at_or_above_the_bound():
     # the bound below A's commit record: A may be read again
     below = settle(records, bodies, txs, consume_offsets(offsets), {B: 300}, {B: [0, FILE]})
     assert "A" not in below.final.column("uniq_key").to_pylist()
+
+
+def _units(records):
+    """Consume-queue units of the half / op records (as the broker dispatched them)."""
+    rows = [{"broker": B, "topic": r["topic"], "queue_id": r["queue_id"], "queue_offset": r["queue_offset"],
+             "commitlog_offset": r["physical_offset"], "size": r["total_size"]}
+            for r in records.to_pylist() if r["topic"] in (HALF_TOPIC, OP_TOPIC)]
+    return pa.Table.from_pylist(rows)
+
+
+def test_a_torn_end_before_settled_records_loses_no_range():
+    """A torn end (TRUNCATED_RECORD at the end of the first file) before the settled transactions' records:
+    their units point at records an earlier run read, not past the readable data (no CQ_PAST_DATA_END range
+    over E, prepared in the first file), so the carried reduction still equals the reduction of every
+    record."""
+    f = FILE
+    records = _records([_half(100, 0, "E", T0 - 1),
+                        _half(f, 1, "A", T0), _end(f + 300, f, "A", T0 + 1), _half(f + 600, 2, "B", T0 + 2),
+                        _op(f + 900, 0, "1,", T0 + 3), _half(f + 1300, 3, "C", T0 + 5),
+                        _half(f + 1500, 4, "D", T0 + 6), _op(f + 1700, 1, "2,4,", T0 + 7)])
+    bodies = _bodies(records)
+    offsets = _offsets(3, 2)
+    torn = pa.Table.from_pylist([{"broker": B, "source": "commitlog", "kind": "TRUNCATED_RECORD",
+                                  "file": "00000000000000000000", "position": f - 8,
+                                  "physical_offset": f - 8, "length": 8, "detail": "4 bytes of a header"}])
+
+    def reduce(recs, bods, extra=None, final=None):
+        t = input_table(commitlog=recs.drop_columns(["body"]), op_bodies=bods, consumer_offsets=offsets,
+                        consumequeue=_units(records), anomalies=torn)
+        if extra is not None:
+            t = pa.concat_tables([t, extra.cast(t.schema)])
+        return reduce_input(t, None, None, 60000, True, final)
+
+    full = reduce(records, bodies)
+    got = settle(records, bodies, full["transactions"], consume_offsets(offsets), {B: 2 * f},
+                 {B: [0, f, 2 * f]})
+    assert sorted(got.final.column("uniq_key").to_pylist()) == ["A", "B"]
+    again = reduce(got.records, got.op_bodies, final_input(got.final, got.facts), got.final)
+    for name in ("transactions", "check_back", "recovery", "anomalies"):
+        assert _sorted(again[name]) == _sorted(full[name]), name

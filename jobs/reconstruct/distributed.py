@@ -45,7 +45,13 @@ from jobs.reconstruct import rules as txrules
 from jobs.reconstruct.damage import PastEnd, damaged_ranges, past_end_of
 from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
-from jobs.reconstruct.reducer import CQ_RECORD_SRC, as_of_ms, final_transactions
+from jobs.reconstruct.reducer import (
+    CQ_RECORD_SRC,
+    as_of_ms,
+    final_transactions,
+    records_read,
+    settled_offsets,
+)
 from schemas.audit import AUDIT_ANOMALIES, TRANSACTIONS
 from schemas.audit import PROFILES as PROFILES_TABLE
 from schemas.recon import RECON_EVIDENCE, RECON_FACTS, RECON_OUTPUT
@@ -98,18 +104,21 @@ def _facts_and_findings(wide: DataFrame, op_bodies_given: bool) -> Tuple[Dict[st
     return merged, {b: by_broker.get(b, empty) for b in merged}
 
 
-def _past_end(wide: DataFrame, brokers) -> Dict[str, PastEnd]:
+def _past_end(wide: DataFrame, brokers, final: Optional[pa.Table] = None) -> Dict[str, PastEnd]:
     """broker -> ``damage.PastEnd`` over ``wide``: a small job, run only for a broker with a torn end, for the
-    records and half / op / discard units at or after it."""
+    records and half / op / discard units at or after it; the records of carried settled transactions
+    (``final``) count as read."""
     c = F.col
 
     def of(b: str) -> PastEnd:
+        settled = settled_offsets(final, b)
+
         def at_or_after(t: int):
             key = F.coalesce(c("commitlog_offset"), c("physical_offset"))
             rows = (wide.where((c("broker") == b) & c("src").isin("commitlog", "consumequeue") & (key >= t))
                     .select("src", "topic", "physical_offset", "commitlog_offset", "size").toArrow())
             is_rec = pc.fill_null(pc.equal(rows.column("src"), "commitlog"), False)
-            return past_end_of(rows.filter(is_rec), rows.filter(pc.invert(is_rec)))(t)
+            return past_end_of(records_read(rows.filter(is_rec), settled), rows.filter(pc.invert(is_rec)))(t)
         return at_or_after
 
     return {b: of(b) for b in brokers}
@@ -216,7 +225,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     facts, findings = _facts_and_findings(wide, op_bodies_given)
     has_cq = any(f.pop(part.CQ_UNITS, 0) for f in facts.values())
     ctx, profile_rows = _context(facts, findings, params, profile_override, critical_within_ms,
-                                 _past_end(wide, facts))
+                                 _past_end(wide, facts, final))
 
     cores = int(spark.sparkContext.defaultParallelism or 1)
     # the union of the link's parts has the partitions of all of them: as many as a shuffle has, each task

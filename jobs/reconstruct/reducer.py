@@ -420,7 +420,7 @@ def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op
     per = []
     for b in brokers:
         sub = table if len(brokers) == 1 else table.filter(pc.equal(table.column("broker"), b))
-        per.append(_reduce_broker(b, sub, has_op_input, has_cq, pool))
+        per.append(_reduce_broker(b, sub, has_op_input, has_cq, pool, settled_offsets(final, b)))
     profiles = {b: txrules.profile_row(b, p["facts"], override_for(profile_override, b))
                 for b, p in zip(brokers, per, strict=True)}
     broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
@@ -455,11 +455,30 @@ def op_rows_of(sub: "_BySrc", records: pa.Table, has_op_input: bool) -> pa.Table
     return records.filter(is_op).select(list(OP_BODY_COLUMNS))
 
 
+def settled_offsets(final: Optional[pa.Table], broker: str) -> Optional[pa.Array]:
+    """The CommitLog offsets of the records of ``broker``'s carried settled transactions (STATE_FINAL's
+    ``record_offsets``), or None: records read by an earlier run, no longer among this run's input."""
+    if final is None or not final.num_rows:
+        return None
+    mine = final.filter(pc.equal(final.column("broker"), broker))
+    return pc.list_flatten(mine.column("record_offsets")).combine_chunks().cast(pa.int64())
+
+
+def records_read(cl: pa.Table, settled: Optional[pa.Array]) -> pa.Table:
+    """``physical_offset`` of every record read: this run's ``cl`` and the settled transactions' (for
+    ``damage.past_end_of``: a unit pointing at a settled record points at a record that was read)."""
+    phys = cl.column("physical_offset").cast(pa.int64())
+    if settled is None or not len(settled):
+        return pa.table({"physical_offset": phys})
+    return pa.table({"physical_offset": pa.chunked_array(phys.chunks + [settled], pa.int64())})
+
+
 def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
-                   pool: Optional[ThreadPoolExecutor] = None) -> dict:
+                   pool: Optional[ThreadPoolExecutor] = None, settled: Optional[pa.Array] = None) -> dict:
     """One broker's facts, linked evidence, problem rows and findings (everything but the profile-dependent
     rules).  With a ``pool`` the findings side (facts, consume-queue comparison, missing bodies) runs in a
-    worker thread while this one builds and links the evidence: the two share only their inputs."""
+    worker thread while this one builds and links the evidence: the two share only their inputs.
+    ``settled``: ``settled_offsets`` of the carried settled transactions."""
     sub = _BySrc(sub)
     cl = sub["commitlog"]
     records = _relevant(cl)
@@ -505,7 +524,8 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     findings.extend(missing_bodies)
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
-            "damaged": damaged_ranges(anomalies, past_end_of(cl, sub["consumequeue"] if has_cq else None))}
+            "damaged": damaged_ranges(anomalies, past_end_of(records_read(cl, settled),
+                                                             sub["consumequeue"] if has_cq else None))}
 
 
 def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:
@@ -560,4 +580,5 @@ def _arrow(rows: List[dict], table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=table.arrow_schema())
 
 
-__all__ = ["reduce_input", "input_table", "SOURCES", "final_transactions", "merge_facts_into", "as_of_ms"]
+__all__ = ["reduce_input", "input_table", "SOURCES", "final_transactions", "merge_facts_into", "as_of_ms",
+           "settled_offsets", "records_read"]
