@@ -421,8 +421,32 @@ def test_fallback_state_format(spark, tmp_path, small_store, monkeypatch):
     import jobs.read.incremental.plan as incremental
 
     live, conf, out = _prepared(spark, tmp_path, small_store)
-    monkeypatch.setattr(incremental, "STATE_FORMAT_VERSION", incremental.STATE_FORMAT_VERSION + 1)
-    _expect_fallback(spark, out, [("b1", live)], "r2", conf, "STATE_FORMAT")
+    with monkeypatch.context() as mp:
+        mp.setattr(incremental, "STATE_FORMAT_VERSION", incremental.STATE_FORMAT_VERSION + 1)
+        _expect_fallback(spark, out, [("b1", live)], "r2", conf, "STATE_FORMAT")
+    # a state written before settled transactions were carried (format 4: no audit_state_final, a header
+    # without its columns): a full audit that writes the new state into the old tables, which the next run
+    # continues
+    _as_format_4(out)
+    s = _expect_fallback(spark, out, [("b1", live)], "r3", conf, "STATE_FORMAT")
+    assert s.extra["incremental"]["state_written"]
+    assert "format 4" in _incremental_info(out, "r3")["detail"]
+    s = _audit(spark, out, [("b1", live)], "r4", conf, "--incremental")
+    assert s.extra["incremental"]["continued"], s.extra["incremental"]
+
+
+def _as_format_4(out: Path) -> None:
+    """The newest state under ``out`` rewritten as format 4 wrote it (its header's columns, no settled rows)."""
+    import deltalake
+
+    path = str(out / "audit_state")
+    dt = deltalake.DeltaTable(path)
+    parts = list(dt.metadata().partition_columns)
+    t = dt.to_pyarrow_table().drop_columns(["final_segments_json", "final_facts_json", "finals"])
+    i = t.schema.get_field_index("format_version")
+    t = t.set_column(i, t.schema.field(i), pa.array([4] * t.num_rows, t.schema.field(i).type))
+    deltalake.write_deltalake(path, t, mode="overwrite", schema_mode="overwrite", partition_by=parts)
+    shutil.rmtree(out / "audit_state_final", ignore_errors=True)
 
 
 def test_same_run_id_is_a_usage_error(spark, tmp_path, small_store):
