@@ -199,7 +199,7 @@ def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as
         headers.append(_header_row(out, f"s{k}"))
     assert max(read_from, default=0) > 0, read_from     # some run did not read the CommitLog below it again
     full_out = tmp_path / "full"
-    _audit(spark, full_out, [("b1", live)], "full", conf, as_of=as_of[-1])
+    _audit(spark, full_out, [("b1", live)], "full", conf, as_of=as_of[len(states) - 1])
     # only the newest run's state is kept (the records: the segments it lists)
     from jobs.delta.tables import read_table as read_rows
 
