@@ -4,6 +4,7 @@ flags, both work lists, findings, profiles), for several profiles and for crashe
 statetable rebuild between snapshots; and every reason to fall back to a full audit is reported."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -94,13 +95,16 @@ def settling(spark, tmp_path_factory):
     import jobs.reconstruct.spark
 
     tmp = tmp_path_factory.mktemp("incr-settling")
-    with pytest.MonkeyPatch.context() as mp:
-        def last_run_distributed(k, n):
+
+    @contextlib.contextmanager
+    def last_run_distributed(k, n):
+        with pytest.MonkeyPatch.context() as mp:
             if k == n - 1:
                 mp.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
+            yield
 
-        return _grow(spark, tmp, "4.6-4.9", "crashy", 45, every=25, one_job=None,
-                     before_run=last_run_distributed, repeat_last=2)
+    return _grow(spark, tmp, "4.6-4.9", "crashy", 45, every=25, one_job=None, run_with=last_run_distributed,
+                 repeat_last=2)
 
 
 def test_settling_store_equals_full_run_by_run(settling):
@@ -157,13 +161,13 @@ class _Grown:
         self.__dict__.update(kw)
 
 
-def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as_of=None, before_run=None,
+def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as_of=None, run_with=None,
           repeat_last=0) -> _Grown:
     """Audit the snapshots of a generated growing store (one every ``every`` transactions, default a third)
     and its final state with ``--incremental``, then the final state in full.  ``one_job``: every run read
     through jobs.read.full's one job (its ``read.job`` phase), False: through the DataFrame plan, None:
-    either.  ``as_of``: one per run (default AS_OF for all).  ``before_run(k, n)``: called before run k of
-    n.  ``repeat_last``: the final state is audited that many more times (each run continues the state the
+    either.  ``as_of``: one per run (default AS_OF for all).  ``run_with(k, n)``: a context manager run k of
+    n runs in (the full audit runs without).  ``repeat_last``: the final state is audited that many more times (each run continues the state the
     one before settled)."""
     from refbroker.generate import generate
 
@@ -180,9 +184,8 @@ def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as
     for k, state in enumerate(states):
         if k == 0 or state != states[k - 1]:
             _sync(state, live)
-        if before_run is not None:
-            before_run(k, len(states))
-        s = _audit(spark, out, [("b1", live)], f"s{k}", conf, "--incremental", as_of=as_of[k])
+        with run_with(k, len(states)) if run_with is not None else contextlib.nullcontext():
+            s = _audit(spark, out, [("b1", live)], f"s{k}", conf, "--incremental", as_of=as_of[k])
         info = infos[f"s{k}"] = s.extra["incremental"]
         phases[f"s{k}"] = set(s.phases)
         if k == 0:
