@@ -11,17 +11,23 @@ needs to continue from this run instead of re-reading the whole CommitLog.
                                findings of the files in ``unit_files_json`` (no cell)
 ``audit_state_op_bodies``      the op message bodies fetched for the run's op records (the reducer's
                                ``op_bodies`` input; absent rows when the run copied every body)
+``audit_state_final``          the settled transactions (jobs/reconstruct/settle.py): their reduced
+                               ``transactions`` row + the keys later evidence could name them by; their
+                               records and op bodies are no longer in the two tables above
 
 Every table is partitioned by ``broker`` and ``run_id`` (the sink adds ``run_id`` / ``run_date``); only the
 newest run's state is kept (the next incremental run retracts the previous run's rows after it completes),
-except the records: a run writes only the records it read itself, as a new segment (run id) next to the
-previous runs' segments its header lists, until MAX_SEGMENTS are reached and it writes them all again as one
-(``audit_state.record_segments_json``; the records are ~all of the state's bytes and ~95 % are carried).
+except the records and the settled transactions, kept in segments (run ids) that the header lists: a run
+writes only the settled transactions it settled itself next to the previous runs' segments, until
+MAX_SEGMENTS are reached and it writes them all again as one (``final_segments_json``); the records, the open
+transactions' only, are written whole by a run that settled (``record_segments_json`` then lists its own
+run), as segments otherwise.
 """
 from __future__ import annotations
 
 import pyarrow as pa
 
+from schemas.audit import TRANSACTIONS
 from schemas.core import Column as C
 from schemas.core import Table
 from schemas.recon import RECON_INPUT
@@ -32,7 +38,8 @@ from schemas.store import COMMITLOG
 #: 2: records narrowed to the reducer's columns, findings with their cell, op bodies as bytes
 #: 3: findings of unchanged consume-queue files of non-transaction topics carried (``unit_files_json``)
 #: 4: records kept in segments, one per run that read them (``record_segments_json``), not rewritten whole
-STATE_FORMAT_VERSION = 4
+#: 5: settled transactions carried as their reduced rows (``audit_state_final``), not as their records
+STATE_FORMAT_VERSION = 5
 #: record segments a state may list; a run that would list more writes every carried record again (one)
 MAX_SEGMENTS = 8
 
@@ -64,7 +71,14 @@ AUDIT_STATE = Table.of("audit_state", [
       "JSON [[run_id, limit offset or null], ...]: the audit_state_records partitions (run ids) whose rows "
       "make up this state, each one's rows valid below its limit (the resume offset of the run that "
       "continued it); the newest is this run's own rows"),
+    C("final_segments_json", _str, True,
+      "JSON [run_id, ...]: the audit_state_final partitions whose rows make up this state (the newest: "
+      "the transactions this run settled)"),
+    C("final_facts_json", _str, True,
+      "JSON {CommitLog file base offset: broker facts}: what the records of the settled transactions in that "
+      "file counted (jobs.reconstruct.reducer._facts); dropped with the file"),
     C("records", _i64, False, "rows carried in audit_state_records (all segments)"),
+    C("finals", _i64, True, "settled transactions carried in audit_state_final (all segments)"),
     C("findings", _i64, False, "rows carried in audit_state_findings"),
 ], "Incremental audit state: one row per broker", partition_by=("broker",))
 
@@ -87,7 +101,23 @@ STATE_OP_BODIES = Table.of("audit_state_op_bodies", [
     C("body", pa.binary(), True, "op message body as stored (the half queue offsets it marks)"),
 ], "Op message bodies carried for the next incremental run")
 
-STATE_TABLES = {t.name: t for t in (AUDIT_STATE, STATE_RECORDS, STATE_FINDINGS, STATE_OP_BODIES)}
+_i64s = pa.list_(_i64)
+#: a settled transaction (jobs/reconstruct/settle.py): its reduced row + what later evidence links it by
+STATE_FINAL = TRANSACTIONS.with_columns("audit_state_final", after=[
+    C("file_base", _i64, False, "base offset of the CommitLog file holding all of its records"),
+    C("max_offset", _i64, False, "CommitLog offset of its newest record (below the state's resume offset)"),
+    C("copy_offsets", _i64s, False, "CommitLog offsets of its half copies (an END's target)"),
+    C("half_offsets", _i64s, False, "half-queue offsets of its half copies (an op's target)"),
+    C("record_offsets", _i64s, False, "CommitLog offsets of all its records (a consume-queue finding's), "
+                                      "an op record it shares with open transactions included"),
+    C("cq_records", pa.list_(pa.struct([("topic", _str), ("physical_offset", _i64), ("queue_id", _i32),
+                                        ("queue_offset", _i64), ("total_size", _i32)])), False,
+      "its dropped half / op / discard records as the consume-queue comparison reads them"),
+    C("half_consume_offset", _i64, False, "half queue consume offset it settled under"),
+    C("op_consume_offset", _i64, False, "op queue consume offset it settled under"),
+])
 
-__all__ = ["AUDIT_STATE", "STATE_RECORDS", "STATE_FINDINGS", "STATE_OP_BODIES", "STATE_TABLES",
+STATE_TABLES = {t.name: t for t in (AUDIT_STATE, STATE_RECORDS, STATE_FINDINGS, STATE_OP_BODIES, STATE_FINAL)}
+
+__all__ = ["AUDIT_STATE", "STATE_FINAL", "STATE_RECORDS", "STATE_FINDINGS", "STATE_OP_BODIES", "STATE_TABLES",
            "STATE_FORMAT_VERSION", "CELL_OFFSET", "MAX_SEGMENTS"]

@@ -125,6 +125,7 @@ WRITE_SITES_REVIEWED = {
     ("txlog_io/jit.py", "ensure_cache_path"),
     ("jobs/bench/audit.py", "drop_page_cache"),     # /proc/sys/vm/drop_caches for --cold
     ("jobs/bench/incremental.py", "bench_incremental"),  # renames the bench's own stores in and out of live/
+    ("jobs/bench/incremental.py", "bench_growth"),  # the same for each snapshot of the bench's own growing store
     ("jobs/bench/incremental.py", "share_identical"),  # hard-links the bench snapshot's identical files
     ("jobs/check/output.py", "_atomic_write"),      # --json / --junit-xml files the user named
     ("jobs/repair/requests.py", "_write_jsonl"),  # --out/recovery/<run_id>/

@@ -188,8 +188,9 @@ def local_read_applies(spec: ReadSpec, incremental: bool, reconstruct_path: str 
             and (spec.mode == "full" or (spec.mode == "indexed" and not incremental)))
 
 
-def plan_audit(spark, options) -> AuditPlan:
-    """The plan of a run of ``options`` (a validated ``jobs.cli_options.AuditOptions``)."""
+def plan_audit(spark, options, reopened: Optional[str] = None) -> AuditPlan:
+    """The plan of a run of ``options`` (a validated ``jobs.cli_options.AuditOptions``).  ``reopened``: why
+    the incremental run is being done again as a full audit (jobs.read.incremental.plan, FINAL_REOPENED)."""
     from jobs.delta import sink as delta_sink
     from jobs.read.frames import LazyStoreFrames, load_store_frames
 
@@ -223,7 +224,8 @@ def plan_audit(spark, options) -> AuditPlan:
         from jobs.read.incremental.plan import plan_incremental
 
         plan.incremental = plan_incremental(spec, plan.out, plan.run_id, names.get(RUNS_TABLE, RUNS_TABLE),
-                                            frames.layout_info, doc)
+                                            frames.layout_info, doc,
+                                            reopened=reopened)
     # indexed mode shuffles only what it fetched (transactions' records): partitions as for no CommitLog
     shuffle_partitions = auto_shuffle_partitions(spark, plan.commitlog_bytes if spec.mode == "full" else 0)
     if shuffle_partitions is not None:

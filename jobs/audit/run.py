@@ -155,13 +155,9 @@ def read_local(spark, plan: AuditPlan, phases: Dict[str, float]):
 
     with _phase(phases, "read.records"):
         if plan.incremental is not None:
-            from jobs.audit.state import start_state_write
             from jobs.read.incremental.read import read_local as read_incremental
 
-            read = read_incremental(spark, plan.incremental, plan.spec, LOCAL_MAX_ROWS, phases)
-            if plan.incremental.fresh is not None:      # this run's rows are all on the driver: write its
-                start_state_write(spark, plan.incremental, plan.spec, plan.writer, plan.run_date)  # state now
-            return read
+            return read_incremental(spark, plan.incremental, plan.spec, LOCAL_MAX_ROWS, phases)
         if plan.spec.mode == "indexed":     # the same shape for indexed mode (jobs/read/indexed/read.py)
             from jobs.read.indexed.read import read_indexed_local
 
@@ -236,16 +232,18 @@ def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
     if inputs.local is not None:
         from jobs.reconstruct.local import reduce_local
 
-        outs = reduce_local(inputs.local, plan.layout_info, plan.params, plan.override, phases)
+        outs = reduce_local(inputs.local, plan.layout_info, plan.params, plan.override, phases,
+                            plan=plan.incremental)
         return Reconstructed(result=AuditResult(arrow=outs, spark=spark), arrow=outs)
     frames = dict(inputs.side, commitlog=inputs.records, anomalies=inputs.anomalies,
                   layout_info=plan.layout_info)
     if inputs.op_bodies is not None:
         frames["op_bodies"] = inputs.op_bodies
     if plan.incremental is not None:
-        from jobs.reconstruct.local import carried_input
+        from jobs.reconstruct.local import carried_input, final_of
 
         frames["carried"] = carried_input(plan.incremental)
+        frames["final"] = final_of(plan.incremental)
     path = plan.reconstruct_path
     if path == "auto":
         path = "driver" if inputs.n_records + inputs.n_anomalies <= LOCAL_MAX_ROWS else "distributed"
@@ -419,6 +417,46 @@ def _run_row(spark, plan: AuditPlan, result, counts: tuple, tables: Dict[str, Ta
     }
 
 
+class FinalReopened(Exception):
+    """An incremental run's reduction named a transaction its state carries as settled: the run is done
+    again as a full audit (jobs/read/incremental/plan.py, FINAL_REOPENED)."""
+
+
+def settled_check(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructed) -> None:
+    """For an incremental run carrying settled transactions: raise FinalReopened when this run's reduction
+    names one of them (jobs.reconstruct.settle.reopened); else, when reduced on the driver, hand the
+    reduction to the state writer (``plan.incremental.reduced``), which settles more."""
+    from jobs.reconstruct.local import final_of
+    from jobs.reconstruct.settle import consume_offsets
+
+    inc = plan.incremental
+    if inc is None:
+        return
+    if inputs.local is not None:
+        co = inputs.local.consumer_offsets
+    else:
+        df = inputs.side.get("consumer_offsets")
+        co = df.toArrow() if df is not None else None
+    offsets = consume_offsets(co)
+    final = final_of(inc)
+    if final is not None and final.num_rows:
+        if rec.arrow is not None:
+            from jobs.reconstruct.settle import reopened
+
+            profiles = dict(zip(*(rec.arrow["profiles"].column(c).to_pylist() for c in ("broker", "profile")),
+                                strict=True))
+            why = reopened(final, rec.arrow["transactions"], rec.arrow["anomalies"], profiles, offsets)
+        else:
+            from jobs.reconstruct.spark import reopened_frames
+
+            why = reopened_frames(rec.result, final, offsets)
+        if why:
+            raise FinalReopened("; ".join(f"{b}: {w}" for b, w in sorted(why.items())))
+    if rec.arrow is not None:
+        inc.reduced = {"transactions": rec.arrow["transactions"], "profiles": rec.arrow["profiles"],
+                       "consumer_offsets": co}
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the pipeline
 # ------------------------------------------------------------------------------------------------------------
@@ -426,10 +464,20 @@ def _run_row(spark, plan: AuditPlan, result, counts: tuple, tables: Dict[str, Ta
 def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> AuditSummary:
     """Audit ``options.stores`` as of ``options.as_of`` and write the outputs under ``options.out``: plan ->
     read -> reconstruct -> aggregate -> write; prints the summary (jobs.audit.summary) and returns it.  See
-    the module docstring.
+    the module docstring.  An incremental run whose reduction reopens a settled transaction (FinalReopened,
+    before anything is written) is done again as a full audit.
 
     ``on_result(result, summary)``: called after every table is written, while the reconstruction's frames
     (``jobs.reconstruct.spark.AuditResult``) are still persisted (tests compare them with the tables)."""
+    try:
+        return _run_audit(spark, options, print_summary=print_summary, on_result=on_result)
+    except FinalReopened as e:
+        _log(f"incremental state: {e}; auditing the whole store again")
+        return _run_audit(spark, options, print_summary=print_summary, on_result=on_result, reopened=str(e))
+
+
+def _run_audit(spark, options, *, print_summary: bool = True, on_result=None,
+               reopened: Optional[str] = None) -> AuditSummary:
     started_at = dt.datetime.now(dt.timezone.utc)
     t_start = time.monotonic()
     phases: Dict[str, float] = {}
@@ -437,7 +485,7 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
     plan: Optional[AuditPlan] = None
     try:
         with _phase(phases, "plan", spark):
-            plan = plan_audit(spark, options)
+            plan = plan_audit(spark, options, reopened)
         _log(f"run {plan.run_id}: {len(plan.spec.stores)} store(s), "
              f"{plan.commitlog_bytes / (1 << 20):.1f} MiB of CommitLog, mode {plan.spec.mode}, "
              f"as of {plan.as_of.isoformat()}")
@@ -449,6 +497,12 @@ def run_audit(spark, options, *, print_summary: bool = True, on_result=None) -> 
 
         with _phase(phases, "reconstruct", spark):
             rec = reconstruct_inputs(spark, plan, inputs, persist, phases)
+            settled_check(spark, plan, inputs, rec)
+        if plan.incremental is not None and plan.incremental.fresh is not None:
+            from jobs.audit.state import start_state_write
+
+            # this run's rows and its reduction are on the driver: its state is written while the outputs are
+            start_state_write(spark, plan.incremental, plan.spec, plan.writer, plan.run_date)
         with _phase(phases, "aggregate", spark):
             counts = _aggregates_arrow(rec.arrow) if rec.arrow else _aggregates(rec.result)
         states, states_by_broker, flags, profiles, detected = counts
@@ -493,8 +547,8 @@ def _end_run(spark, plan: Optional[AuditPlan], persist: _Persisted) -> None:
     (the caller releases the output lock next), nothing persisted, the session's settings as they were."""
     incremental = plan.incremental if plan is not None else None
     if incremental is not None and incremental.early_state is not None:
-        # a state write started while the reducer ran (jobs.audit.state.start_state_write) ends before the
-        # caller releases the output lock, also when the run failed: no thread writes under --out after it
+        # a state write started while the outputs are written (jobs.audit.state.start_state_write) ends before
+        # the caller releases the output lock, also when the run failed: no thread writes under --out after it
         with contextlib.suppress(Exception):
             incremental.early_state.result()
     persist.release()

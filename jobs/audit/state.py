@@ -17,6 +17,7 @@ from jobs.read.spec import ReadSpec
 from schemas.state import (
     AUDIT_STATE,
     MAX_SEGMENTS,
+    STATE_FINAL,
     STATE_FINDINGS,
     STATE_FORMAT_VERSION,
     STATE_OP_BODIES,
@@ -28,7 +29,7 @@ from schemas.state import (
 def write_state(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, layout_info, run_date, writer,
                 local: bool = False) -> list:
     """:func:`write_now`, or the result of the write ``plan.early_state`` started with the same rows while
-    the reducer ran (:func:`start_state_write`)."""
+    the outputs were written (:func:`start_state_write`)."""
     early, plan.early_state = plan.early_state, None
     if early is not None:
         return early.result()
@@ -36,10 +37,12 @@ def write_state(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings,
 
 
 def start_state_write(spark, plan: Plan, spec: ReadSpec, writer: str, run_date) -> None:
-    """The state of a run read through jobs.read.incremental.read.read_local (``plan.fresh`` + the carried rows) is
-    written in a driver thread while the reducer runs: it needs nothing the reduction computes.  jobs.audit.run
-    starts it; its :func:`write_state` call, after the outputs, then waits for it (so the state is still
-    complete before the run's ``audit_runs`` row), and so does its ``finally`` when the run fails."""
+    """The state of a run read through jobs.read.incremental.read.read_local (``plan.fresh`` + the carried rows)
+    is written in a driver thread while the outputs are written: it needs the reduction's transactions
+    (``plan.reduced``: what settles, jobs/reconstruct/settle.py) and nothing the output writes do.
+    jobs.audit.run starts it after the reduction; its :func:`write_state` call, after the outputs, then waits
+    for it (so the state is still complete before the run's ``audit_runs`` row), and so does its ``finally``
+    when the run fails."""
     from concurrent.futures import ThreadPoolExecutor
 
     if writer != "delta-rs" or spec.mode != "full":       # Spark's writer: a job, from the main thread
@@ -69,6 +72,7 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
     carried = plan.carried or {}
     plan.segments = {s.broker: [[plan.run_id, None]] for s in layout_info}
     records_written = None
+    settled, new_final, settled_facts, last = None, None, {}, None
     if fresh is not None or local:
         # few rows (the reduction ran on the driver): Arrow on the driver (the one-job read's own rows, else
         # one collect per table), counted and written by the driver -- no Spark write jobs (those cost more
@@ -85,6 +89,11 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
             _with_carried(new[key], t, carried.get(key)) if new[key] is not None else None
             for t, key in ((STATE_RECORDS, "records"), (STATE_FINDINGS, "findings"),
                            (STATE_OP_BODIES, "op_bodies")))
+        last = _last_offsets(records)
+        settled = _settle(plan, records, op_bodies, layout_info, last, split)
+        if settled is not None:
+            records, op_bodies, new_final = settled.records, settled.op_bodies, settled.final
+            settled_facts = settled.facts
         agg = records.group_by("broker").aggregate([("physical_offset", "max"), ([], "count_all")])
         stats = {b: (m, n) for b, m, n in zip(agg.column("broker").to_pylist(),
                                                agg.column("physical_offset_max").to_pylist(),
@@ -93,6 +102,8 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
         n_findings = dict(zip(counted.column("broker").to_pylist(), counted.column("count_all").to_pylist(),
                               strict=True))
         plan.segments = _segments(plan, [s.broker for s in layout_info])
+        if settled is not None:         # the carried records lost the settled ones: all written again
+            plan.segments = {s.broker: [[plan.run_id, None]] for s in layout_info}
         if any(len(segs) > 1 for segs in plan.segments.values()):
             # the carried records stay in the segments they are in: only this run's own are written
             records_written = _conform(new["records"], STATE_RECORDS.arrow_schema())
@@ -111,14 +122,19 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
             F.max("physical_offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
         n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
             F.count(F.lit(1)).alias("n")).collect()}
+    if last is not None:        # the resume offsets come from every record, settled or not
+        stats = {b: (at, stats.get(b, (None, 0))[1]) for b, at in last.items()}
     units = plan.units.prints if fresh is not None and plan.units is not None else {}
     found = findings if isinstance(findings, pa.Table) else None
-    headers = [_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash,
-                       units.get(s.broker, {}), plan.segments[s.broker], found) for s in layout_info]
+    final_written, final_info = _final_state(plan, [s.broker for s in layout_info], new_final, settled_facts)
+    headers = [dict(_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash,
+                            units.get(s.broker, {}), plan.segments[s.broker], found), **final_info[s.broker])
+               for s in layout_info]
     outs = []
     parts = ["run_date"]
     header_table = pa.Table.from_pylist(headers, schema=AUDIT_STATE.arrow_schema())
-    for table, df in ((STATE_RECORDS, records if records_written is None else records_written),
+    for table, df in ((STATE_FINAL, final_written),
+                      (STATE_RECORDS, records if records_written is None else records_written),
                       (STATE_FINDINGS, findings),
                       (STATE_OP_BODIES, op_bodies if op_bodies is not None
                        else STATE_OP_BODIES.arrow_schema().empty_table()),
@@ -132,6 +148,65 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
                                            run_date=run_date, writer=writer))
     plan.state_written = True
     return outs
+
+
+def _last_offsets(records: pa.Table) -> Dict[str, int]:
+    """broker -> the newest record's CommitLog offset (where the state resumes, before any settles)."""
+    agg = records.group_by("broker").aggregate([("physical_offset", "max")])
+    return dict(zip(agg.column("broker").to_pylist(), agg.column("physical_offset_max").to_pylist(), strict=True))
+
+
+def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], layout_info, last: Dict[str, int],
+            split: int):
+    """jobs.reconstruct.settle.settle of this run's state rows against its reduction (None when the run was
+    not reduced on the driver).  A transaction settles below the start of the cell holding the newest record
+    (the next run may read that cell again from its start)."""
+    from jobs.reconstruct.settle import consume_offsets, settle
+
+    reduced = plan.reduced
+    if reduced is None:
+        return None
+    bases, bound = {}, {}
+    for s in layout_info:
+        files = sorted(s.commitlog_files, key=lambda f: f[1])
+        bases[s.broker] = [base for _, base, _ in files]
+        at = last.get(s.broker)
+        holder = next((f for f in files if at is not None and f[1] <= at < f[1] + f[2]), None)
+        if holder is not None:
+            bound[s.broker] = holder[1] + (at - holder[1]) // split * split
+    legacy = [p["broker"] for p in reduced["profiles"].to_pylist()
+              if p["detected_profile"] not in ("4.3-5.0", "5.1+")]
+    return settle(records, op_bodies, reduced["transactions"], consume_offsets(reduced.get("consumer_offsets")),
+                  bound, bases, legacy)
+
+
+def _final_state(plan: Plan, brokers, new_final: Optional[pa.Table], new_facts: Dict[str, dict]):
+    """(STATE_FINAL rows this run writes, broker -> its header's final_* columns): the carried settled rows
+    stay in their segments (runs), this run's own are a new one; past MAX_SEGMENTS every row is written
+    again as one."""
+    import pyarrow.compute as pc
+
+    from jobs.reconstruct.reducer import merge_facts_into
+
+    carried = (plan.carried or {}).get("final")
+    carried = carried if carried is not None else STATE_FINAL.arrow_schema().empty_table()
+    new = new_final if new_final is not None else STATE_FINAL.arrow_schema().empty_table()
+    prev = {b: list(plan.prev_final_segments.get(b, [])) for b in brokers} if plan.continuing else \
+        {b: [] for b in brokers}
+    compact = any(len(v) + 1 > MAX_SEGMENTS for v in prev.values())
+    written = pa.concat_tables([carried, new]) if compact else new
+    plan.final_segments = {b: [plan.run_id] if compact else prev[b] + [plan.run_id] for b in brokers}
+    facts_prev = (plan.carried or {}).get("final_facts") or {}
+    info = {}
+    every = pa.concat_tables([carried, new])
+    for b in brokers:
+        facts = {k: dict(v) for k, v in facts_prev.get(b, {}).items()}
+        for k, v in new_facts.get(b, {}).items():
+            merge_facts_into(facts.setdefault(k, {}), v)
+        n = int(pc.sum(pc.equal(every.column("broker"), b)).as_py() or 0) if every.num_rows else 0
+        info[b] = {"final_segments_json": json.dumps(plan.final_segments[b]),
+                   "final_facts_json": json.dumps(facts, sort_keys=True), "finals": n}
+    return written, info
 
 
 def _segments(plan: Plan, brokers) -> Dict[str, list]:
@@ -226,10 +301,12 @@ def retire_previous(plan: Plan) -> None:
     if not plan.state_written or plan.previous_run is None or plan.previous_run == plan.run_id:
         return
     kept = {r for segs in plan.segments.values() for r, _ in segs}
+    kept_final = {r for segs in plan.final_segments.values() for r in segs}
     for table in STATE_TABLES.values():
-        # records: every run's rows but the segments this state lists (a fallback run does not read the
-        # previous state's list)
-        old = _state_runs(plan.out, table) - kept if table is STATE_RECORDS else {plan.previous_run}
+        # records and settled transactions: every run's rows but the segments this state lists (a fallback
+        # run does not read the previous state's list)
+        old = (_state_runs(plan.out, table) - kept if table is STATE_RECORDS
+               else _state_runs(plan.out, table) - kept_final if table is STATE_FINAL else {plan.previous_run})
         for run_id in sorted(old):
             delta_sink.retract_run(plan.out, table, run_id)
 

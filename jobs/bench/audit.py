@@ -2,7 +2,8 @@
 
     txlog-bench audit [--size-gb N] [--tx-share P] [--dir DIR] [--keep] [--sizes 1,2,4]
                       [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024]
-                      [--no-warmup] [--cold] [--fixed-tx] [--incremental P] [--store-on s3]
+                      [--no-warmup] [--cold] [--fixed-tx] [--incremental P [--incremental-runs K]]
+                      [--store-on s3]
 
 Per size:
 
@@ -291,13 +292,15 @@ def _phases(summary) -> dict:
 
 
 def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int, base: Path, keep: bool,
-                   incremental: Optional[float] = None):
+                   incremental: Optional[float] = None, incremental_runs: int = 1):
     """-> (store_dir, summary dict, seconds).  ``incremental`` P: also a snapshot before the last P of the
-    send phase (jobs.bench.incremental)."""
+    send phase (jobs.bench.incremental); with ``incremental_runs`` K > 1 instead K snapshots, one every
+    1/(K+1) of the send phase (P unused)."""
     from refbroker import generate
 
     params = {"size_gb": size_gb, "tx_share": tx_share, "msg_bytes": msg_bytes, "file_mb": file_mb,
-              "profile": PROFILE, "scenario": SCENARIO, "seed": SEED, "incremental": incremental}
+              "profile": PROFILE, "scenario": SCENARIO, "seed": SEED, "incremental": incremental,
+              **({"incremental_runs": incremental_runs} if incremental_runs > 1 else {})}
     marker = base / "bench-params.json"
     if keep and marker.is_file() and (base / "summary.json").is_file() and (base / "store").is_dir():
         if json.loads(marker.read_text()) == params:
@@ -309,7 +312,8 @@ def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int
     if incremental:
         from jobs.bench.incremental import snapshot_every
 
-        every = snapshot_every(tx, incremental, SCENARIO)
+        every = snapshot_every(tx, incremental if incremental_runs <= 1
+                               else incremental_runs / (incremental_runs + 1), SCENARIO)
     res = generate(PROFILE, SCENARIO, tx, SEED, base, background_messages=bg, msg_bytes=msg_bytes,
                    commitlog_file_mb=file_mb, snapshot_every=every)
     marker.write_text(json.dumps(params))
@@ -380,10 +384,11 @@ def timed_audit(spark, store: Path, out: Path, mode: str):
 
 def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool, msg_bytes: int,
                file_mb: int, log=print, cold: bool = False, stats_dir: Optional[str] = None,
-               incremental: Optional[float] = None, s3=None) -> BenchRun:
+               incremental: Optional[float] = None, incremental_runs: int = 1, s3=None) -> BenchRun:
     base = workdir / f"store-{size_gb:g}gb-p{tx_share:g}"
     log(f"[{size_gb:g} GiB] generating the store under {base} ...")
-    store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep, incremental)
+    store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep, incremental,
+                                       incremental_runs)
     commitlog = store / "commitlog"
     cl_bytes = sum(f.stat().st_size for f in commitlog.iterdir() if f.is_file())
     log(f"[{size_gb:g} GiB] {gen['store']['records']} records, {cl_bytes / GIB:.2f} GiB of CommitLog "
@@ -406,11 +411,11 @@ def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool
         log(f"[{size_gb:g} GiB] indexed {indexed_s:.1f} s")
         inc = None
         if incremental:
-            from jobs.bench.incremental import bench_incremental
+            from jobs.bench.incremental import bench_growth, bench_incremental
 
             dropped.append(drop_page_cache(cold))
-            inc = bench_incremental(spark, base, store, AS_OF, log=log,
-                                    before_timed=lambda: dropped.append(drop_page_cache(cold)))
+            inc = (bench_incremental if incremental_runs <= 1 else bench_growth)(
+                spark, base, store, AS_OF, log=log, before_timed=lambda: dropped.append(drop_page_cache(cold)))
             inc["incremental_over_full"] = round(inc["incremental_s"] / full_s, 3) if full_s else None
             log(f"[{size_gb:g} GiB] incremental {inc['incremental_s']:.1f} s ({inc['incremental_over_full']} "
                 f"of full)")
@@ -508,6 +513,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="also time an incremental full-mode audit after the last share P of the store was "
                         "appended (a snapshot at 1-P audited first, untimed): incremental_s, "
                         "incremental_over_full")
+    p.add_argument("--incremental-runs", type=int, default=1, metavar="K",
+                   help="with --incremental: K > 1 snapshots of the growing store, one every 1/(K+1) of it, "
+                        "audited one after the other with --incremental (the first falls back to a full audit): "
+                        "each run's time and carried state rows (incremental_runs); incremental_over_full from "
+                        "the last run")
     p.add_argument("--store-on", dest="store_on", choices=("disk", "s3"), default="disk",
                    help="s3: also audit the store (full and indexed) from a local S3-compatible server on "
                         "loopback (moto, a test extra): seconds, requests, bytes transferred (jobs.bench.s3audit)")
@@ -531,6 +541,8 @@ def parse_sizes(args) -> List[float]:
         raise SystemExit("txlog-bench audit: error: --tx-share must be within [0, 1]")
     if args.incremental is not None and not 0.0 < args.incremental < 0.5:
         raise SystemExit("txlog-bench audit: error: --incremental must be within (0, 0.5)")
+    if args.incremental_runs < 1 or (args.incremental_runs > 1 and args.incremental is None):
+        raise SystemExit("txlog-bench audit: error: --incremental-runs K needs K >= 1 and --incremental")
     return sizes
 
 
@@ -568,7 +580,8 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
             share = args.tx_share * max(sizes) / size if args.fixed_tx else args.tx_share
             runs.append(bench_size(spark, size, round(share, 9), workdir, args.keep, args.msg_bytes,
                                    args.file_mb, log=log, cold=args.cold, stats_dir=stats_dir,
-                                   incremental=args.incremental, s3=s3))
+                                   incremental=args.incremental, incremental_runs=args.incremental_runs,
+                                   s3=s3))
             runs[-1].small_audit_s = small
             if not args.keep:
                 shutil.rmtree(workdir / f"store-{size:g}gb-p{runs[-1].tx_share:g}", ignore_errors=True)

@@ -119,7 +119,65 @@ def bench_incremental(spark, base: Path, final_store: Path, as_of: str, log=prin
             if end > first else None,
             "incremental_phases": {k: round(v, 2) for k, v in summary.phases.items()
                                    if not k.startswith("write.")},
-            "incremental_read_from": info.get("read_from")}
+            "incremental_read_from": info.get("read_from"),
+            "incremental_state": state_counts(out, "after")}
 
 
-__all__ = ["bench_incremental", "snapshot_every"]
+def state_counts(out: Path, run_id: str) -> dict:
+    """The carried state run ``run_id`` wrote (summed over brokers): ``records`` (open transactions' evidence
+    rows, re-reduced by the next run) and ``finals`` (settled transactions carried as their reduced rows)."""
+    from jobs.delta.tables import read_table
+
+    t = read_table(str(out / "audit_state"), run_id=run_id)
+    rows = t.to_pylist() if t is not None else []
+    return {"records": sum(r["records"] for r in rows), "finals": sum(r["finals"] or 0 for r in rows)}
+
+
+def bench_growth(spark, base: Path, final_store: Path, as_of: str, log=print, before_timed=None) -> dict:
+    """Audit every snapshot of ``base/snapshots`` and then ``final_store`` with ``--incremental`` at one path
+    (the store growing in place): the first run falls back to a full audit, each later one continues.  ->
+    JSON keys: ``incremental_runs`` (per run: seconds, whether it continued, the share of the CommitLog it
+    decoded, the carried state's rows: ``records`` and ``finals``), ``incremental_s`` (the last run's)."""
+    from jobs.audit.run import run_audit
+    from jobs.main import parse_args
+
+    snaps = sorted(p / "store" for p in (base / "snapshots").iterdir() if (p / "store").is_dir())
+    if not snaps:
+        raise RuntimeError(f"no snapshot stores under {base / 'snapshots'}")
+    live = base.joinpath(*LIVE)
+    out = base / "out-growth"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(live, ignore_errors=True)
+    live.parent.mkdir(parents=True, exist_ok=True)
+    for snap in snaps:
+        share_identical(snap, final_store)
+    runs = []
+    states = snaps + [final_store]
+    for k, store in enumerate(states):
+        first, end = _commitlog_span(store)
+        os.rename(store, live)
+        try:
+            if k == len(states) - 1 and before_timed is not None:
+                before_timed()
+            _, opts = parse_args(["audit", "--store", str(live), "--out", str(out), "--as-of", as_of,
+                                  "--mode", "full", "--incremental", "--run-id", f"g{k}", "--no-report"])
+            t0 = time.monotonic()
+            summary = run_audit(spark, opts, print_summary=False)
+            took = time.monotonic() - t0
+        finally:
+            os.rename(live, store)
+        info = summary.extra.get("incremental", {})
+        row = {"run": k, "s": round(took, 2), "continued": bool(info.get("continued")),
+               "fallback": info.get("fallback"), "commitlog_bytes": end - first,
+               "read_share": round((end - max(info["read_from"].values())) / (end - first), 4)
+               if info.get("read_from") and end > first else 1.0,
+               "transactions": summary.transactions, **state_counts(out, f"g{k}")}
+        runs.append(row)
+        log(f"incremental run {k}: {row}")
+    if not all(r["continued"] for r in runs[1:]):
+        raise RuntimeError(f"an incremental run did not continue: {runs}")
+    return {"incremental_runs": runs, "incremental_s": runs[-1]["s"],
+            "incremental_read_share": runs[-1]["read_share"]}
+
+
+__all__ = ["bench_incremental", "bench_growth", "snapshot_every", "state_counts"]

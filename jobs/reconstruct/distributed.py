@@ -37,6 +37,7 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -46,7 +47,13 @@ from jobs.reconstruct import rules as txrules
 from jobs.reconstruct.damage import PastEnd, damaged_ranges
 from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
-from schemas.audit import AUDIT_ANOMALIES
+from jobs.reconstruct.reducer import (
+    CQ_RECORD_SRC,
+    as_of_ms,
+    final_transactions,
+    settled_offsets,
+)
+from schemas.audit import AUDIT_ANOMALIES, TRANSACTIONS
 from schemas.audit import PROFILES as PROFILES_TABLE
 from schemas.recon import RECON_EVIDENCE, RECON_EVIDENCE_PASS, RECON_OUTPUT
 
@@ -108,20 +115,29 @@ def _evidence_and_facts(wide: DataFrame, op_bodies_given: bool,
     return ev, merged, {b: by_broker.get(b, empty) for b in merged}
 
 
-def _past_end(wide: DataFrame, brokers) -> Dict[str, PastEnd]:
+def _past_end(wide: DataFrame, brokers, final: Optional[pa.Table] = None) -> Dict[str, PastEnd]:
     """broker -> ``damage.PastEnd`` over ``wide``, run only for a broker with a torn end: one Spark job that
     joins the torn ends (a few rows, broadcast) with the broker's records and half / op / discard queue units
-    and aggregates per torn end; the driver gets one row per torn end, whatever the damage."""
+    and aggregates per torn end; the driver gets one row per torn end, whatever the damage.  The records of
+    carried settled transactions (``final``) count as read."""
     c = F.col
     spark = wide.sparkSession
 
     def of(b: str) -> PastEnd:
+        settled = settled_offsets(final, b)
+
         def per_torn_end(ends) -> List[Tuple[int, int, int]]:
             lo = int(min(ends))
             torn = F.broadcast(spark.createDataFrame([(int(t),) for t in ends], "_t long"))
             mine = wide.where(c("broker") == b)
             read_at = mine.where((c("src") == "commitlog") & (c("physical_offset") >= lo)).select(
                 c("physical_offset").alias("_p"))
+            if settled is not None:
+                # settled records at or after the torn end were read by an earlier run (few: a torn end is
+                # near a file's end)
+                later = [(int(p),) for p in settled.filter(pc.greater_equal(settled, lo)).to_pylist()]
+                if later:
+                    read_at = read_at.unionByName(spark.createDataFrame(later, "_p long"))
             # the first record read at or after each torn end (none: the end of the log)
             stops = (read_at.join(torn, c("_p") >= c("_t")).groupBy("_t").agg(F.min("_p").alias("_stop")))
             bounds = F.broadcast(torn.join(stops, "_t", "left"))
@@ -216,17 +232,19 @@ def _as_output(df: DataFrame, name: str) -> DataFrame:
 
 
 def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_given: bool,
-                       critical_within_ms: int = 60000, tasks: Optional[int] = None) -> Distributed:
+                       critical_within_ms: int = 60000, tasks: Optional[int] = None,
+                       final: Optional[pa.Table] = None) -> Distributed:
     """RECON_INPUT rows (any brokers) -> the reducer's outputs as RECON_OUTPUT rows (check_back ranked per
     chunk: rank them again).  ``tasks``: partitions of the shuffle by transaction (default: reduce_tasks of
-    the linked rows)."""
+    the linked rows).  ``final``: carried settled transactions (``reducer.reduce_input``'s ``final``), added
+    to the transactions at each broker's as-of (they have no check-back or recovery row)."""
     spark = wide.sparkSession
     c = F.col
     persisted: List[DataFrame] = []
     ev, facts, findings = _evidence_and_facts(wide, op_bodies_given, persisted)
     has_cq = any(f.pop(part.CQ_UNITS, 0) for f in facts.values())
     ctx, profile_rows = _context(facts, findings, params, profile_override, critical_within_ms,
-                                 _past_end(wide, facts))
+                                 _past_end(wide, facts, final))
 
     cores = int(spark.sparkContext.defaultParallelism or 1)
     # the union of the link's parts has the partitions of all of them: as many as a shuffle has, each task
@@ -248,7 +266,8 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
             yield from part.cq_chunks(it, ctx)
 
         key = F.coalesce(c("commitlog_offset"), c("physical_offset"))
-        cq_in = (wide.where(c("src").isin("commitlog", "consumequeue") & c("topic").isin(*TX_SYSTEM_TOPICS))
+        cq_in = (wide.where(c("src").isin("commitlog", "consumequeue", CQ_RECORD_SRC)
+                            & c("topic").isin(*TX_SYSTEM_TOPICS))
                  .select("src", "broker", "topic", "physical_offset", "commitlog_offset", "queue_id",
                          "queue_offset", "total_size", "size"))
         cqf = _persist(cq_in.repartition(tasks, c("broker"), key).sortWithinPartitions(c("broker"), key)
@@ -287,6 +306,10 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
            .mapInArrow(reduce, RECON_OUTPUT.spark_schema()))
     for df in anomaly_frames:
         out = out.unionByName(_as_output(df, "anomalies"))
+    if final is not None and final.num_rows:
+        as_of = {b: as_of_ms(bc.params, bc.facts) for b, bc in ctx.brokers.items()}
+        out = out.unionByName(_as_output(spark.createDataFrame(final_transactions(final, as_of),
+                                                               schema=TRANSACTIONS.spark_schema()), "transactions"))
     profiles = pa.Table.from_pylist(profile_rows, schema=PROFILES_TABLE.arrow_schema())
     out = out.unionByName(_as_output(spark.createDataFrame(profiles, schema=PROFILES_TABLE.spark_schema()),
                                      "profiles"))

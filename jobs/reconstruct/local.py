@@ -30,26 +30,48 @@ def bounds_table(layout_info) -> Optional[pa.Table]:
 
 
 def reduce_local(read, layout_info, params, override, timings: Optional[dict] = None,
-                 critical_within_ms: int = 60000) -> Dict[str, pa.Table]:
-    """The reducer's five outputs from ``read`` (a ``jobs.read.full.LocalRead``), on the driver."""
+                 critical_within_ms: int = 60000, plan=None) -> Dict[str, pa.Table]:
+    """The reducer's five outputs from ``read`` (a ``jobs.read.full.LocalRead``), on the driver; ``plan``:
+    an incremental plan whose settled transactions (``carried["final"]``) are reduced with it."""
     t0 = time.monotonic()
     table = input_table(commitlog=read.commitlog, op_bodies=read.op_bodies, consumequeue=read.consumequeue,
                         statetable=read.statetable, redolog=read.redolog,
                         consumer_offsets=read.consumer_offsets, anomalies=read.anomalies,
                         commitlog_bounds=bounds_table(layout_info))
+    extra = final_input_of(plan)
+    if extra is not None:
+        table = pa.concat_tables([table, extra])
     t1 = time.monotonic()
-    outs = reduce_input(table, params, override, critical_within_ms, True)
+    outs = reduce_input(table, params, override, critical_within_ms, True, final_of(plan))
     if timings is not None:
         timings.update({"reconstruct.collect": t1 - t0, "reconstruct.reduce": time.monotonic() - t1})
     return outs
 
 
 def carried_input(plan) -> Optional[pa.Table]:
-    """An incremental plan's carried rows (``jobs.read.incremental.plan.Plan``) as reducer input, or None."""
+    """An incremental plan's carried rows (``jobs.read.incremental.plan.Plan``) as reducer input (the records,
+    op bodies and findings, and the settled transactions' facts and consume-queue tuples), or None."""
     if plan is None or not plan.carried:
         return None
     c = plan.carried
-    return input_table(commitlog=c["records"], op_bodies=c["op_bodies"], anomalies=c["findings"])
+    t = input_table(commitlog=c["records"], op_bodies=c["op_bodies"], anomalies=c["findings"])
+    extra = final_input_of(plan)
+    return t if extra is None else pa.concat_tables([t, extra])
 
 
-__all__ = ["bounds_rows", "bounds_table", "reduce_local", "carried_input"]
+def final_of(plan) -> Optional[pa.Table]:
+    """The settled transactions an incremental plan carries (schemas.state.STATE_FINAL rows), or None."""
+    return None if plan is None or not plan.carried else plan.carried.get("final")
+
+
+def final_input_of(plan) -> Optional[pa.Table]:
+    """The settled transactions' reducer input (settle.final_input), or None."""
+    from jobs.reconstruct.settle import final_input
+
+    final = final_of(plan)
+    if final is None:
+        return None
+    return final_input(final, plan.carried.get("final_facts") or {})
+
+
+__all__ = ["bounds_rows", "bounds_table", "reduce_local", "carried_input", "final_of", "final_input_of"]

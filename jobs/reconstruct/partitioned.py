@@ -62,6 +62,8 @@ from jobs.reconstruct.reducer import (
     _reconstruct_finding,
     _relevant,
     _uncommitted_rows,
+    cq_records,
+    merge_facts_into,
     op_rows_of,
 )
 from schemas.audit import AUDIT_ANOMALIES
@@ -89,8 +91,6 @@ CHUNK_ROWS = 100_000
 #: partial_facts' count of consume-queue unit rows (whether the consume-queue comparison runs at all)
 CQ_UNITS = "cq_units"
 
-_FACT_MIN = ("min_commitlog_offset", "min_half_queue_offset")
-_FACT_MAX = ("snapshot_ms", "half_consume_offset", "op_consume_offset")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -260,19 +260,7 @@ def evidence_and_facts(batches: Iterable[pa.RecordBatch], partition: int,
 # broker facts
 # ------------------------------------------------------------------------------------------------------------
 
-def _merge(into: dict, d: Mapping) -> dict:
-    for k, v in d.items():
-        if v is None:
-            continue
-        if k not in into or into[k] is None:
-            into[k] = v
-        elif k in _FACT_MIN:
-            into[k] = min(into[k], v)
-        elif k in _FACT_MAX:
-            into[k] = max(into[k], v)
-        else:
-            into[k] += v
-    return into
+_merge = merge_facts_into
 
 
 def partial_facts(batches: Iterable[pa.RecordBatch], op_bodies_given: bool) -> Iterator[pa.RecordBatch]:
@@ -371,7 +359,7 @@ def cq_chunks(batches: Iterable[pa.RecordBatch], ctx: Context) -> Iterator[pa.Re
             units = drop_misplaced_units(src["consumequeue"], bc.findings)
             rows = [_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
                                          m["queue_offset"], m["detail"], m["topic"])
-                    for m in _cq_mismatches(broker, src["commitlog"], units, bc.facts)]
+                    for m in _cq_mismatches(broker, cq_records(src["commitlog"], src), units, bc.facts)]
             if rows:
                 yield from anomalies_table(rows).to_batches()
 

@@ -18,6 +18,7 @@ re-ranks across brokers.
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Dict, List, Mapping, Optional
@@ -65,9 +66,15 @@ from schemas.recon import OP_BODY_COLUMNS, RECON_INPUT
 from txlog_io.unitchain import drop_misplaced_units
 
 SOURCES = ("commitlog", "op_body", "consumequeue", "statetable", "redolog", "consumer_offsets", "anomaly",
-           "bounds")
+           "bounds", "facts", "cq_record")
 _FACT_SUMS = ("n_half", "n_op", "n_discard", "n_prep", "n_prep_uk", "n_prep_qo", "n_v2", "n_txid", "n_st",
               "n_redo", "n_comma", "n_cq")
+_FACT_MIN = ("min_commitlog_offset", "min_half_queue_offset")
+_FACT_MAX = ("snapshot_ms", "half_consume_offset", "op_consume_offset")
+#: src of carried facts rows (JSON in ``detail``: the counts of records an incremental state no longer
+#: carries, jobs/reconstruct/settle.py) and of carried records' consume-queue tuples
+FACTS_SRC, CQ_RECORD_SRC = "facts", "cq_record"
+_CQ_COLUMNS = ["topic", "physical_offset", "queue_id", "queue_offset", "total_size"]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -185,6 +192,8 @@ def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: "_BySrc") ->
         if m is not None and (d.get("min_commitlog_offset") is None or m < d["min_commitlog_offset"]):
             d["min_commitlog_offset"] = m
         d["n_cq"] += n_cq or 0
+    for js in sub[FACTS_SRC].column("detail").to_pylist():
+        merge_facts_into(d, json.loads(js))
     co = sub["consumer_offsets"]
     for topic, group, qid, off in zip(*(co.column(c).to_pylist() for c in ("topic", "group", "queue_id",
                                                                             "offset")), strict=True):
@@ -193,6 +202,31 @@ def _facts(cl: pa.Table, records: pa.Table, op_rows: pa.Table, sub: "_BySrc") ->
             if key is not None:
                 d[key] = max(d.get(key, off), off)
     return d
+
+
+def merge_facts_into(into: dict, d: Mapping) -> dict:
+    """``d``'s facts added to ``into``: counts add up, bounds take their min / max, consume offsets their
+    max."""
+    for k, v in d.items():
+        if v is None:
+            continue
+        if k not in into or into[k] is None:
+            into[k] = v
+        elif k in _FACT_MIN:
+            into[k] = min(into[k], v)
+        elif k in _FACT_MAX:
+            into[k] = max(into[k], v)
+        else:
+            into[k] += v
+    return into
+
+
+def cq_records(records: pa.Table, sub: "_BySrc") -> pa.Table:
+    """The records the consume-queue comparison reads: ``records``' + the carried ``cq_record`` tuples."""
+    carried = sub[CQ_RECORD_SRC]
+    if not carried.num_rows:
+        return records
+    return pa.concat_tables([records.select(_CQ_COLUMNS), carried.select(_CQ_COLUMNS)])
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -342,8 +376,12 @@ def _decoder_finding(a: dict) -> dict:
 
 def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=None,
                  critical_within_ms: int = 60000,
-                 op_bodies_given: Optional[bool] = None) -> Dict[str, pa.Table]:
+                 op_bodies_given: Optional[bool] = None, final: Optional[pa.Table] = None) -> Dict[str, pa.Table]:
     """RECON_INPUT rows (any brokers) -> {output name: Arrow table} (see the module docstring).
+
+    ``final``: settled transactions an incremental state carries as rows (schemas.state.STATE_FINAL, their
+    facts and consume-queue tuples among ``table``'s rows): appended to ``transactions`` at this run's as-of
+    (:func:`final_transactions`).
 
     ``op_bodies_given``: whether the caller supplied an op_bodies input (then an op record without a row in it
     is OP_BODY_MISSING); None = whether ``table`` has ``op_body`` rows.  Otherwise op bodies come from the
@@ -357,15 +395,32 @@ def reduce_input(table: pa.Table, params: ParamsArg = None, profile_override=Non
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="txreduce") if threads > 1 \
             else nullcontext() as pool:
         return _reduce(table, brokers, params, profile_override, critical_within_ms, has_op_input, has_cq,
-                       pool)
+                       pool, final)
+
+
+def as_of_ms(params, facts: Mapping) -> Optional[int]:
+    """The audit time of a broker: its params' as_of, else its newest store time (as the rules take it)."""
+    return params.as_of_ms if params is not None and params.as_of_ms is not None else facts.get("snapshot_ms")
+
+
+def final_transactions(final: Optional[pa.Table], as_of: Mapping[str, Optional[int]]) -> pa.Table:
+    """TRANSACTIONS rows of carried settled transactions (schemas.state.STATE_FINAL) at this run's as-of:
+    ``as_of_ms`` and ``age_ms`` recomputed, every other column as the run that settled them reduced it."""
+    schema = TRANSACTIONS.arrow_schema()
+    if final is None or not final.num_rows:
+        return schema.empty_table()
+    a = pa.array([as_of.get(b) for b in final.column("broker").to_pylist()], pa.int64())
+    cols = {"as_of_ms": a, "age_ms": pc.subtract(a, final.column("born_timestamp"))}
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else final.column(f.name).cast(f.type)
+                                 for f in schema], schema=schema)
 
 
 def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op_input, has_cq,
-            pool) -> Dict[str, pa.Table]:
+            pool, final=None) -> Dict[str, pa.Table]:
     per = []
     for b in brokers:
         sub = table if len(brokers) == 1 else table.filter(pc.equal(table.column("broker"), b))
-        per.append(_reduce_broker(b, sub, has_op_input, has_cq, pool))
+        per.append(_reduce_broker(b, sub, has_op_input, has_cq, pool, settled_offsets(final, b)))
     profiles = {b: txrules.profile_row(b, p["facts"], override_for(profile_override, b))
                 for b, p in zip(brokers, per, strict=True)}
     broker_params = params_by_broker(params, {b: p["profile"] for b, p in profiles.items()})
@@ -375,6 +430,9 @@ def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op
         tx_tables.append(txsplit.transactions(b, p["evidence"], p["facts"], profiles[b]["profile"],
                                               broker_params.get(b), p["problems"], p["damaged"],
                                               pool=pool, findings=uncertain))
+        if final is not None and final.num_rows:
+            mine = final.filter(pc.equal(final.column("broker"), b))
+            tx_tables.append(final_transactions(mine, {b: as_of_ms(broker_params.get(b), p["facts"])}))
         findings += p["findings"]
         findings += [row for t in uncertain for row in t.to_pylist()]
     tx = pa.concat_tables(tx_tables) if tx_tables else TRANSACTIONS.arrow_schema().empty_table()
@@ -397,11 +455,30 @@ def op_rows_of(sub: "_BySrc", records: pa.Table, has_op_input: bool) -> pa.Table
     return records.filter(is_op).select(list(OP_BODY_COLUMNS))
 
 
+def settled_offsets(final: Optional[pa.Table], broker: str) -> Optional[pa.Array]:
+    """The CommitLog offsets of the records of ``broker``'s carried settled transactions (STATE_FINAL's
+    ``record_offsets``), or None: records read by an earlier run, no longer among this run's input."""
+    if final is None or not final.num_rows:
+        return None
+    mine = final.filter(pc.equal(final.column("broker"), broker))
+    return pc.list_flatten(mine.column("record_offsets")).combine_chunks().cast(pa.int64())
+
+
+def records_read(cl: pa.Table, settled: Optional[pa.Array]) -> pa.Table:
+    """``physical_offset`` of every record read: this run's ``cl`` and the settled transactions' (for
+    ``damage.past_end_of``: a unit pointing at a settled record points at a record that was read)."""
+    phys = cl.column("physical_offset").cast(pa.int64())
+    if settled is None or not len(settled):
+        return pa.table({"physical_offset": phys})
+    return pa.table({"physical_offset": pa.chunked_array(phys.chunks + [settled], pa.int64())})
+
+
 def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
-                   pool: Optional[ThreadPoolExecutor] = None) -> dict:
+                   pool: Optional[ThreadPoolExecutor] = None, settled: Optional[pa.Array] = None) -> dict:
     """One broker's facts, linked evidence, problem rows and findings (everything but the profile-dependent
     rules).  With a ``pool`` the findings side (facts, consume-queue comparison, missing bodies) runs in a
-    worker thread while this one builds and links the evidence: the two share only their inputs."""
+    worker thread while this one builds and links the evidence: the two share only their inputs.
+    ``settled``: ``settled_offsets`` of the carried settled transactions."""
     sub = _BySrc(sub)
     cl = sub["commitlog"]
     records = _relevant(cl)
@@ -415,7 +492,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
         cqm = []
         if has_cq:
             units = drop_misplaced_units(sub["consumequeue"], (dict(a, broker=b) for a in decoder_findings))
-            cqm = _cq_mismatches(b, records, units, facts)
+            cqm = _cq_mismatches(b, cq_records(records, sub), units, facts)
         return facts, decoder_findings, cqm, _missing_bodies(b, records, op_rows, has_op_input)
 
     later = pool.submit(side) if pool is not None else None
@@ -447,7 +524,8 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     findings.extend(missing_bodies)
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
-            "damaged": damaged_ranges(anomalies, past_end_of(cl, sub["consumequeue"] if has_cq else None))}
+            "damaged": damaged_ranges(anomalies, past_end_of(records_read(cl, settled),
+                                                             sub["consumequeue"] if has_cq else None))}
 
 
 def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:
@@ -502,4 +580,5 @@ def _arrow(rows: List[dict], table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=table.arrow_schema())
 
 
-__all__ = ["reduce_input", "input_table", "SOURCES"]
+__all__ = ["reduce_input", "input_table", "SOURCES", "final_transactions", "merge_facts_into", "as_of_ms",
+           "settled_offsets", "records_read"]

@@ -285,16 +285,18 @@ def reconstruct(
         else:
             path = "driver" if local else "broker"
     carried = _frame(frames, "carried")     # Arrow RECON_INPUT rows (an incremental run's carried state)
+    final = _frame(frames, "final")         # Arrow STATE_FINAL rows (its settled transactions)
     return reduce_frame(wide, path, params, profile_override, op_bodies_given, materialize, critical_within_ms,
-                        carried, t, t0)
+                        carried, t, t0, final)
 
 
 def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_override=None,
                  op_bodies_given: bool = True, materialize: bool = True, critical_within_ms: int = 60000,
                  carried: Optional[pa.Table] = None, timings: Optional[Dict[str, float]] = None,
-                 t0: Optional[float] = None) -> AuditResult:
+                 t0: Optional[float] = None, final: Optional[pa.Table] = None) -> AuditResult:
     """RECON_INPUT rows (``wide``, plus ``carried`` Arrow rows) reduced on ``path`` (driver, broker or
-    distributed); see :func:`reconstruct`."""
+    distributed); see :func:`reconstruct`.  ``final``: carried settled transactions (``reduce_input``); with
+    them the broker path is taken as distributed."""
     t = timings if timings is not None else {}
     t0 = time.monotonic() if t0 is None else t0
     spark = wide.sparkSession
@@ -303,13 +305,16 @@ def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_o
         if carried is not None and carried.num_rows:
             table = pa.concat_tables([table, carried.cast(table.schema)])
         t1 = time.monotonic()
-        outs = reduce_input(table, params, profile_override, critical_within_ms, op_bodies_given)
+        outs = reduce_input(table, params, profile_override, critical_within_ms, op_bodies_given, final)
         t.update({"reconstruct.collect": t1 - t0, "reconstruct.reduce": time.monotonic() - t1})
         return AuditResult(arrow=outs, spark=spark)
     if carried is not None and carried.num_rows:
         wide = wide.union(spark.createDataFrame(carried, schema=RECON_INPUT.spark_schema()))
+    if path == "broker" and final is not None and final.num_rows:
+        path = "distributed"        # one task per broker has no place for the settled rows (AuditResult.path)
     if path == "distributed":
-        dist = reduce_distributed(wide, params, profile_override, op_bodies_given, critical_within_ms)
+        dist = reduce_distributed(wide, params, profile_override, op_bodies_given, critical_within_ms,
+                                  final=final)
         out, tasks = dist.out, dist.reduce_tasks
     elif path == "broker":
         out = _reduce_per_broker(wide, params, profile_override, op_bodies_given, critical_within_ms)
@@ -332,6 +337,40 @@ def reduce_arrow(spark, table: pa.Table, path: str, params: ParamsArg = None, pr
     executor paths' equality with ``reduce_input`` on the same rows is what the tests check)."""
     wide = spark.createDataFrame(table, schema=RECON_INPUT.spark_schema())
     return reduce_frame(wide, path, params, profile_override, op_bodies_given, True, critical_within_ms)
+
+
+def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, str]:
+    """jobs.reconstruct.settle.reopened for outputs reduced on the executors: the reduced keys grouped and
+    joined with the settled rows' keys in Spark (the settled rows' own keys subtracted)."""
+    from jobs.reconstruct.settle import CQ_CODES, ORPHAN_CODES, fact_changes, final_keys, self_keys
+
+    c = F.col
+    t, a = result.transactions, result.anomalies
+    spark = t.sparkSession
+    profiles = {r["broker"]: r["profile"] for r in result.profiles.select("broker", "profile").collect()}
+    why = fact_changes(final, profiles, offsets)
+
+    def keys(df, kind, col):
+        return df.select("broker", F.lit(kind).alias("kind"), c(col).cast("string").alias("key"))
+
+    rec = a.where(c("source") == "reconstruct")
+    mine = (keys(t, "k", "transaction_key").unionByName(keys(t, "o", "prepared_commitlog_offset"))
+            .unionByName(keys(rec.where(c("code").isin(*ORPHAN_CODES)), "h", "queue_offset"))
+            .unionByName(keys(rec.where(c("code").isin(*CQ_CODES)), "r", "physical_offset"))
+            .where(c("key").isNotNull()).groupBy("broker", "kind", "key").count())
+    own = self_keys(final)
+    import pyarrow.compute as pc
+
+    own = own.filter(pc.is_valid(own.column("key"))).group_by(["broker", "kind", "key"]).aggregate(
+        [([], "count_all")]).rename_columns(["broker", "kind", "key", "own"])
+    schema = "broker string, kind string, key string"
+    own_df = spark.createDataFrame(own, schema + ", own bigint")
+    theirs = spark.createDataFrame(final_keys(final), schema)
+    extra = (mine.join(own_df, ["broker", "kind", "key"], "left")
+             .where(c("count") > F.coalesce(c("own"), F.lit(0))).select("broker", "kind", "key"))
+    for r in extra.join(theirs, ["broker", "kind", "key"]).limit(100).collect():
+        why.setdefault(r["broker"], f"a reduced row names settled transaction evidence ({r['kind']} {r['key']})")
+    return why
 
 
 def detect_profile(
@@ -360,6 +399,7 @@ __all__ = [
     "reconstruct",
     "reduce_frame",
     "reduce_arrow",
+    "reopened_frames",
     "input_frame",
     "detect_profile",
     "commitlog_bounds_from_layout",

@@ -35,8 +35,10 @@ its first record, and R is on that chain when cell S reported nothing (no damage
 What is read again (from R, or S) replaces whatever the previous run saw at its end of data (a torn record, a
 file cut short, blank space). Rows in files retention deleted are dropped, not kept: a full audit no longer
 sees them and flags their transactions EVIDENCE_IN_DELETED_RANGE from the store's new first offset, so
-dropping is what keeps the two equal. The carried evidence is every row, not only open transactions': pruning
-final transactions would need a proof that none can still gain a flag.
+dropping is what keeps the two equal. The carried evidence is the open transactions' records: a settled
+transaction (jobs/reconstruct/settle.py) is carried as its reduced row, its records dropped, and when this
+run's reduction names one (later evidence touched it) the run is done again as a full audit
+(``FINAL_REOPENED``); docs/ARCHITECTURE.md lists the RocketMQ rules that make this rare.
 
 When continuing is not safe the run is a full audit (and writes a new state): the reason is in
 ``audit_runs.config_json`` (``incremental``) and an ``INCREMENTAL_FALLBACK`` finding per broker.  Reasons:
@@ -68,8 +70,9 @@ CONFIG_CHANGED = "CONFIG_CHANGED"          # mode, split bytes, bodies, profile 
 STORE_TRUNCATED = "STORE_TRUNCATED"        # the CommitLog now ends below the resume offset
 STORE_REWRITTEN = "STORE_REWRITTEN"        # CommitLog bytes below the resume offset differ (replaced store)
 MODE_UNSUPPORTED = "MODE_UNSUPPORTED"      # indexed mode, or a DLedger store
+FINAL_REOPENED = "FINAL_REOPENED"          # later evidence named a transaction the state carries as settled
 FALLBACK_REASONS = (NO_PREVIOUS_RUN, STATE_MISSING, STATE_FORMAT, BROKERS_CHANGED, STORE_MOVED,
-                    CONFIG_CHANGED, STORE_TRUNCATED, STORE_REWRITTEN, MODE_UNSUPPORTED)
+                    CONFIG_CHANGED, STORE_TRUNCATED, STORE_REWRITTEN, MODE_UNSUPPORTED, FINAL_REOPENED)
 PREFIX_BYTES = 64 << 10
 #: config_document keys that do not change a result (output names, where the settings came from)
 _NOT_SEMANTIC = ("tables", "conf_file", "config_sources", "delta_writer")
@@ -116,8 +119,15 @@ class Plan:
     segments: Dict[str, list] = field(default_factory=dict)
     #: the stores as planned (``layout_info``: what the state's headers describe)
     layout_info: list = field(default_factory=list)
-    #: the state write started while the reducer runs (jobs.read.incremental.read.read_local): a Future
+    #: the state write started after the reduction, while the outputs are written (jobs.audit.run): a Future
     early_state: Optional[object] = None
+    #: broker -> the previous state's settled-transaction segments (run ids) and facts per CommitLog file
+    prev_final_segments: Dict[str, list] = field(default_factory=dict)
+    prev_final_facts: Dict[str, dict] = field(default_factory=dict)
+    #: broker -> this run's state's settled-transaction segments (set by jobs.audit.state.write_state)
+    final_segments: Dict[str, list] = field(default_factory=dict)
+    #: the reduction's transactions (Arrow, the driver's reduction): what jobs.audit.state settles
+    reduced: Optional[object] = None
 
     @property
     def continuing(self) -> bool:
@@ -135,6 +145,7 @@ def _fallback(plan: Plan, reason: str, detail: str) -> Plan:
     plan.reason, plan.detail, plan.read_from, plan.carried_files = reason, detail, {}, {}
     plan.resume_cell = {}
     plan.prev_units, plan.prev_segments = {}, {}
+    plan.prev_final_segments, plan.prev_final_facts = {}, {}
     return plan
 
 
@@ -173,11 +184,13 @@ def _is_dledger(store) -> bool:
 
 
 def plan_incremental(spec: ReadSpec, out: str, run_id: str, runs_table: str, layout_info: Sequence,
-                     doc: dict) -> Plan:
+                     doc: dict, reopened: Optional[str] = None) -> Plan:
     """Driver only (no Spark): the previous completed run under ``out`` (its ``audit_runs`` table named
     ``runs_table``) and whether its state can be continued for today's stores.  ``doc``: the run's config
     document (``jobs.audit.plan.config_document``).  Raises UsageError when ``run_id`` is the previous run's
-    (the state would be replaced by the run continuing from it)."""
+    (the state would be replaced by the run continuing from it).  ``reopened``: a continuation of the same
+    run found later evidence naming a settled transaction (jobs.reconstruct.settle.reopened): this is the
+    full audit it is done again as."""
     from jobs.delta import sink as delta_sink
     from jobs.delta.sink import named_table
     from schemas.runs import AUDIT_RUNS
@@ -193,6 +206,8 @@ def plan_incremental(spec: ReadSpec, out: str, run_id: str, runs_table: str, lay
                          f"{out}; an incremental run continues from it under a new --run-id "
                          f"(or none: the default is derived from --as-of)")
     plan.previous_run = prev["run_id"]
+    if reopened is not None:
+        return _fallback(plan, FINAL_REOPENED, reopened)
     if spec.mode != "full":
         return _fallback(plan, MODE_UNSUPPORTED, f"mode {spec.mode}: incremental state is kept for full "
                                                  f"mode only (--mode full)")
@@ -264,6 +279,8 @@ def _check_store(plan: Plan, store, h: dict, split: int) -> Optional[Tuple[str, 
     plan.resume_cell[b] = cell
     plan.prev_units[b] = json.loads(h["unit_files_json"] or "{}")
     plan.prev_segments[b] = json.loads(h["record_segments_json"])
+    plan.prev_final_segments[b] = json.loads(h["final_segments_json"] or "[]")
+    plan.prev_final_facts[b] = json.loads(h["final_facts_json"] or "{}")
     plan.read_from[b] = read_from
     plan.carried_files[b] = [(p, base, read_from - base) for p, base, _ in store.commitlog_files
                              if base < read_from]

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from jobs.read.incremental.plan import Plan, _fallback_rows, fallback_findings
 from jobs.read.spec import ReadSpec
-from schemas.state import CELL_OFFSET, STATE_FINDINGS, STATE_OP_BODIES, STATE_RECORDS
+from schemas.state import CELL_OFFSET, STATE_FINAL, STATE_FINDINGS, STATE_OP_BODIES, STATE_RECORDS
 
 
 class UnitCarry:
@@ -99,7 +99,34 @@ def _load_carried(plan: Plan, spec: ReadSpec, findings: bool = True) -> Dict[str
                          else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
     if findings:
         out["findings"] = _carried(plan, STATE_FINDINGS, None)
+    out["final"], out["final_facts"] = _carried_final(plan)
     return out
+
+
+def _carried_final(plan: Plan) -> Tuple[pa.Table, Dict[str, dict]]:
+    """The previous state's settled transactions (STATE_FINAL rows of the segments its headers list) whose
+    CommitLog file is still present, and their facts per file (a file retention deleted takes its settled
+    transactions with it: all their records were in it)."""
+    import pyarrow.compute as pc
+
+    schema = STATE_FINAL.arrow_schema()
+    runs = sorted({r for segs in plan.prev_final_segments.values() for r in segs})
+    facts = {}
+    for broker, kept in plan.carried_files.items():
+        bases = {base for _, base, _ in kept}
+        facts[broker] = {k: v for k, v in plan.prev_final_facts.get(broker, {}).items() if int(k) in bases}
+    if not runs or not _state_files(plan.out, STATE_FINAL, runs):
+        return schema.empty_table(), facts
+    t = _read_state(plan.out, STATE_FINAL, runs)
+    keep = pa.array([False] * t.num_rows, pa.bool_())
+    for broker, kept in plan.carried_files.items():
+        mine = pc.and_(pc.equal(t.column("broker"), broker),
+                       pc.is_in(t.column("run_id"), pa.array(plan.prev_final_segments.get(broker, []), pa.string())))
+        hit = pc.and_(pc.is_in(t.column("file_base"), pa.array(sorted({b for _, b, _ in kept}), pa.int64())),
+                      pc.less(t.column("max_offset"), plan.read_from[broker]))
+        keep = pc.or_(keep, pc.and_(mine, hit))
+    rows = t.filter(pc.fill_null(keep, False))
+    return pa.Table.from_arrays([rows.column(n) for n in schema.names], schema=schema), facts
 
 
 def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -1,0 +1,418 @@
+"""Final transactions carried as their reduced rows (Spark-free): what lets an incremental audit's state
+(schemas/state.py, jobs/audit/state.py) stay proportional to the open transactions instead of the history.
+
+:func:`settle` splits a run's carried evidence (the transaction-relevant CommitLog records and op bodies below
+the resume offset) into the records still needed as evidence and the transactions that are *settled*: their
+``transactions`` row is carried (``schemas.state.STATE_FINAL``) with what later evidence could link against,
+their records are dropped, and the broker facts those records gave (``reducer._facts``: counts, bounds) are
+carried per CommitLog file.  The next run feeds :func:`final_input` (the facts, and the dropped records'
+consume-queue tuples for ``reducer._cq_mismatches``) to the unchanged reducer, appends
+:func:`final_transactions` (as_of-dependent columns recomputed) to its ``transactions``, and checks
+:func:`reduced_keys` against :func:`final_keys`: a reduced row linking to a settled transaction means later
+evidence touched it, and the run is done again as a full audit (jobs/read/incremental/plan.py,
+``FINAL_REOPENED``).  docs/ARCHITECTURE.md ("Incremental state") gives the RocketMQ rules that make a settled
+row safe to carry.
+
+A transaction settles when all of these hold (else its records stay evidence):
+
+* COMMITTED or ROLLED_BACK, HALF_QUEUE mechanism (4.3+: no statetable, redolog or PREPARED records), profile
+  4.3-5.0 or 5.1+, keyed by (UNIQ_KEY, PGROUP, REAL_TOPIC), no flag at all, no open copy (so no recovery
+  and no check-back row, and no flag that a later fact could turn on: see the module's rules list below);
+* every half copy's queue offset below the half queue's consume offset of CID_RMQ_SYS_TRANS and every op's
+  below the op queue's (the check service never reads those again: no re-put copy, no discard, no check);
+* all its records in one CommitLog file (retention deletes whole files: the row goes with all its evidence
+  or none) and below the resume offset (never read again);
+* a batched 5.1+ op body naming it and other halves stays carried, with only the other pieces in its
+  body (still comma-batched: the facts' counts do not change).
+"""
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.reconstruct.evidence import (
+    COPY,
+    HALF_Q,
+    OP,
+    Evidence,
+    link_ends,
+    link_ops,
+    op_rows_evidence,
+    record_evidence,
+    uniq_tx,
+)
+from jobs.reconstruct.params import (
+    CHECK_GROUP,
+    COMMITTED,
+    DISCARD_TOPIC,
+    HALF_QUEUE,
+    HALF_TOPIC,
+    OP_TOPIC,
+    P_43,
+    P_51,
+    ROLLED_BACK,
+)
+from jobs.reconstruct.reducer import CQ_RECORD_SRC, FACTS_SRC, _BySrc, _facts, final_transactions, input_table
+from schemas.recon import OP_BODY_COLUMNS, RECON_INPUT
+from schemas.state import STATE_FINAL
+
+_CQ_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
+_CQ_FIELDS = ("topic", "physical_offset", "queue_id", "queue_offset", "total_size")
+#: output codes of findings that name a settled transaction's record or half (reduced_keys)
+ORPHAN_CODES = ("OP_WITHOUT_HALF", "EVIDENCE_IN_DELETED_RANGE")
+CQ_CODES = ("CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE")
+
+
+def consume_offsets(consumer_offsets: Optional[pa.Table]) -> Dict[str, Tuple[Optional[int], Optional[int]]]:
+    """broker -> (half, op) queue consume offsets of CID_RMQ_SYS_TRANS, queue 0 (as ``reducer._facts``)."""
+    out: Dict[str, list] = {}
+    if consumer_offsets is None or not consumer_offsets.num_rows:
+        return {}
+    cols = [consumer_offsets.column(c).to_pylist() for c in ("broker", "topic", "group", "queue_id", "offset")]
+    for broker, topic, group, qid, off in zip(*cols, strict=True):
+        got = out.setdefault(broker, [None, None])
+        if group == CHECK_GROUP and qid == 0 and off is not None and topic in (HALF_TOPIC, OP_TOPIC):
+            k = 0 if topic == HALF_TOPIC else 1
+            got[k] = off if got[k] is None else max(got[k], off)
+    return {b: (h, o) for b, (h, o) in out.items()}
+
+
+class Settled:
+    """:func:`settle`'s result: ``records`` / ``op_bodies`` still carried as evidence, ``final`` the newly
+    settled transactions (STATE_FINAL rows), ``facts`` {broker: {file base (str): facts}} of the dropped
+    records."""
+
+    def __init__(self, records: pa.Table, op_bodies: Optional[pa.Table], final: pa.Table,
+                 facts: Dict[str, Dict[str, dict]]):
+        self.records, self.op_bodies, self.final, self.facts = records, op_bodies, final, facts
+
+
+def settle(records: pa.Table, op_bodies: Optional[pa.Table], transactions: pa.Table,
+           offsets: Mapping[str, Tuple[Optional[int], Optional[int]]], resume: Mapping[str, int],
+           file_bases: Mapping[str, Sequence[int]], legacy: Sequence[str] = ()) -> Settled:
+    """Split ``records`` (STATE_RECORDS rows) and ``op_bodies`` (STATE_OP_BODIES rows, None when the records
+    carry the op bodies) by the run's ``transactions`` output (see the module docstring).  ``offsets``:
+    consume_offsets of the run; ``resume``: broker -> the state's resume offset; ``file_bases``: broker -> the
+    base offsets of its CommitLog files; ``legacy``: brokers with statetable / redolog units (not settled)."""
+    keep_r, keep_o, finals, facts = [], [], [], {}
+    brokers = pc.unique(records.column("broker")).to_pylist() if records.num_rows else []
+    for b in brokers:
+        rec = records.filter(pc.equal(records.column("broker"), b))
+        ops = None if op_bodies is None else op_bodies.filter(pc.equal(op_bodies.column("broker"), b))
+        txs = transactions.filter(pc.equal(transactions.column("broker"), b))
+        hco, oco = offsets.get(b, (None, None))
+        got = None
+        if b not in legacy and hco is not None and oco is not None and b in resume and txs.num_rows:
+            got = _settle_broker(rec, ops, txs, hco, oco, resume[b], np.asarray(sorted(file_bases.get(b, ())),
+                                                                                np.int64))
+        if got is None:
+            keep_r.append(rec)
+            if ops is not None:
+                keep_o.append(ops)
+            continue
+        r, o, f, fa = got
+        keep_r.append(r)
+        if o is not None:
+            keep_o.append(o)
+        finals.append(f)
+        if fa:
+            facts[b] = fa
+    final = pa.concat_tables(finals) if finals else STATE_FINAL.arrow_schema().empty_table()
+    records_out = pa.concat_tables(keep_r) if keep_r else records.schema.empty_table()
+    ops_out = None if op_bodies is None else (pa.concat_tables(keep_o) if keep_o else op_bodies.schema.empty_table())
+    return Settled(records_out, ops_out, final, facts)
+
+
+def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
+    if ops is not None:
+        return ops.select(list(OP_BODY_COLUMNS))
+    is_op = pc.and_(pc.fill_null(pc.equal(rec.column("topic"), OP_TOPIC), False), pc.is_valid(rec.column("body")))
+    return rec.filter(is_op).select(list(OP_BODY_COLUMNS))
+
+
+def _candidates(txs: pa.Table) -> np.ndarray:
+    state, flags, open_copies = txs.column("state"), txs.column("flags"), txs.column("open_copy_offsets")
+    ok = pc.and_(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])),
+                 pc.equal(txs.column("mechanism"), HALF_QUEUE))
+    ok = pc.and_(ok, pc.is_in(txs.column("profile"), pa.array([P_43, P_51])))
+    ok = pc.and_(ok, pc.equal(pc.fill_null(pc.list_value_length(flags), 0), 0))
+    ok = pc.and_(ok, pc.equal(pc.fill_null(pc.list_value_length(open_copies), 0), 0))
+    for name in ("uniq_key", "producer_group", "real_topic"):
+        ok = pc.and_(ok, pc.is_valid(txs.column(name)))
+    return np.asarray(pc.fill_null(ok, False).to_numpy(zero_copy_only=False), bool)
+
+
+def _settle_broker(rec: pa.Table, ops: Optional[pa.Table], txs: pa.Table, hco: int, oco: int, resume: int,
+                   bases: np.ndarray):
+    """One broker: (records kept, op bodies kept, STATE_FINAL rows, {file base: facts}) or None (nothing
+    settles)."""
+    cand = np.nonzero(_candidates(txs))[0]
+    if not len(cand) or not len(bases):
+        return None
+    op_rows = _op_rows(rec, ops)
+    ev = Evidence.concat([record_evidence(rec), op_rows_evidence(op_rows)])
+    link_ends(ev)
+    ev = link_ops(ev)
+    if not ev.n:
+        return None
+    enc = pc.dictionary_encode(ev.s["tx"])
+    code = np.asarray(pc.fill_null(enc.indices, -1)).astype(np.int64)
+    n_tx = len(enc.dictionary)
+    phys, phys_ok = ev.i["physical_offset"]
+    qo, qo_ok = ev.i["queue_offset"]
+    role = ev.c["role"]
+    half = (role == COPY) & (ev.c["mechanism"] == HALF_Q)
+    is_op = role == OP
+    row_bad = (~phys_ok | (phys >= resume) | (half & (~qo_ok | (qo >= hco))) | (is_op & (~qo_ok | (qo >= oco))))
+    file_idx = np.searchsorted(bases, phys, "right") - 1
+    has = code >= 0
+    bad = np.ones(n_tx, bool)
+    ids = uniq_tx(*(txs.column(n).combine_chunks().take(pa.array(cand, pa.int64()))
+                    for n in ("uniq_key", "producer_group", "real_topic")))
+    at = np.asarray(pc.fill_null(pc.index_in(ids, value_set=enc.dictionary), -1)).astype(np.int64)
+    bad[at[at >= 0]] = False
+    lo = np.full(n_tx, np.iinfo(np.int64).max)
+    hi = np.full(n_tx, -1)
+    np.minimum.at(lo, code[has], file_idx[has])
+    np.maximum.at(hi, code[has], file_idx[has])
+    bad |= (lo != hi) | (lo < 0)
+    bad[np.unique(code[has & row_bad])] = True
+    good_rows = has & ~bad[np.where(has, code, 0)]
+    if not good_rows.any():
+        return None
+    # a copy, END or discard record is one transaction's (its ORIGREF twin too); an op record names one half
+    # per piece: dropped when every piece is a settled transaction's, else kept with the other pieces only
+    op_rec = role == OP
+    bad_offsets = np.unique(phys[~good_rows & ~op_rec & phys_ok])
+    dropped = np.setdiff1d(np.unique(phys[good_rows & ~op_rec]), bad_offsets)
+    op_bad = np.unique(phys[op_rec & ~good_rows])
+    dropped = np.union1d(dropped, np.setdiff1d(np.unique(phys[op_rec & good_rows]), op_bad))
+    mixed = np.intersect1d(np.unique(phys[op_rec & good_rows]), op_bad)
+    bodies = _kept_pieces(ev, op_rec & ~good_rows, mixed)
+    rec_off = np.asarray(rec.column("physical_offset").to_numpy(zero_copy_only=False))
+    rec_drop = np.isin(rec_off, dropped)
+    kept_rec, gone = rec.filter(pa.array(~rec_drop)), rec.filter(pa.array(rec_drop))
+    kept_ops, gone_ops = None, None
+    if ops is not None:
+        ops_drop = np.isin(np.asarray(ops.column("physical_offset").to_numpy(zero_copy_only=False)), dropped)
+        kept_ops, gone_ops = _rebodied(ops.filter(pa.array(~ops_drop)), bodies), ops.filter(pa.array(ops_drop))
+    else:
+        kept_rec = _rebodied(kept_rec, bodies)
+    final = _final_rows(txs, cand, at, bad, ev, code, good_rows, bases, file_idx, gone, hco, oco)
+    return kept_rec, kept_ops, final, _file_facts(gone, _op_rows(gone, gone_ops), bases)
+
+
+def _kept_pieces(ev: Evidence, keep_rows: np.ndarray, mixed: np.ndarray) -> Dict[int, str]:
+    """CommitLog offset of an op record shared with settled transactions -> the body of its other pieces
+    (``piece,`` each, in body order: still a comma-batched body, as the original was)."""
+    phys = ev.i["physical_offset"][0]
+    rows = np.nonzero(keep_rows & np.isin(phys, mixed))[0]
+    pieces = ev.s["piece"].take(pa.array(rows, pa.int64())).to_pylist()
+    out: Dict[int, list] = {}
+    for o, piece in zip(phys[rows].tolist(), pieces, strict=True):
+        out.setdefault(o, []).append(piece if piece is not None else "")
+    return {o: "".join(f"{p}," for p in ps) for o, ps in out.items()}
+
+
+def _rebodied(t: pa.Table, bodies: Dict[int, str]) -> pa.Table:
+    """``t`` with the ``body`` of the rows at the offsets of ``bodies`` replaced."""
+    if not bodies or not t.num_rows:
+        return t
+    i = t.schema.get_field_index("body")
+    typ = t.schema.field(i).type
+    old = t.column("body").to_pylist()
+    new = [bodies.get(o, b) for o, b in zip(t.column("physical_offset").to_pylist(), old, strict=True)]
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        new = [b.encode() if isinstance(b, str) else b for b in new]
+    return t.set_column(i, t.schema.field(i), pa.array(new, typ))
+
+
+def _lists(group: np.ndarray, values: pa.Array, n: int) -> pa.ListArray:
+    """values grouped into n lists by ``group`` (0..n-1), input order within a list."""
+    order = np.argsort(group, kind="stable")
+    counts = np.bincount(group, minlength=n)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(order, pa.int64())))
+
+
+def _final_rows(txs, cand, at, bad, ev: Evidence, code, good_rows, bases, file_idx, gone: pa.Table,
+                hco: int, oco: int) -> pa.Table:
+    settled = (at >= 0) & ~bad[np.where(at >= 0, at, 0)]
+    rows, tcode = cand[settled], at[settled]
+    n = len(rows)
+    slot = np.full(len(bad), -1, np.int64)
+    slot[tcode] = np.arange(n)
+    out = txs.take(pa.array(rows, pa.int64()))
+    phys = ev.i["physical_offset"][0]
+    g = slot[np.where(good_rows, code, 0)]
+    sel = good_rows & (g >= 0)
+    hi = np.full(n, -1, np.int64)
+    np.maximum.at(hi, g[sel], phys[sel])
+    fbase = np.zeros(n, np.int64)
+    fbase[g[sel]] = bases[file_idx[sel]]
+    copy = sel & (ev.c["role"] == COPY)
+    half = copy & (ev.c["mechanism"] == HALF_Q)
+    copy_offsets = _lists(g[copy], pa.array(phys[copy], pa.int64()), n)
+    pairs = np.unique(np.stack([g[sel], phys[sel]], axis=1), axis=0) if sel.any() else np.zeros((0, 2), np.int64)
+    record_offsets = _lists(pairs[:, 0], pa.array(pairs[:, 1], pa.int64()), n)
+    half_offsets = _lists(g[half], pa.array(ev.i["queue_offset"][0][half], pa.int64()), n)
+    # each dropped record of a transaction topic goes to one settled transaction (the first that has it)
+    owner_rows = np.nonzero(sel)[0]
+    off_of = phys[owner_rows]
+    order = np.lexsort((g[owner_rows], off_of))
+    first = order[np.r_[True, off_of[order][1:] != off_of[order][:-1]]] if len(order) else order
+    owner = dict(zip(off_of[first].tolist(), g[owner_rows][first].tolist(), strict=True))
+    cq = gone.filter(pc.fill_null(pc.is_in(gone.column("topic"), pa.array(_CQ_TOPICS)), False)).select(
+        list(_CQ_FIELDS))
+    cq_owner = np.asarray([owner.get(o, -1) for o in cq.column("physical_offset").to_pylist()], np.int64)
+    cq = cq.filter(pa.array(cq_owner >= 0))
+    cq_owner = cq_owner[cq_owner >= 0]
+    struct = pa.StructArray.from_arrays([cq.column(f).combine_chunks() for f in _CQ_FIELDS], list(_CQ_FIELDS))
+    schema = STATE_FINAL.arrow_schema()
+    extra = {"file_base": pa.array(fbase, pa.int64()), "max_offset": pa.array(hi, pa.int64()),
+             "copy_offsets": copy_offsets, "half_offsets": half_offsets, "record_offsets": record_offsets,
+             "cq_records": _lists(cq_owner, struct, n),
+             "half_consume_offset": pa.array([hco] * n, pa.int64()),
+             "op_consume_offset": pa.array([oco] * n, pa.int64())}
+    return pa.Table.from_arrays([extra[f.name].cast(f.type) if f.name in extra else out.column(f.name)
+                                 for f in schema], schema=schema)
+
+
+def _file_facts(gone: pa.Table, op_rows: pa.Table, bases: np.ndarray) -> Dict[str, dict]:
+    """{file base: reducer._facts of the dropped records in that file}."""
+    out: Dict[str, dict] = {}
+    if not gone.num_rows:
+        return out
+    empty = _BySrc(RECON_INPUT.arrow_schema().empty_table())
+    idx = np.searchsorted(bases, np.asarray(gone.column("physical_offset").to_numpy(zero_copy_only=False)),
+                          "right") - 1
+    op_idx = (np.searchsorted(bases, np.asarray(op_rows.column("physical_offset").to_numpy(zero_copy_only=False)),
+                              "right") - 1) if op_rows.num_rows else np.zeros(0, np.int64)
+    for k in np.unique(idx).tolist():
+        cl = gone.filter(pa.array(idx == k))
+        out[str(int(bases[k]))] = _facts(cl, cl, op_rows.filter(pa.array(op_idx == k)), empty)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the next run: the carried rows back into the reduction
+# ------------------------------------------------------------------------------------------------------------
+
+def final_input(final: Optional[pa.Table], facts: Mapping[str, Mapping[str, dict]]) -> Optional[pa.Table]:
+    """RECON_INPUT rows of the settled transactions: one ``facts`` row per broker and file, the consume-queue
+    tuples of their dropped records (``cq_record``)."""
+    parts = []
+    schema = RECON_INPUT.arrow_schema()
+    rows = [(b, json.dumps(d)) for b, files in facts.items() for d in files.values()]
+    if rows:
+        parts.append(input_table(anomalies=pa.table({"broker": [r[0] for r in rows],
+                                                     "detail": [r[1] for r in rows]})))
+        parts[-1] = parts[-1].set_column(0, "src", pa.array([FACTS_SRC] * len(rows), pa.string()))
+    if final is not None and final.num_rows:
+        cq = final.select(["broker", "cq_records"])
+        flat = pc.list_flatten(cq.column("cq_records"))
+        parent = pc.list_parent_indices(cq.column("cq_records"))
+        if len(flat):
+            t = pa.table({"broker": cq.column("broker").take(parent),
+                          **{f: pc.struct_field(flat, f) for f in _CQ_FIELDS}})
+            t = input_table(commitlog=t)
+            parts.append(t.set_column(0, "src", pa.array([CQ_RECORD_SRC] * t.num_rows, pa.string())))
+    return pa.concat_tables([p.cast(schema) for p in parts]) if parts else None
+
+
+def final_keys(final: Optional[pa.Table]) -> pa.Table:
+    """(broker, kind, key) rows later evidence would link a settled transaction by: ``k`` its transaction
+    key, ``o`` a copy's CommitLog offset, ``h`` a half copy's queue offset, ``r`` a dropped record's offset."""
+    parts: List[pa.Table] = []
+    if final is None or not final.num_rows:
+        return _keys([], [], [])
+    b = final.column("broker")
+    parts.append(_keys(b, "k", final.column("transaction_key")))
+    for kind, col in (("o", "copy_offsets"), ("h", "half_offsets")):
+        lists = final.column(col)
+        parts.append(_keys(b.take(pc.list_parent_indices(lists)), kind, pc.list_flatten(lists)))
+    recs = final.column("record_offsets")
+    parts.append(_keys(b.take(pc.list_parent_indices(recs)), "r", pc.list_flatten(recs)))
+    return pa.concat_tables(parts)
+
+
+def _keys(broker, kind, key) -> pa.Table:
+    n = len(broker)
+    return pa.table({"broker": pa.array(broker, pa.string()) if not isinstance(broker, (pa.Array, pa.ChunkedArray))
+                     else broker, "kind": pa.array([kind] * n if isinstance(kind, str) else kind, pa.string()),
+                     "key": pc.cast(key, pa.string()) if n else pa.array([], pa.string())})
+
+
+def reduced_keys(transactions: pa.Table, anomalies: pa.Table) -> pa.Table:
+    """(broker, kind, key) rows of a reduction's outputs that would name a settled transaction (see
+    final_keys): a transaction's key or the CommitLog offset it was prepared at (an END whose copy was
+    dropped), an orphan op's half offset, a consume-queue finding's CommitLog offset."""
+    t, a = transactions, anomalies
+    rec = pc.fill_null(pc.equal(a.column("source"), "reconstruct"), False)
+    o = a.filter(pc.fill_null(pc.and_(rec, pc.is_in(a.column("code"), pa.array(ORPHAN_CODES))), False))
+    c = a.filter(pc.fill_null(pc.and_(rec, pc.is_in(a.column("code"), pa.array(CQ_CODES))), False))
+    return pa.concat_tables([
+        _keys(t.column("broker"), "k", t.column("transaction_key")),
+        _keys(t.column("broker"), "o", t.column("prepared_commitlog_offset")),
+        _keys(o.column("broker"), "h", o.column("queue_offset")),
+        _keys(c.column("broker"), "r", c.column("physical_offset"))])
+
+
+def self_keys(final: pa.Table) -> pa.Table:
+    """reduced_keys of the settled rows themselves (a reduction's ``transactions`` holds them too)."""
+    from schemas.audit import AUDIT_ANOMALIES
+
+    return reduced_keys(final_transactions(final, {}), AUDIT_ANOMALIES.arrow_schema().empty_table())
+
+
+def _counted(keys: pa.Table) -> pa.Table:
+    keys = keys.filter(pc.is_valid(keys.column("key")))
+    return keys.group_by(["broker", "kind", "key"]).aggregate([([], "count_all")])
+
+
+def reopened(final: Optional[pa.Table], transactions: pa.Table, anomalies: pa.Table,
+             profiles: Mapping[str, str], offsets: Mapping[str, Tuple[Optional[int], Optional[int]]]
+             ) -> Dict[str, str]:
+    """broker -> why later evidence or facts reach a settled transaction (empty: the carried rows stand).
+    Arrow, driver: this run's outputs (``transactions`` with the settled rows appended) against the settled
+    rows' keys; a key the settled rows give themselves counts only when some other row gives it too."""
+    why: Dict[str, str] = {}
+    if final is None or not final.num_rows:
+        return why
+    why.update(fact_changes(final, profiles, offsets))
+    mine = _counted(reduced_keys(transactions, anomalies))
+    own = _counted(self_keys(final)).rename_columns(["broker", "kind", "key", "own"])
+    j = mine.join(own, ["broker", "kind", "key"], join_type="left outer")
+    extra = j.filter(pc.greater(j.column("count_all"), pc.fill_null(j.column("own"), 0)))
+    hits = extra.join(final_keys(final), ["broker", "kind", "key"], join_type="inner")
+    for b, kind, key in zip(*(hits.column(c).to_pylist() for c in ("broker", "kind", "key")), strict=True):
+        why.setdefault(b, f"a reduced row names settled transaction evidence ({kind} {key})")
+    return why
+
+
+def fact_changes(final: pa.Table, profiles: Mapping[str, str],
+                  offsets: Mapping[str, Tuple[Optional[int], Optional[int]]]) -> Dict[str, str]:
+    """brokers whose profile differs from a settled row's, or whose consume offsets went below (or lost)
+    the ones the rows settled under."""
+    why = {}
+    agg = final.group_by("broker").aggregate([("half_consume_offset", "max"), ("op_consume_offset", "max"),
+                                             ("profile", "distinct")])
+    for row in agg.to_pylist():
+        b = row["broker"]
+        hco, oco = offsets.get(b, (None, None))
+        if any(p != profiles.get(b) for p in row["profile_distinct"]):
+            why[b] = f"profile now {profiles.get(b)}, settled as {sorted(row['profile_distinct'])}"
+        elif hco is None or oco is None or hco < row["half_consume_offset_max"] \
+                or oco < row["op_consume_offset_max"]:
+            why[b] = (f"transaction consume offsets now half {hco} / op {oco}, below those the settled rows "
+                      f"relied on")
+    return why
+
+
+__all__ = ["settle", "Settled", "consume_offsets", "final_input", "final_transactions", "final_keys",
+           "reduced_keys", "self_keys", "reopened", "fact_changes", "FACTS_SRC", "CQ_RECORD_SRC", "ORPHAN_CODES",
+           "CQ_CODES"]

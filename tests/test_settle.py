@@ -1,0 +1,171 @@
+"""jobs/reconstruct/settle.py on hand-built CommitLog rows (Spark-free, driver reducer): a settled
+transaction carried as its row reduces, with the open rows, to what the reducer gives for all the records; a
+later END or op naming it (a late producer commit, an op for an old half) is reported by ``reopened``, and
+the run that sees it must be a full audit, whose result differs from the carried one."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.reconstruct.params import CHECK_GROUP, HALF_TOPIC, OP_TOPIC
+from jobs.reconstruct.reducer import input_table, reduce_input
+from jobs.reconstruct.settle import consume_offsets, final_input, reopened, settle
+from schemas.state import STATE_OP_BODIES, STATE_RECORDS
+
+B = "b1"
+FILE = 1 << 20
+T0 = 1_795_300_000_000
+
+
+def _half(off, qo, uk, ts):
+    return {"topic": HALF_TOPIC, "physical_offset": off, "queue_id": 0, "queue_offset": qo, "uniq_key": uk,
+            "pgroup": "PG", "real_topic": "Orders", "real_qid": 1, "transaction_type": "PREPARED",
+            "store_timestamp": ts, "born_timestamp": ts, "total_size": 200}
+
+
+def _end(off, pto, uk, ts, kind="COMMIT"):
+    return {"topic": "Orders", "physical_offset": off, "queue_id": 1, "queue_offset": off, "uniq_key": uk,
+            "pgroup": "PG", "transaction_type": kind, "prepared_transaction_offset": pto, "store_timestamp": ts,
+            "born_timestamp": ts, "total_size": 200}
+
+
+def _op(off, qo, body, ts):
+    return {"topic": OP_TOPIC, "physical_offset": off, "queue_id": 0, "queue_offset": qo, "store_timestamp": ts,
+            "total_size": 100, "body": body}
+
+
+def _records(rows):
+    schema = STATE_RECORDS.arrow_schema()
+    full = [{**{n: None for n in schema.names}, "broker": B, "file": "00000000000000000000",
+             "magic_version": 1, "body_crc_ok": True, **r} for r in rows]
+    for r in full:
+        r["file_position"] = r["physical_offset"] % FILE
+    return pa.Table.from_pylist(full, schema=schema)
+
+
+def _bodies(records):
+    ops = records.filter(pc.equal(records.column("topic"), OP_TOPIC))
+    schema = STATE_OP_BODIES.arrow_schema()
+    return pa.Table.from_arrays([ops.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+
+def _offsets(half, op):
+    return pa.Table.from_pylist([{"broker": B, "topic": HALF_TOPIC, "group": CHECK_GROUP, "queue_id": 0,
+                                  "offset": half},
+                                 {"broker": B, "topic": OP_TOPIC, "group": CHECK_GROUP, "queue_id": 0,
+                                  "offset": op}])
+
+
+def _reduce(records, bodies, offsets, extra=None, final=None):
+    t = input_table(commitlog=records.drop_columns(["body"]), op_bodies=bodies, consumer_offsets=offsets)
+    if extra is not None:
+        t = pa.concat_tables([t, extra.cast(t.schema)])
+    return reduce_input(t, None, None, 60000, True, final)
+
+
+def _sorted(t):
+    return sorted(t.to_pylist(), key=repr)
+
+
+# two settled transactions (A committed, B rolled back), two open ones at or above the half consume offset (C
+# prepared, D rolled back), and a batched 5.1+ op naming B's and D's halves
+OLD = [_half(0, 0, "A", T0), _end(300, 0, "A", T0 + 1), _half(600, 1, "B", T0 + 2), _op(900, 0, "0,", T0 + 3),
+       _half(1300, 2, "C", T0 + 5), _half(1500, 3, "D", T0 + 6), _op(1700, 1, "1,3,", T0 + 7)]
+
+
+def test_settled_rows_reduce_to_the_full_result_and_late_evidence_reopens():
+    records = _records(OLD)
+    bodies = _bodies(records)
+    offsets = _offsets(2, 2)
+    full = _reduce(records, bodies, offsets)
+    assert sorted(full["transactions"].column("state").to_pylist()) == ["COMMITTED", "PREPARED", "ROLLED_BACK",
+                                                                         "ROLLED_BACK"]
+    got = settle(records, bodies, full["transactions"], consume_offsets(offsets), {B: FILE}, {B: [0, FILE]})
+    assert sorted(got.final.column("uniq_key").to_pylist()) == ["A", "B"]
+    # kept: C's and D's halves and the batched op, cut to D's piece (still comma-batched)
+    assert sorted(got.records.column("physical_offset").to_pylist()) == [1300, 1500, 1700]
+    assert got.op_bodies.column("body").to_pylist() == [b"3,"]
+    # the next run: the open rows + the settled rows give what the reducer gives for every record
+    extra = final_input(got.final, got.facts)
+    again = _reduce(got.records, got.op_bodies, offsets, extra, got.final)
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        assert _sorted(again[name]) == _sorted(full[name]), name
+    assert reopened(got.final, again["transactions"], again["anomalies"],
+                    {B: again["profiles"].column("profile")[0].as_py()}, consume_offsets(offsets)) == {}
+
+    # later evidence naming a settled transaction: a late op for A's half, a producer's late ROLLBACK of B
+    for late in ([_op(FILE + 10, 2, "0,", T0 + 9)], [_end(FILE + 20, 600, "B", T0 + 9, "ROLLBACK")]):
+        new = _records(late)
+        whole = pa.concat_tables([records, new])
+        want = _reduce(whole, _bodies(whole), offsets)
+        carried = pa.concat_tables([got.records, new])
+        inc = _reduce(carried, pa.concat_tables([got.op_bodies, _bodies(new)]), offsets, extra, got.final)
+        assert _sorted(inc["transactions"]) != _sorted(want["transactions"]) or \
+            _sorted(inc["anomalies"]) != _sorted(want["anomalies"])      # carrying would be wrong here ...
+        why = reopened(got.final, inc["transactions"], inc["anomalies"],
+                       {B: inc["profiles"].column("profile")[0].as_py()}, consume_offsets(offsets))
+        assert list(why) == [B], why                                     # ... and it is detected
+
+
+def test_consume_offsets_below_the_settled_ones_reopen():
+    records = _records(OLD)
+    bodies = _bodies(records)
+    full = _reduce(records, bodies, _offsets(2, 2))
+    got = settle(records, bodies, full["transactions"], consume_offsets(_offsets(2, 2)), {B: FILE},
+                 {B: [0, FILE]})
+    why = reopened(got.final, full["transactions"].slice(0, 0), full["anomalies"].slice(0, 0),
+                   {B: full["profiles"].column("profile")[0].as_py()}, consume_offsets(_offsets(1, 2)))
+    assert "consume offsets" in why[B]
+
+
+def test_nothing_settles_across_files_or_at_or_above_the_bound():
+    records = _records(OLD)
+    bodies = _bodies(records)
+    offsets = _offsets(2, 2)
+    txs = _reduce(records, bodies, offsets)["transactions"]
+    # A's commit record in the next file: A spans two files
+    split = settle(records, bodies, txs, consume_offsets(offsets), {B: FILE}, {B: [0, 200]})
+    assert "A" not in split.final.column("uniq_key").to_pylist()
+    # the bound below A's commit record: A may be read again
+    below = settle(records, bodies, txs, consume_offsets(offsets), {B: 300}, {B: [0, FILE]})
+    assert "A" not in below.final.column("uniq_key").to_pylist()
+
+
+def _units(records):
+    """Consume-queue units of the half / op records (as the broker dispatched them)."""
+    rows = [{"broker": B, "topic": r["topic"], "queue_id": r["queue_id"], "queue_offset": r["queue_offset"],
+             "commitlog_offset": r["physical_offset"], "size": r["total_size"]}
+            for r in records.to_pylist() if r["topic"] in (HALF_TOPIC, OP_TOPIC)]
+    return pa.Table.from_pylist(rows)
+
+
+def test_a_torn_end_before_settled_records_loses_no_range():
+    """A torn end (TRUNCATED_RECORD at the end of the first file) before the settled transactions' records:
+    their units point at records an earlier run read, not past the readable data (no CQ_PAST_DATA_END range
+    over E, prepared in the first file), so the carried reduction still equals the reduction of every
+    record."""
+    f = FILE
+    records = _records([_half(100, 0, "E", T0 - 1),
+                        _half(f, 1, "A", T0), _end(f + 300, f, "A", T0 + 1), _half(f + 600, 2, "B", T0 + 2),
+                        _op(f + 900, 0, "1,", T0 + 3), _half(f + 1300, 3, "C", T0 + 5),
+                        _half(f + 1500, 4, "D", T0 + 6), _op(f + 1700, 1, "2,4,", T0 + 7)])
+    bodies = _bodies(records)
+    offsets = _offsets(3, 2)
+    torn = pa.Table.from_pylist([{"broker": B, "source": "commitlog", "kind": "TRUNCATED_RECORD",
+                                  "file": "00000000000000000000", "position": f - 8,
+                                  "physical_offset": f - 8, "length": 8, "detail": "4 bytes of a header"}])
+
+    def reduce(recs, bods, extra=None, final=None):
+        t = input_table(commitlog=recs.drop_columns(["body"]), op_bodies=bods, consumer_offsets=offsets,
+                        consumequeue=_units(records), anomalies=torn)
+        if extra is not None:
+            t = pa.concat_tables([t, extra.cast(t.schema)])
+        return reduce_input(t, None, None, 60000, True, final)
+
+    full = reduce(records, bodies)
+    got = settle(records, bodies, full["transactions"], consume_offsets(offsets), {B: 2 * f},
+                 {B: [0, f, 2 * f]})
+    assert sorted(got.final.column("uniq_key").to_pylist()) == ["A", "B"]
+    again = reduce(got.records, got.op_bodies, final_input(got.final, got.facts), got.final)
+    for name in ("transactions", "check_back", "recovery", "anomalies"):
+        assert _sorted(again[name]) == _sorted(full[name]), name
