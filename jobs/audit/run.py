@@ -183,8 +183,10 @@ def read_inputs(spark, plan: AuditPlan, persist, phases: Dict[str, float]) -> Au
     queues = frames.transaction_queues
     got.side["consumequeue"] = persist(queues if queues is not None else frames.consumequeue)
     if incremental is None:
-        persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
-        got.records = persist(relevant_records(frames))
+        scan = persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
+        records = relevant_records(frames)
+        # full mode's records are a filter of the persisted scan: read from its cache, not cached again
+        got.records = records if scan is not None and frames.mode == "full" else persist(records)
         anomalies = frames.anomalies
     else:   # the carried evidence + the CommitLog from the resume offset (jobs/read/incremental/plan.py)
         from jobs.read.incremental.read import evidence

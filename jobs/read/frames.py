@@ -130,6 +130,7 @@ from jobs.sources.options import DEFAULT_SPLIT_BYTES, OptionError, SourceOptions
 from schemas.sources import (
     ANOMALIES_SOURCE,
     ANOMALY_PREFIX,
+    COMMITLOG_REDUCER,
     COMMITLOG_SOURCE,
     SOURCE_TABLES,
     TX_SCAN_ANOMALY,
@@ -160,13 +161,20 @@ class StoreFrames:
     #: the one-pass CommitLog scan (``rocketmq_txscan`` rows) ``commitlog`` and ``anomalies`` partly derive
     #: from (full mode; indexed mode: its gap scan); None when there is none.  Persist it to read once.
     scan: object = None
+    #: ``commitlog`` (full mode with ``columns="reducer"``, without ``include_bodies``: COMMITLOG_REDUCER
+    #: rows) carries the op records' bodies: ``jobs.read.inputs`` takes them from there instead of fetching
+    #: them by position, and nulls them in the records it hands the reduction
+    op_bodies_in_records: bool = False
 
 
 def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "indexed",
                       brokers: Optional[Union[str, Sequence[str]]] = None, include_bodies: bool = False,
-                      split_bytes: int = DEFAULT_SPLIT_BYTES, commitlog_dirs: Optional[Sequence[str]] = None
-                      ) -> StoreFrames:
-    """Lazy DataFrames of ``stores`` (one root or several); see the module docstring for the two modes."""
+                      split_bytes: int = DEFAULT_SPLIT_BYTES, commitlog_dirs: Optional[Sequence[str]] = None,
+                      columns: str = "all") -> StoreFrames:
+    """Lazy DataFrames of ``stores`` (one root or several); see the module docstring for the two modes.
+    ``columns="reducer"`` (full mode): the scan (``rocketmq_txscan`` with ``columns=reducer``) and
+    ``commitlog`` carry only the reducer's record columns, and the op records' bodies
+    (``StoreFrames.op_bodies_in_records``): a record's properties map, hosts, ... never cross into the JVM."""
     if mode not in MODES:
         raise OptionError(_API, "mode", f"expected one of {', '.join(MODES)}, got {mode!r}")
     roots = [stores] if isinstance(stores, str) else list(stores)
@@ -200,7 +208,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     scan = None
     if mode == "full":
         scan = spark.read.format(TX_SCAN_FORMAT).options(**dict(
-            base, include_bodies=str(bool(include_bodies)).lower(),
+            base, include_bodies=str(bool(include_bodies)).lower(), columns=columns,
             task_bytes=str(scan_task_bytes(info, split_bytes, spark.sparkContext.defaultParallelism)))).load()
         commitlog, scan_findings = split_tx_scan(scan)
         anomalies = read(ANOMALIES_FORMAT, sources=SIDE_SOURCES) \
@@ -248,7 +256,8 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         anomalies = anomalies.unionByName(extra)
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
-                       transaction_queues=tx_queues, scan=scan)
+                       transaction_queues=tx_queues, scan=scan,
+                       op_bodies_in_records=mode == "full" and columns == "reducer" and not include_bodies)
 
 
 class LazyStoreFrames:
@@ -296,11 +305,13 @@ def _exact(df, table, prefix: str = ""):
 
 
 def split_tx_scan(scan):
-    """(records [broker + COMMITLOG], findings [broker + ANOMALIES]) of a ``rocketmq_txscan`` frame."""
+    """(records [broker + COMMITLOG], findings [broker + ANOMALIES]) of a ``rocketmq_txscan`` frame (records
+    of COMMITLOG_REDUCER's columns when it was read with ``columns=reducer``)."""
     from pyspark.sql import functions as F
 
     kind = F.col("row_kind")
-    return (_exact(scan.where(kind == TX_SCAN_RECORD), COMMITLOG_SOURCE),
+    records = COMMITLOG_SOURCE if "properties" in scan.columns else COMMITLOG_REDUCER
+    return (_exact(scan.where(kind == TX_SCAN_RECORD), records),
             _exact(scan.where(kind == TX_SCAN_ANOMALY), ANOMALIES_SOURCE, ANOMALY_PREFIX))
 
 
