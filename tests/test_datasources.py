@@ -535,3 +535,31 @@ def test_txscan_reducer_columns_are_the_full_rows_narrowed(rs, damaged_store):
     assert ops.num_rows > 0 and ops.sort_by("physical_offset").equals(fetched.sort_by("physical_offset"))
     plan = op_bodies_for(rs, records, frames, spec)._jdf.queryExecution().analyzed().toString()
     assert "rocketmq_txscan" in plan and "MapInArrow" not in plan and "rocketmq_commitlog" not in plan
+
+
+@pytest.mark.parametrize("include_bodies", [False, True])
+def test_every_audit_select_on_the_records_resolves_on_the_reducer_scan(rs, include_bodies):
+    """The frames the audit reads with ``columns=reducer`` (with and without bodies) hold every column its
+    consumers select from the records: the reconstruction's input, the op bodies, the incremental state and
+    the ``message_bodies`` table (plans only: an unresolved column fails at analysis, nothing is run)."""
+    from jobs.audit.bodies import bodies_frame
+    from jobs.read.inputs import op_bodies_for, relevant_records
+    from jobs.read.spec import ReadSpec
+    from schemas.audit import TRANSACTIONS
+    from schemas.recon import RECON_INPUT
+    from schemas.sources import COMMITLOG_REDUCER
+    from schemas.state import STATE_OP_BODIES, STATE_RECORDS
+
+    spec = ReadSpec(stores=(store_of("rocketmq-5.3.3"),), brokers=("b",), mode="full",
+                    include_bodies=include_bodies)
+    frames = load_store_frames(rs, list(spec.stores), mode="full", brokers=["b"], columns="reducer",
+                               include_bodies=include_bodies)
+    records = relevant_records(frames)
+    assert records.columns == COMMITLOG_REDUCER.names
+    have = set(records.columns)
+    assert set(STATE_RECORDS.names) <= have
+    assert {n for n in RECON_INPUT.names if n in COMMITLOG_REDUCER.names} <= have
+    transactions = rs.createDataFrame([], TRANSACTIONS.spark_schema())
+    assert "compression" in bodies_frame(transactions, records).columns   # analysed: every column resolves
+    ops = op_bodies_for(rs, records, frames, spec)
+    assert ops is None if include_bodies else set(STATE_OP_BODIES.names) <= set(ops.columns)
