@@ -5,8 +5,8 @@ read.
 """
 from __future__ import annotations
 
+from jobs.read.frames import op_bodies_from_commitlog
 from jobs.read.spec import ReadSpec
-from schemas.recon import OP_BODY_COLUMNS
 from txlog_io.commitlog_layout import OP_TOPIC, TX_SYSTEM_TOPICS
 
 
@@ -36,6 +36,8 @@ def op_bodies_for(spark, records, frames, spec: ReadSpec):
 
     if getattr(frames, "op_bodies_in_records", False):
         return op_bodies_from_commitlog(frames.commitlog)
+    if getattr(frames, "op_bodies", None) is not None:     # indexed mode: its fetch and gap scan kept them
+        return frames.op_bodies
 
     from jobs.read.frames import fetch_records
     from jobs.sources.formats import COMMITLOG_FORMAT
@@ -45,15 +47,6 @@ def op_bodies_for(spark, records, frames, spec: ReadSpec):
     positions = records.where(F.col("topic") == OP_TOPIC).select(
         "broker", F.col("physical_offset").alias("commitlog_offset"))
     return op_bodies_from_commitlog(fetch_records(spark, positions, frames.layout_info, opts))
-
-
-def op_bodies_from_commitlog(commitlog):
-    """The reconstruction's op_bodies input from commitlog rows of the op topic that carry a body."""
-    from pyspark.sql import functions as F
-
-    c = F.col
-    return commitlog.filter((c("topic") == OP_TOPIC) & c("body").isNotNull()).select(
-        "broker", *[c(n).cast("string").alias(n) if n == "body" else n for n in OP_BODY_COLUMNS])
 
 
 __all__ = ["relevant_records", "op_bodies_for", "op_bodies_from_commitlog"]

@@ -627,14 +627,15 @@ def op_bodies_only(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def tx_scan_batches(broker: str, path: str, base_offset: int, start: int, end: int, with_body: bool,
-                    keep=None, columns: str = "all") -> Iterator[pa.RecordBatch]:
+                    keep=None, columns: str = "all", op_bodies: bool = False) -> Iterator[pa.RecordBatch]:
     """One pass over ``[start, end)`` of a CommitLog file: its transaction-relevant records and its findings
-    as ``TX_SCAN_SOURCE`` rows (``columns="reducer"``: TX_SCAN_REDUCER rows, the op records' bodies kept
-    without ``with_body``).  ``keep(batch) -> mask``: a further row filter (indexed mode's gap scan)."""
+    as ``TX_SCAN_SOURCE`` rows (``columns="reducer"``: TX_SCAN_REDUCER rows).  Without ``with_body`` the op
+    records' bodies are kept when ``columns="reducer"`` or ``op_bodies``.  ``keep(batch) -> mask``: a further
+    row filter (indexed mode's gap scan)."""
     from txlog_io.dledger import decode_log_range as decode_range  # CommitLog or DLedger data file
 
     target = TX_SCAN_TABLES[columns].arrow_schema()
-    op_only = columns == "reducer" and not with_body
+    op_only = (columns == "reducer" or op_bodies) and not with_body
     pending: list = []
     for batch, anomalies in decode_range(path, base_offset=base_offset, start=start, end=end,
                                          with_body=with_body or op_only, tx_relevant=True):
