@@ -9,6 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.core import Column, Table
+from schemas.recon import RECON_INPUT
+from schemas.runs import MESSAGE_BODIES
 from schemas.store import ANOMALIES, COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE
 
 BROKER = Column("broker", pa.string(), False,
@@ -40,6 +42,18 @@ TX_SCAN_SOURCE = Table.of("txscan", [
     *(Column(c.name, c.type, True, c.comment) for c in COMMITLOG.columns),
     *(Column(ANOMALY_PREFIX + c.name, c.type, True, c.comment) for c in ANOMALIES.columns),
 ], "Transaction-relevant CommitLog records and decoder findings of one pass")
+#: the CommitLog columns every consumer of the audit's records reads: the reconstruction's
+#: (``schemas.recon.RECON_INPUT``) and the ``message_bodies`` table's (``schemas.runs.MESSAGE_BODIES``:
+#: ``compression``, ``body_size``).  ``tests/test_datasources.py`` resolves every audit select against it.
+REDUCER_COLUMNS = tuple(c.name for c in COMMITLOG.columns
+                        if c.name in RECON_INPUT.names or c.name in MESSAGE_BODIES.names)
+_NOT_REDUCER = [c.name for c in COMMITLOG.columns if c.name not in REDUCER_COLUMNS]
+#: ``rocketmq_txscan`` with ``columns=reducer``: the REDUCER_COLUMNS records only; ``body`` holds the op
+#: records' bodies (all bodies with ``include_bodies``).  The properties map, hosts, ... never cross into
+#: the JVM.
+TX_SCAN_REDUCER = TX_SCAN_SOURCE.with_columns("txscan_reducer", exclude=_NOT_REDUCER)
+#: the record half of TX_SCAN_REDUCER (``broker`` + those COMMITLOG columns)
+COMMITLOG_REDUCER = COMMITLOG_SOURCE.with_columns("commitlog_reducer", exclude=_NOT_REDUCER)
 
 #: Spark format name -> row schema of that data source
 SOURCE_TABLES = {
@@ -54,4 +68,4 @@ SOURCE_TABLES = {
 
 __all__ = ["BROKER", "with_broker", "SOURCE_TABLES", "COMMITLOG_SOURCE", "CONSUMEQUEUE_SOURCE",
            "STATETABLE_SOURCE", "REDOLOG_SOURCE", "CONSUMER_OFFSETS_SOURCE", "ANOMALIES_SOURCE",
-           "TX_SCAN_SOURCE", "TX_SCAN_RECORD", "TX_SCAN_ANOMALY", "ANOMALY_PREFIX"]
+           "TX_SCAN_SOURCE", "TX_SCAN_REDUCER", "COMMITLOG_REDUCER", "REDUCER_COLUMNS", "TX_SCAN_RECORD", "TX_SCAN_ANOMALY", "ANOMALY_PREFIX"]

@@ -496,3 +496,71 @@ def test_txscan_cells_grouped_per_task_give_the_same_rows(rs, damaged_store):
         keys = [("row_kind", "ascending"), ("physical_offset", "ascending"), ("anomaly_file", "ascending"),
                 ("anomaly_position", "ascending"), ("anomaly_kind", "ascending"), ("anomaly_detail", "ascending")]
         assert grouped.sort_by(keys).equals(one.sort_by(keys))
+
+
+def test_txscan_reducer_columns_are_the_full_rows_narrowed(rs, damaged_store):
+    """``columns=reducer``: the same rows and findings as ``columns=all`` over the reducer's record columns
+    only, each op record with its body (as a read with bodies gives it) and every other body null; the
+    audit's full-mode frames built that way hand the op bodies over without a second read by position."""
+    from jobs.read.inputs import op_bodies_for, relevant_records
+    from jobs.read.spec import ReadSpec
+    from schemas.sources import TX_SCAN_REDUCER
+    from txlog_io.commitlog_layout import OP_TOPIC
+
+    keys = [("row_kind", "ascending"), ("physical_offset", "ascending"), ("anomaly_file", "ascending"),
+            ("anomaly_position", "ascending"), ("anomaly_kind", "ascending"), ("anomaly_detail", "ascending")]
+
+    def scan(root, **extra):
+        return rs.read.format("rocketmq_txscan").options(path=root, split_bytes="64k", **extra).load() \
+            .toArrow().sort_by(keys)
+
+    with pytest.raises(OptionError, match="option 'columns'"):
+        parse_options("rocketmq_txscan", {"path": damaged_store["root"], "columns": "some"})
+    for root in (damaged_store["root"], store_of("rocketmq-5.3.3")):
+        narrow, wide = scan(root, columns="reducer"), scan(root, include_bodies="true")
+        assert narrow.schema.names == TX_SCAN_REDUCER.arrow_schema().names
+        assert "properties" not in narrow.schema.names and "born_host" not in narrow.schema.names
+        is_op = pc.fill_null(pc.equal(wide.column("topic"), OP_TOPIC), False)
+        assert pc.sum(is_op).as_py() > 0 and narrow.num_rows == wide.num_rows
+        bodies = pc.if_else(is_op, wide.column("body"), pa.nulls(wide.num_rows, pa.binary()))
+        expected = wide.set_column(wide.schema.get_field_index("body"), "body", bodies)
+        assert narrow.equals(expected.select(narrow.schema.names).cast(narrow.schema))
+    spec = ReadSpec(stores=(store_of("rocketmq-5.3.3"),), brokers=("b",), mode="full")
+    frames = load_store_frames(rs, list(spec.stores), mode="full", brokers=["b"], columns="reducer")
+    assert frames.op_bodies_in_records
+    records = relevant_records(frames)
+    assert records.where("body is not null").count() == 0
+    ops = op_bodies_for(rs, records, frames, spec).toArrow()
+    full = load_store_frames(rs, list(spec.stores), mode="full", brokers=["b"])
+    fetched = op_bodies_for(rs, relevant_records(full), full, spec).toArrow()
+    assert ops.num_rows > 0 and ops.sort_by("physical_offset").equals(fetched.sort_by("physical_offset"))
+    plan = op_bodies_for(rs, records, frames, spec)._jdf.queryExecution().analyzed().toString()
+    assert "rocketmq_txscan" in plan and "MapInArrow" not in plan and "rocketmq_commitlog" not in plan
+
+
+@pytest.mark.parametrize("include_bodies", [False, True])
+def test_every_audit_select_on_the_records_resolves_on_the_reducer_scan(rs, include_bodies):
+    """The frames the audit reads with ``columns=reducer`` (with and without bodies) hold every column its
+    consumers select from the records: the reconstruction's input, the op bodies, the incremental state and
+    the ``message_bodies`` table (plans only: an unresolved column fails at analysis, nothing is run)."""
+    from jobs.audit.bodies import bodies_frame
+    from jobs.read.inputs import op_bodies_for, relevant_records
+    from jobs.read.spec import ReadSpec
+    from schemas.audit import TRANSACTIONS
+    from schemas.recon import RECON_INPUT
+    from schemas.sources import COMMITLOG_REDUCER
+    from schemas.state import STATE_OP_BODIES, STATE_RECORDS
+
+    spec = ReadSpec(stores=(store_of("rocketmq-5.3.3"),), brokers=("b",), mode="full",
+                    include_bodies=include_bodies)
+    frames = load_store_frames(rs, list(spec.stores), mode="full", brokers=["b"], columns="reducer",
+                               include_bodies=include_bodies)
+    records = relevant_records(frames)
+    assert records.columns == COMMITLOG_REDUCER.names
+    have = set(records.columns)
+    assert set(STATE_RECORDS.names) <= have
+    assert {n for n in RECON_INPUT.names if n in COMMITLOG_REDUCER.names} <= have
+    transactions = rs.createDataFrame([], TRANSACTIONS.spark_schema())
+    assert "compression" in bodies_frame(transactions, records).columns   # analysed: every column resolves
+    ops = op_bodies_for(rs, records, frames, spec)
+    assert ops is None if include_bodies else set(STATE_OP_BODIES.names) <= set(ops.columns)

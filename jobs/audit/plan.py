@@ -206,7 +206,7 @@ def plan_audit(spark, options, reopened: Optional[str] = None) -> AuditPlan:
     # the one-job read needs only the store listing: the DataFrames are built if it falls back
     frames = (LazyStoreFrames if local else load_store_frames)(
         spark, list(spec.stores), mode=spec.mode, brokers=list(spec.brokers),
-        include_bodies=spec.include_bodies, split_bytes=spec.split_bytes)
+        include_bodies=spec.include_bodies, split_bytes=spec.split_bytes, columns="reducer")
     params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
     doc = config_document(options, params_doc, override)
     names = cfg.table_names

@@ -142,6 +142,9 @@ class AuditInputs:
     scan_findings: Any = None       # an incremental run's CommitLog findings (its state keeps them)
     n_records: int = 0
     n_anomalies: int = 0
+    #: indexed mode: broker -> how it was read (jobs.read.indexed.plan.read_choices); audit_runs.config_json
+    #: records it as ``indexed_read``
+    read_choices: Optional[Dict[str, dict]] = None
 
 
 def read_local(spark, plan: AuditPlan, phases: Dict[str, float]):
@@ -170,17 +173,21 @@ def read_inputs(spark, plan: AuditPlan, persist, phases: Dict[str, float]) -> Au
     transaction-relevant records, side inputs and op bodies persisted once."""
     local = read_local(spark, plan, phases)
     if local is not None:
-        return AuditInputs(local=local, n_records=local.commitlog.num_rows, n_anomalies=local.anomalies.num_rows)
+        return AuditInputs(local=local, n_records=local.commitlog.num_rows, n_anomalies=local.anomalies.num_rows,
+                           read_choices=local.read_choices)
     frames, incremental = plan.frames, plan.incremental
     got = AuditInputs(side={name: persist(getattr(frames, name))
-                            for name in ("statetable", "redolog", "consumer_offsets")})
+                            for name in ("statetable", "redolog", "consumer_offsets")},
+                      read_choices=getattr(frames, "read_choices", None))
     # the reconstruction reads only the half / op / discard queues: caching every topic's units (millions of
     # rows on a busy broker) cost more than the whole indexed read
     queues = frames.transaction_queues
     got.side["consumequeue"] = persist(queues if queues is not None else frames.consumequeue)
     if incremental is None:
-        persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
-        got.records = persist(relevant_records(frames))
+        scan = persist(getattr(frames, "scan", None))      # one CommitLog pass feeds records and findings
+        records = relevant_records(frames)
+        # full mode's records are a filter of the persisted scan: read from its cache, not cached again
+        got.records = records if scan is not None and frames.mode == "full" else persist(records)
         anomalies = frames.anomalies
     else:   # the carried evidence + the CommitLog from the resume offset (jobs/read/incremental/plan.py)
         from jobs.read.incremental.read import evidence
@@ -388,7 +395,7 @@ def write_run_row(spark, plan: AuditPlan, row: dict) -> TableOutput:
 
 def _run_row(spark, plan: AuditPlan, result, counts: tuple, tables: Dict[str, TableOutput],
              phases: Dict[str, float], started_at: dt.datetime, finished_at: dt.datetime,
-             elapsed: float) -> dict:
+             elapsed: float, read_choices: Optional[Dict[str, dict]] = None) -> dict:
     from schemas.runs import AUDIT_RUNS
 
     states, _, flags, profiles, detected = counts
@@ -407,6 +414,7 @@ def _run_row(spark, plan: AuditPlan, result, counts: tuple, tables: Dict[str, Ta
                                        shuffle_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS)),
                                        reconstruct={"path": result.path, "reduce_tasks": result.reduce_tasks},
                                        commitlog_files=commitlog_files(plan.layout_info),
+                                       **({"indexed_read": read_choices} if read_choices else {}),
                                        **({"incremental": incremental.describe()} if incremental else {})),
                                   sort_keys=True, default=str),
         "store_fingerprint": plan.fingerprint, "store_files": plan.store_files, "store_bytes": plan.store_bytes,
@@ -494,6 +502,11 @@ def _run_audit(spark, options, *, print_summary: bool = True, on_result=None,
             inputs = read_inputs(spark, plan, persist, phases)
         _log(f"read {inputs.n_records} transaction-relevant records and {inputs.n_anomalies} decoder findings "
              f"({phases['read']:.1f} s)")
+        for broker, how in sorted((inputs.read_choices or {}).items()):
+            _log(f"indexed read of {broker}: {'whole CommitLog (full-mode read)' if how['read'] == 'full' else 'by index'}"
+                 f" -- {how['units']} transaction queue units, {how['fetch_passes']} fetch passes x "
+                 f"{how['window_bytes'] / (1 << 20):.1f} MiB of windows vs {how['commitlog_bytes'] / (1 << 20):.1f} "
+                 "MiB of CommitLog")
 
         with _phase(phases, "reconstruct", spark):
             rec = reconstruct_inputs(spark, plan, inputs, persist, phases)
@@ -513,7 +526,7 @@ def _run_audit(spark, options, *, print_summary: bool = True, on_result=None,
             tables = write_outputs(spark, plan, inputs, rec, phases)
         finished_at = dt.datetime.now(dt.timezone.utc)
         row = _run_row(spark, plan, rec.result, counts, tables, phases, started_at, finished_at,
-                       time.monotonic() - t_start)
+                       time.monotonic() - t_start, inputs.read_choices)
         tables[RUNS_TABLE] = write_run_row(spark, plan, row)
         if plan.incremental is not None:
             from jobs.audit.state import retire_previous

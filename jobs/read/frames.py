@@ -122,21 +122,24 @@ from jobs.sources.formats import (
     STATETABLE_FORMAT,
     TX_SCAN_FORMAT,
     anomalies_batch,
+    op_bodies_only,
     prepend_broker,
     register,
     tx_scan_rows,
 )
 from jobs.sources.options import DEFAULT_SPLIT_BYTES, OptionError, SourceOptions, parse_options
+from schemas.recon import OP_BODY_COLUMNS
 from schemas.sources import (
     ANOMALIES_SOURCE,
     ANOMALY_PREFIX,
+    COMMITLOG_REDUCER,
     COMMITLOG_SOURCE,
     SOURCE_TABLES,
     TX_SCAN_ANOMALY,
     TX_SCAN_RECORD,
 )
 from schemas.store import COMMITLOG
-from txlog_io.commitlog_layout import DISCARD_TOPIC, HALF_TOPIC, TX_SYSTEM_TOPICS
+from txlog_io.commitlog_layout import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, TX_SYSTEM_TOPICS
 
 MODES = ("indexed", "full")
 FETCH_CHUNK = 16384         # positions per decode_at call (bounds the records copied at once)
@@ -160,13 +163,26 @@ class StoreFrames:
     #: the one-pass CommitLog scan (``rocketmq_txscan`` rows) ``commitlog`` and ``anomalies`` partly derive
     #: from (full mode; indexed mode: its gap scan); None when there is none.  Persist it to read once.
     scan: object = None
+    #: ``commitlog`` (full mode with ``columns="reducer"``, without ``include_bodies``: COMMITLOG_REDUCER
+    #: rows) carries the op records' bodies: ``jobs.read.inputs`` takes them from there instead of fetching
+    #: them by position, and nulls them in the records it hands the reduction
+    op_bodies_in_records: bool = False
+    #: indexed mode without ``include_bodies``: the op records' bodies (the reconstruction's ``op_bodies``
+    #: input) as its fetch and gap scan read them -- ``commitlog``'s bodies are null, as a fetch without
+    #: bodies gives them -- so they are not fetched again by position
+    op_bodies: object = None
+    #: indexed mode: broker -> how it was read (``jobs.read.indexed.plan.read_choices``: by index, or whole)
+    read_choices: Optional[dict] = None
 
 
 def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "indexed",
                       brokers: Optional[Union[str, Sequence[str]]] = None, include_bodies: bool = False,
-                      split_bytes: int = DEFAULT_SPLIT_BYTES, commitlog_dirs: Optional[Sequence[str]] = None
-                      ) -> StoreFrames:
-    """Lazy DataFrames of ``stores`` (one root or several); see the module docstring for the two modes."""
+                      split_bytes: int = DEFAULT_SPLIT_BYTES, commitlog_dirs: Optional[Sequence[str]] = None,
+                      columns: str = "all") -> StoreFrames:
+    """Lazy DataFrames of ``stores`` (one root or several); see the module docstring for the two modes.
+    ``columns="reducer"`` (full mode): the scan (``rocketmq_txscan`` with ``columns=reducer``) and
+    ``commitlog`` carry only the reducer's record columns, and the op records' bodies
+    (``StoreFrames.op_bodies_in_records``): a record's properties map, hosts, ... never cross into the JVM."""
     if mode not in MODES:
         raise OptionError(_API, "mode", f"expected one of {', '.join(MODES)}, got {mode!r}")
     roots = [stores] if isinstance(stores, str) else list(stores)
@@ -198,9 +214,10 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     # the transaction queues alone (file pruning by topic): small, and read by several branches below
     tx_queues = read(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS))
     scan = None
+    choices = op_bodies = None
     if mode == "full":
         scan = spark.read.format(TX_SCAN_FORMAT).options(**dict(
-            base, include_bodies=str(bool(include_bodies)).lower(),
+            base, include_bodies=str(bool(include_bodies)).lower(), columns=columns,
             task_bytes=str(scan_task_bytes(info, split_bytes, spark.sparkContext.defaultParallelism)))).load()
         commitlog, scan_findings = split_tx_scan(scan)
         anomalies = read(ANOMALIES_FORMAT, sources=SIDE_SOURCES) \
@@ -214,6 +231,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             return parse_options(fmt, dict(base, **extra))
 
         plan = plan_indexed(indexed, info, opts_for, tx_queues, statetable, redolog)
+        choices = plan.choices
         if plan.units is not None and plan.units.num_rows <= DRIVER_FETCH_UNITS:
             # the driver holds the transaction queues' units already (the very rows the data source gives):
             # the reconstruction's copy comes from there instead of a second read by a Spark job
@@ -241,6 +259,9 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         else:
             commitlog, findings = split_tx_scan(scan)
             anomalies = decoders.unionByName(findings)
+        if not include_bodies:      # the scan kept the op records' bodies: handed over apart, as fetched
+            op_bodies = op_bodies_from_commitlog(commitlog)
+            commitlog = _without_bodies(commitlog)
     if replica_findings:
         rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
         schema = SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema()
@@ -248,7 +269,9 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
         anomalies = anomalies.unionByName(extra)
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
-                       transaction_queues=tx_queues, scan=scan)
+                       transaction_queues=tx_queues, scan=scan, read_choices=choices,
+                       op_bodies_in_records=mode == "full" and columns == "reducer" and not include_bodies,
+                       op_bodies=op_bodies)
 
 
 class LazyStoreFrames:
@@ -295,12 +318,31 @@ def _exact(df, table, prefix: str = ""):
     return df.select(*cols)
 
 
+def op_bodies_from_commitlog(commitlog):
+    """The reconstruction's op_bodies input from commitlog rows of the op topic that carry a body."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    return commitlog.filter((c("topic") == OP_TOPIC) & c("body").isNotNull()).select(
+        "broker", *[c(n).cast("string").alias(n) if n == "body" else n for n in OP_BODY_COLUMNS])
+
+
+def _without_bodies(records):
+    """``records`` with ``body`` null (same type and column metadata)."""
+    from pyspark.sql import functions as F
+
+    body = records.schema["body"]
+    return records.withColumn("body", F.lit(None).cast(body.dataType).alias("body", metadata=body.metadata))
+
+
 def split_tx_scan(scan):
-    """(records [broker + COMMITLOG], findings [broker + ANOMALIES]) of a ``rocketmq_txscan`` frame."""
+    """(records [broker + COMMITLOG], findings [broker + ANOMALIES]) of a ``rocketmq_txscan`` frame (records
+    of COMMITLOG_REDUCER's columns when it was read with ``columns=reducer``)."""
     from pyspark.sql import functions as F
 
     kind = F.col("row_kind")
-    return (_exact(scan.where(kind == TX_SCAN_RECORD), COMMITLOG_SOURCE),
+    records = COMMITLOG_SOURCE if "properties" in scan.columns else COMMITLOG_REDUCER
+    return (_exact(scan.where(kind == TX_SCAN_RECORD), records),
             _exact(scan.where(kind == TX_SCAN_ANOMALY), ANOMALIES_SOURCE, ANOMALY_PREFIX))
 
 
@@ -331,6 +373,9 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
         .select(*key)
         .unionByName(statetable.select(*key))
         .unionByName(redolog.select(*key)))
+    whole = sorted(plan.full_read) if plan is not None else []
+    if whole:       # read whole by the gap scan (jobs.read.indexed.plan.read_choices): nothing fetched
+        index_positions = index_positions.where(~F.col("broker").isin(*whole))
     index_records = fetch_records(spark, index_positions, info, opts)
     c = F.col
     keyed = [s.broker for s in info if uses_index_files(s)]
@@ -505,8 +550,12 @@ class _FetchAt:
         from txlog_io.commitlog import decode_at
 
         broker, path, base = key
-        batch, anomalies = decode_at(path, positions, base_offset=base, with_body=self.with_body,
+        # a scan keeps the op records' bodies (StoreFrames.op_bodies_in_records): no second read for them
+        op_only = self.emit == "scan" and not self.with_body
+        batch, anomalies = decode_at(path, positions, base_offset=base, with_body=self.with_body or op_only,
                                      tx_only=tx_only)
+        if op_only and batch.num_rows:
+            batch = op_bodies_only(batch)
         if self.emit == "records":
             if batch.num_rows:
                 yield prepend_broker(batch, broker, COMMITLOG.arrow_schema(),
@@ -525,4 +574,4 @@ class _FetchAt:
 __all__ = ["load_store_frames", "LazyStoreFrames", "StoreFrames", "StoreInfo", "indexed_commitlog",
            "fetch_records", "fetch_scan", "has_transaction_index", "commitlog_files_frame", "split_tx_scan",
            "fetch_scan_local", "TX_SYSTEM_TOPICS", "MODES", "GAP_HEAD", "GAP_OP_QUEUE", "GAP_TAIL",
-           "GAP_TAIL_UNITS", "located_positions", "missing_file_findings", "keyed_only"]
+           "GAP_TAIL_UNITS", "located_positions", "missing_file_findings", "keyed_only", "op_bodies_from_commitlog"]

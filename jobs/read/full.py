@@ -106,6 +106,7 @@ class LocalRead:
     redolog: pa.Table
     consumer_offsets: pa.Table
     in_driver: bool = False      # read by the driver's threads (read_local's ``in_driver``), not a Spark job
+    read_choices: Optional[dict] = None     # indexed mode: broker -> jobs.read.indexed.plan.read_choices
 
     @property
     def rows(self) -> int:

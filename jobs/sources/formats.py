@@ -87,7 +87,7 @@ from pyspark.sql.datasource import (
 )
 
 from jobs.sources.options import OptionError, SourceOptions, parse_options
-from schemas.sources import SOURCE_TABLES
+from schemas.sources import SOURCE_TABLES, TX_SCAN_REDUCER, TX_SCAN_SOURCE
 from schemas.store import COMMITLOG, CONSUMEQUEUE, CONSUMER_OFFSETS, REDOLOG, STATETABLE
 from txlog_io.errors import Anomaly, TxlogError, UsageError
 
@@ -523,9 +523,10 @@ class StoreReader(DataSourceReader):
             if isinstance(partition, CommitLogCells):
                 return (b for start, end in partition.cells
                         for b in tx_scan_batches(partition.broker, partition.path, partition.base_offset,
-                                                 start, end, self.opts.include_bodies))
+                                                 start, end, self.opts.include_bodies,
+                                                 columns=self.opts.columns))
             return tx_scan_batches(partition.broker, partition.path, partition.base_offset, partition.start,
-                                   partition.end, self.opts.include_bodies) \
+                                   partition.end, self.opts.include_bodies, columns=self.opts.columns) \
                 if isinstance(partition, CommitLogRange) else iter(())
         if isinstance(partition, CommitLogRange):
             return self._read_commitlog(partition)
@@ -584,45 +585,72 @@ class StoreReader(DataSourceReader):
 _TX_SCAN_TARGET = SOURCE_TABLES[TX_SCAN_FORMAT].arrow_schema()
 _RECORD_NAMES = COMMITLOG.arrow_schema().names
 _ANOMALY_NAMES = [f.name for f in _ANOMALY_TARGET][1:]
+#: the txscan source's ``columns`` option -> its row schema
+TX_SCAN_TABLES = {"all": TX_SCAN_SOURCE, "reducer": TX_SCAN_REDUCER}
+
+
+def tx_scan_table(opts: SourceOptions):
+    """The row table (``schemas.core.Table``) of a ``rocketmq_txscan`` read with ``opts``."""
+    return TX_SCAN_TABLES[opts.columns]
 
 
 def tx_scan_rows(broker: str, records: Optional[pa.RecordBatch] = None,
-                 anomalies: Optional[pa.RecordBatch] = None) -> pa.RecordBatch:
-    """COMMITLOG rows or ``broker`` + ANOMALIES rows as ``TX_SCAN_SOURCE`` rows (the other half null)."""
+                 anomalies: Optional[pa.RecordBatch] = None,
+                 target: pa.Schema = _TX_SCAN_TARGET) -> pa.RecordBatch:
+    """COMMITLOG rows or ``broker`` + ANOMALIES rows as ``target`` rows (TX_SCAN_SOURCE's, or a narrower
+    schema of the same columns: TX_SCAN_REDUCER's), the other half null."""
     from schemas.sources import TX_SCAN_ANOMALY, TX_SCAN_RECORD
 
     n = records.num_rows if records is not None else anomalies.num_rows
     kind = TX_SCAN_RECORD if records is not None else TX_SCAN_ANOMALY
     cols = [pa.repeat(pa.scalar(broker, pa.string()), n), pa.repeat(pa.scalar(kind, pa.string()), n)]
-    for f in _TX_SCAN_TARGET:
+    for f in target:
         if f.name in ("broker", "row_kind"):
             continue
         if f.name.startswith("anomaly_") and f.name[8:] in _ANOMALY_NAMES:
             cols.append(anomalies.column(f.name[8:]) if anomalies is not None else pa.nulls(n, f.type))
         else:
             cols.append(records.column(f.name) if records is not None else pa.nulls(n, f.type))
-    return pa.RecordBatch.from_arrays(cols, schema=_TX_SCAN_TARGET)
+    return pa.RecordBatch.from_arrays(cols, schema=target)
+
+
+def op_bodies_only(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` (COMMITLOG columns) with ``body`` kept for the op records only (the reduction parses those;
+    the halves' and the commits' stay behind)."""
+    import pyarrow.compute as pc
+
+    from txlog_io.commitlog_layout import OP_TOPIC
+
+    i = batch.schema.get_field_index("body")
+    body = pc.if_else(pc.equal(batch.column("topic"), OP_TOPIC), batch.column(i),
+                      pa.nulls(batch.num_rows, pa.binary()))
+    return batch.set_column(i, batch.schema.field(i), body)
 
 
 def tx_scan_batches(broker: str, path: str, base_offset: int, start: int, end: int, with_body: bool,
-                    keep=None) -> Iterator[pa.RecordBatch]:
+                    keep=None, columns: str = "all", op_bodies: bool = False) -> Iterator[pa.RecordBatch]:
     """One pass over ``[start, end)`` of a CommitLog file: its transaction-relevant records and its findings
-    as ``TX_SCAN_SOURCE`` rows.  ``keep(batch) -> mask``: a further row filter (indexed mode's gap scan)."""
+    as ``TX_SCAN_SOURCE`` rows (``columns="reducer"``: TX_SCAN_REDUCER rows).  Without ``with_body`` the op
+    records' bodies are kept when ``columns="reducer"`` or ``op_bodies``.  ``keep(batch) -> mask``: a further
+    row filter (indexed mode's gap scan)."""
     from txlog_io.dledger import decode_log_range as decode_range  # CommitLog or DLedger data file
 
+    target = TX_SCAN_TABLES[columns].arrow_schema()
+    op_only = (columns == "reducer" or op_bodies) and not with_body
     pending: list = []
     for batch, anomalies in decode_range(path, base_offset=base_offset, start=start, end=end,
-                                         with_body=with_body, tx_relevant=True):
+                                         with_body=with_body or op_only, tx_relevant=True):
         if keep is not None and batch.num_rows:
             batch = batch.filter(keep(batch))
         if batch.num_rows:
-            yield tx_scan_rows(broker, records=batch)
+            yield tx_scan_rows(broker, records=op_bodies_only(batch) if op_only else batch, target=target)
         pending.extend(anomalies)
         if len(pending) >= ANOMALY_FLUSH_ROWS:
-            yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, pending, "commitlog", path))
+            yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, pending, "commitlog", path),
+                               target=target)
             pending = []
     if pending:
-        yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, pending, "commitlog", path))
+        yield tx_scan_rows(broker, anomalies=anomalies_batch(broker, pending, "commitlog", path), target=target)
 
 
 def _anomaly_batches(broker: str, anomalies: Iterator[Anomaly], default_source: str,
@@ -693,13 +721,15 @@ class _RocketMQSource(DataSource):
             self._parsed = parsed
         return parsed
 
+    def _table(self, opts: SourceOptions):
+        return tx_scan_table(opts) if self.FORMAT == TX_SCAN_FORMAT else SOURCE_TABLES[self.FORMAT]
+
     def schema(self):
-        self._options()  # validate at load() time, on the driver
-        return SOURCE_TABLES[self.FORMAT].spark_schema()
+        return self._table(self._options()).spark_schema()  # options validated at load() time, on the driver
 
     def reader(self, schema) -> DataSourceReader:
         opts = self._options()
-        expected = SOURCE_TABLES[self.FORMAT].spark_schema()
+        expected = self._table(opts).spark_schema()
         if schema is not None and [(f.name, f.dataType) for f in schema.fields] != \
                 [(f.name, f.dataType) for f in expected.fields]:
             raise OptionError(self.FORMAT, "schema", f"the schema of {self.FORMAT} is fixed "
@@ -764,5 +794,5 @@ __all__ = ["register", "FORMATS", "SOURCES", "CommitLogRange", "CommitLogCells",
            "StoreListing", "FileInfo", "store_listing", "plan_partitions", "anomalies_batch",
            "prepend_broker", "StoreReader", "FilteringStoreReader", "COMMITLOG_FORMAT", "CONSUMEQUEUE_FORMAT",
            "STATETABLE_FORMAT", "REDOLOG_FORMAT", "CONSUMER_OFFSETS_FORMAT", "ANOMALIES_FORMAT", "TX_SCAN_FORMAT",
-           "tx_scan_batches", "tx_scan_rows", "decode_unit_slice", "store_anomalies",
+           "tx_scan_batches", "tx_scan_rows", "tx_scan_table", "op_bodies_only", "TX_SCAN_TABLES", "decode_unit_slice", "store_anomalies",
            "consumer_offsets_rows"]

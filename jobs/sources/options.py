@@ -27,6 +27,9 @@ Options (all optional except a path):
                     a DataFrame read with pushdown must be used by one scan only (see jobs.sources.formats)
 ``task_bytes``      txscan source only: CommitLog bytes per task (consecutive ``split_bytes`` cells of one
                     file, each decoded on its own exactly as in a task of its own); default = ``split_bytes``
+``columns``         txscan source only: ``all`` (default) or ``reducer``: only the record columns the
+                    reconstruction reads (``schemas.sources.TX_SCAN_REDUCER``), ``body`` holding the op
+                    records' bodies (every body with ``include_bodies``)
 ``sources``         anomalies source only: which decoders to run, comma-separated subset of
                     ``commitlog,consumequeue,statetable,redolog,config,store`` (default: all)
 ==================  ==========================================================================================
@@ -64,9 +67,11 @@ FORMAT_KEYS = {
     "rocketmq_redolog": frozenset(),
     "rocketmq_consumer_offsets": frozenset(),
     "rocketmq_anomalies": frozenset({"sources"}),
-    "rocketmq_txscan": frozenset({"include_bodies", "task_bytes"}),
+    "rocketmq_txscan": frozenset({"include_bodies", "task_bytes", "columns"}),
 }
 
+#: the txscan source's ``columns`` values
+TX_SCAN_COLUMNS = ("all", "reducer")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -102,6 +107,7 @@ class SourceOptions:
     sources: frozenset = frozenset(ANOMALY_SOURCES)
     pushdown: bool = False
     task_bytes: int = 0                      # txscan: bytes of cells per task (0 = one cell per task)
+    columns: str = "all"                     # txscan: "all" or "reducer" (TX_SCAN_COLUMNS)
 
     @property
     def stores(self) -> tuple:
@@ -269,6 +275,9 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
         else False
 
     pushdown = _parse_bool(fmt, "pushdown", opts["pushdown"]) if "pushdown" in opts else False
+    columns = opts.get("columns", "all").strip().lower()
+    if columns not in TX_SCAN_COLUMNS:
+        raise OptionError(fmt, "columns", f"expected one of {', '.join(TX_SCAN_COLUMNS)}, got {opts['columns']!r}")
 
     topics = None
     if "topics" in opts:
@@ -288,8 +297,10 @@ def parse_options(fmt: str, options: Mapping[str, str]) -> SourceOptions:
 
     return SourceOptions(format=fmt, paths=paths, brokers=brokers, commitlog_dirs=commitlog_dirs,
                          split_bytes=split_bytes, include_bodies=include_bodies, topics=topics,
-                         sources=sources, pushdown=pushdown, task_bytes=task_bytes)
+                         sources=sources, pushdown=pushdown, task_bytes=task_bytes,
+                         columns=columns)
 
 
 __all__ = ["SourceOptions", "OptionError", "NotAStoreError", "parse_options", "parse_split_bytes",
-           "default_broker_name", "check_store_root", "DEFAULT_SPLIT_BYTES", "ANOMALY_SOURCES", "FORMAT_KEYS"]
+           "default_broker_name", "check_store_root", "DEFAULT_SPLIT_BYTES", "ANOMALY_SOURCES", "FORMAT_KEYS",
+           "TX_SCAN_COLUMNS"]

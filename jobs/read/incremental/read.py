@@ -155,12 +155,16 @@ def evidence(spark, plan: Plan, frames, spec: ReadSpec, persist):
 
     scan = persist(_tail_scan(spark, plan, frames.layout_info, spec))
     new_records, new_findings = split_tx_scan(scan)
-    new_records = relevant_records(SimpleNamespace(mode="full", commitlog=new_records))
+    # the tail scan carries the op records' bodies (columns=reducer): they come from it, not from the
+    # whole store's frames nor a second read by position
+    tail = SimpleNamespace(mode="full", commitlog=new_records, layout_info=frames.layout_info,
+                           op_bodies_in_records=not spec.include_bodies)
+    new_records = relevant_records(tail)
     # the carried rows stay Arrow on the driver: the reducer and the state writer take them as they are
     plan.carried = _load_carried(plan, spec)
     op_bodies = None
     if not spec.include_bodies:
-        op_bodies = op_bodies_for(spark, new_records, frames, spec).select(*STATE_OP_BODIES.names)
+        op_bodies = op_bodies_for(spark, new_records, tail, spec).select(*STATE_OP_BODIES.names)
     side = (spark.read.format(ANOMALIES_FORMAT)
             .options(**spec.source_options(sources=SIDE_SOURCES)).load())
     return new_records, op_bodies, side.unionByName(new_findings), new_findings
@@ -177,8 +181,7 @@ def _tail_scan(spark, plan: Plan, layout_info, spec: ReadSpec):
     (files cut at ``split_bytes`` from their start; the one holding read_from read from it), decoded by the
     same one-pass reader."""
     from jobs.read.full import resumed_cells
-    from jobs.sources.formats import TX_SCAN_FORMAT, FileInfo, commitlog_ranges, register
-    from schemas.sources import SOURCE_TABLES
+    from jobs.sources.formats import TX_SCAN_TABLES, FileInfo, commitlog_ranges, register
 
     register(spark)
     split = spec.split_bytes
@@ -187,7 +190,7 @@ def _tail_scan(spark, plan: Plan, layout_info, spec: ReadSpec):
     cells = [(r.broker, r.path, r.base_offset, r.start, r.end)
              for r in resumed_cells([r for s in layout_info for r in commitlog_ranges(
                  s.broker, [FileInfo(*f) for f in s.commitlog_files], split)], plan.read_from)]
-    schema = SOURCE_TABLES[TX_SCAN_FORMAT].spark_schema()
+    schema = TX_SCAN_TABLES["reducer"].spark_schema()
     if not cells:
         return spark.createDataFrame([], schema)
     frame = spark.createDataFrame(cells, "broker string, path string, base_offset bigint, start bigint, "
@@ -197,7 +200,8 @@ def _tail_scan(spark, plan: Plan, layout_info, spec: ReadSpec):
 
 
 class _Cells:
-    """mapInArrow body: one ``tx_scan_batches`` pass (no row filter: full mode's rows) per cell."""
+    """mapInArrow body: one ``tx_scan_batches`` pass (no row filter: full mode's rows, the reducer's
+    columns with the op records' bodies) per cell."""
 
     def __init__(self, with_body: bool):
         self.with_body = with_body
@@ -208,7 +212,7 @@ class _Cells:
         for cells in batches:
             for c in cells.to_pylist():
                 yield from tx_scan_batches(c["broker"], c["path"], c["base_offset"], c["start"], c["end"],
-                                           self.with_body)
+                                           self.with_body, columns="reducer")
 
 
 def _state_files(out: str, table, run_ids: Sequence[str]) -> List[str]:

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import pyarrow as pa
 
-from jobs.read.indexed.plan import GAP_TAIL, IndexedPlan, uses_index_files  # noqa: F401 - re-exported
+from jobs.read.indexed.plan import GAP_DENSE, GAP_TAIL, IndexedPlan, uses_index_files  # noqa: F401 - re-exported
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL, split_idle_tails
 from jobs.sources.formats import TX_SCAN_FORMAT, tx_scan_batches
 from jobs.sources.options import SourceOptions
@@ -35,7 +35,7 @@ GAP_INDEX_LAG = "INDEX_LAG"             # the same after an unclean shutdown: th
 GAP_INDEX_BOUNDARY = "INDEX_FILE_BOUNDARY"  # between a full index file and the next: unkeyed records only
 GAP_FILE_END = "FILE_END"               # the last 64 KiB of every CommitLog file: a file cut short shows there
 FILE_END_BYTES = 64 << 10
-ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY, GAP_FILE_END,
+ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_DENSE, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY, GAP_FILE_END,
                  GAP_QUEUE_IDLE_TAIL)     # its finding depends on what the scan finds: jobs/read/indexed/tails.py
 GAPS_SCHEMA = ("broker string, start bigint, end bigint, reason string, queue string, detail string, "
                "queue_dir string")
@@ -96,9 +96,14 @@ def indexed_gap_rows(plan: IndexedPlan, indexed: Sequence,
     What the indexes cannot reach is scanned, not silently missed: the gaps of the indexed stores (lost /
     rebuilt / lagging / zeroed-tail queues), located on the driver (jobs.read.indexed.plan: a few rows per store)
     so the scan and the findings share them, the ranges no usable IndexFile covers, and the whole CommitLog of
-    a store without any index."""
+    a store without any index.  An indexed store the plan reads whole (``plan.full_read``: dense transaction
+    records, ``jobs.read.indexed.plan.read_choices``) is one whole-CommitLog gap of its own ordinary reason."""
+    whole = plan.full_read
     gap_rows, idle_tails = split_idle_tails(list(plan.gaps))
     gap_rows += [_whole_commitlog_gap(s) for s in unindexed]
+    gap_rows += [_whole_commitlog_gap(s, GAP_DENSE, _dense_detail(plan.choices[s.broker]))
+                 for s in indexed if s.broker in whole]
+    indexed = [s for s in indexed if s.broker not in whole]
     gap_rows += [row for s in indexed for row in index_file_gaps(s)]
     # a file cut right after a record (TRUNCATED_FILE) is seen only by walking to its end: every file's last
     # 64 KiB is scanned, so indexed mode reports it (and flags what it touches) like full mode
@@ -108,11 +113,17 @@ def indexed_gap_rows(plan: IndexedPlan, indexed: Sequence,
     return gap_rows, idle_tails
 
 
-def _whole_commitlog_gap(store) -> tuple:
-    """The gap row (GAPS_SCHEMA) of a store without a transaction index: its whole CommitLog."""
+def _whole_commitlog_gap(store, reason: str = GAP_NO_INDEX,
+                         detail: str = "no half-queue consume queue, statetable or redolog") -> tuple:
+    """The gap row (GAPS_SCHEMA) of a store read whole (by default: one without a transaction index)."""
     _, last_base, last_size = store.commitlog_files[-1]
-    return (store.broker, store.commitlog_files[0][1], last_base + last_size, GAP_NO_INDEX, None,
-            "no half-queue consume queue, statetable or redolog", os.path.join(store.root, "consumequeue"))
+    return (store.broker, store.commitlog_files[0][1], last_base + last_size, reason, None, detail,
+            os.path.join(store.root, "consumequeue"))
+
+
+def _dense_detail(choice: dict) -> str:
+    return (f"{choice['units']} transaction queue units: {choice['fetch_passes']} fetch passes of "
+            f"{choice['window_bytes']} window bytes >= {choice['commitlog_bytes']} CommitLog bytes")
 
 
 GAP_DETAIL = "%s: %s; indexed mode scanned CommitLog [%d, %d) for transaction records"
@@ -195,7 +206,8 @@ def _merged_ranges(gap_rows: Sequence[tuple]) -> list:
 
 
 class _ScanCells:
-    """mapInArrow body of ``scan_cells``: one ``tx_scan_batches`` pass per (path, base_offset, start, end)."""
+    """mapInArrow body of ``scan_cells``: one ``tx_scan_batches`` pass per (path, base_offset, start, end),
+    the op records' bodies kept (``StoreFrames.op_bodies_in_records``)."""
 
     def __init__(self, with_body: bool):
         self.with_body = with_body
@@ -209,7 +221,7 @@ class _ScanCells:
         for cells in batches:
             for cell in cells.to_pylist():
                 yield from tx_scan_batches(cell["broker"], cell["path"], cell["base_offset"], cell["start"],
-                                           cell["end"], self.with_body, gap_scan_keeps)
+                                           cell["end"], self.with_body, gap_scan_keeps, op_bodies=True)
 
 
 def gap_scan_keeps(batch: pa.RecordBatch) -> pa.Array:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -51,7 +51,8 @@ from jobs.sources.formats import (
 )
 from jobs.sources.options import SourceOptions
 from schemas.sources import SOURCE_TABLES
-from txlog_io.commitlog_layout import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, TX_SYSTEM_TOPICS
+from txlog_io.commitlog_decode import FETCH_DENSE_GAP, FETCH_WINDOW, FETCH_WINDOW_TAIL
+from txlog_io.commitlog_layout import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, SYS_FLAG_OFFSET, TX_SYSTEM_TOPICS
 
 #: why indexed mode scans a CommitLog range because of the queues (INDEX_INCOMPLETE findings name the reason)
 GAP_TAIL = "DISPATCH_LAG"            # after the last record any index points to: not dispatched (yet)
@@ -59,6 +60,15 @@ GAP_HEAD = "QUEUE_HEAD_MISSING"      # a transaction queue's first unit is not u
                                      # CommitLog's start: its older units were deleted (or rebuilt later)
 GAP_TAIL_UNITS = "QUEUE_TAIL_MISSING"  # consumerOffset.json has consumed past the queue's last unit
 GAP_OP_QUEUE = "OP_QUEUE_MISSING"    # half queue present, op queue absent: ops cannot be found by index
+
+GAP_DENSE = "DENSE_TRANSACTIONS"     # the transaction records' fetch windows would cover most of the
+                                     # CommitLog: read whole, as full mode does (no finding: a choice)
+#: fetch passes an indexed read makes over the span of a store's transaction queues: the records at their
+#: units, then the COMMIT / real-topic records those lead to (which lie between them)
+FETCH_PASSES = 2
+#: CommitLog bytes below which a store is always read by index: less than one fetch window
+#: (``commitlog_decode.FETCH_WINDOW``, 8 MiB), where two window passes cost at most 16 MiB of reading
+WHOLE_READ_MIN_BYTES = FETCH_WINDOW
 
 #: transaction-queue / statetable / redolog file bytes up to which the driver reads them itself
 DRIVER_READ_BYTES = 32 << 20
@@ -206,6 +216,67 @@ def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dic
     return rows
 
 
+def read_choices(stores, extremes: List[dict], ends: Dict[str, int],
+                 units: Optional[pa.Table] = None) -> Dict[str, dict]:
+    """broker -> how indexed mode reads it, from what the plan read already: its transaction queues' units
+    (``units``, when the driver read them; else the queues' extremes) and its CommitLog's written bytes (from
+    the first file's base to the dispatch point).
+
+    ``window_bytes``: what one fetch pass over the units' positions reads -- ``decode_at``'s own rule
+    (``txlog_io.commitlog_decode``: positions within ``FETCH_WINDOW`` closer than ``FETCH_DENSE_GAP`` on average
+    are one window read over their span, others a record each), per CommitLog file; from the extremes alone:
+    min(span, units x FETCH_DENSE_GAP).  An indexed read makes ``FETCH_PASSES`` such passes, so when
+    ``FETCH_PASSES x window_bytes`` >= the written bytes (the windows cover at least half of the CommitLog)
+    the store is read whole the full-mode way (``read: "full"``; ``jobs.read.indexed.gaps`` scans it as a
+    ``DENSE_TRANSACTIONS`` gap): one pass over every byte instead of two over most of them.  A CommitLog under
+    ``WHOLE_READ_MIN_BYTES`` is always read by index; 3.x statetable / redolog units are not counted."""
+    out: Dict[str, dict] = {}
+    for s in stores:
+        mine = [q for q in extremes if q["broker"] == s.broker and q["topic"] in TX_SYSTEM_TOPICS]
+        start = s.commitlog_files[0][1]
+        written = max(0, min(ends.get(s.broker, start + s.commitlog_bytes), s.commitlog_files[-1][1]
+                             + s.commitlog_files[-1][2]) - start)
+        n_units = sum(int(q["q_last"]) - int(q["q_first"]) + 1 for q in mine)
+        if units is not None:
+            t = units.filter(pc.equal(units.column("broker"), s.broker))
+            n_units = t.num_rows
+            windows = pass_bytes(t.column("commitlog_offset").to_numpy(),
+                                 t.column("size").to_numpy().astype(np.int64), s.commitlog_files)
+        else:
+            span = (max(int(q["p_after_last"]) for q in mine) - min(int(q["p_first"]) for q in mine)) \
+                if mine else 0
+            windows = min(max(span, 0), n_units * FETCH_DENSE_GAP)
+        full = n_units > 0 and written >= WHOLE_READ_MIN_BYTES and FETCH_PASSES * windows >= written
+        out[s.broker] = {"read": "full" if full else "indexed", "units": n_units, "window_bytes": int(windows),
+                         "fetch_passes": FETCH_PASSES, "commitlog_bytes": int(written),
+                         "from": "units" if units is not None else "extremes"}
+    return out
+
+
+def pass_bytes(offsets: np.ndarray, sizes: np.ndarray, commitlog_files) -> int:
+    """CommitLog bytes one ``decode_at`` pass over the records at ``offsets`` (``sizes`` bytes each) reads:
+    its window rule applied per file to the sorted distinct positions (a record longer than a window's
+    4 KiB tail is read again by decode_at: not counted)."""
+    if offsets.size == 0:
+        return 0
+    offsets, first = np.unique(offsets.astype(np.int64), return_index=True)
+    sizes = sizes[first]
+    which = np.searchsorted(np.array([f[1] for f in commitlog_files], np.int64), offsets, "right") - 1
+    total = 0
+    for k in np.unique(which[which >= 0]).tolist():
+        pos, size = offsets[which == k], sizes[which == k]
+        end = commitlog_files[k][1] + commitlog_files[k][2]     # a window stops at its file's end
+        i, n = 0, pos.size
+        while i < n:
+            j = max(i + 1, int(np.searchsorted(pos, pos[i] + FETCH_WINDOW, "left")))
+            if j - i > 1 and (pos[j - 1] - pos[i]) <= FETCH_DENSE_GAP * (j - i - 1):
+                total += max(0, min(int(pos[j - 1] - pos[i]) + FETCH_WINDOW_TAIL, end - int(pos[i])))
+            else:       # a record each: its header probe, then the record
+                total += int(size[i:j].sum()) + (j - i) * (SYS_FLAG_OFFSET + 4)
+            i = j
+    return total
+
+
 @dataclass
 class IndexedPlan:
     """What the driver worked out for indexed mode: the queue gaps and, when the transaction queues were read
@@ -216,6 +287,13 @@ class IndexedPlan:
     #: the statetable and redolog rows (STATETABLE / REDOLOG_SOURCE) when the driver read them here: their
     #: positions are the 3.x transactions' records (jobs/read/indexed/read.py fetches them on the driver)
     tables: Optional[List[pa.Table]] = None
+    #: :func:`read_choices` of the indexed stores (``audit_runs.config_json``'s ``indexed_read``)
+    choices: Dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def full_read(self) -> frozenset:
+        """The brokers read whole the full-mode way (no fetch by position, no gap of their queues)."""
+        return frozenset(b for b, c in self.choices.items() if c["read"] == "full")
 
 
 def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -> IndexedPlan:
@@ -249,11 +327,17 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
+    choices = read_choices(stores, extremes, ends, None if units is None else mine)
+    # a store read whole has no queue gaps to scan: every byte of it is
+    whole = {b for b, c in choices.items() if c["read"] == "full"}
+    stores = [s for s in stores if s.broker not in whole]
+    extremes = [q for q in extremes if q["broker"] not in whole]
+    holes = [q for q in holes if q["broker"] not in whole]
     seen = {(q["broker"], q["topic"], q["queue_id"]) for q in [*extremes, *holes]}
     gaps = (queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes)
             + empty_queue_gaps(stores, seen)
             + checkpoint_gaps(stores, ends)) if stores else []
-    return IndexedPlan(gaps, units, driver_tables)
+    return IndexedPlan(gaps, units, driver_tables, choices)
 
 
 def index_units(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
@@ -267,7 +351,11 @@ def index_units(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
     if plan.units is None:
         return None
     key = ["broker", "commitlog_offset"]
-    return pa.concat_tables([t.select(key) for t in [plan.units, *(tables or ())]])
+    units = pa.concat_tables([t.select(key) for t in [plan.units, *(tables or ())]])
+    if plan.full_read:      # those stores are read whole: nothing of theirs is fetched by position
+        units = units.filter(pc.invert(pc.is_in(units.column("broker"),
+                                                 pa.array(sorted(plan.full_read), pa.string()))))
+    return units
 
 
 def probed_topics(stores, heads) -> Dict[str, set]:
@@ -438,7 +526,7 @@ class IndexLookup:
             flush()
 
 
-__all__ = ["IndexLookup", "uses_index_files", "probed", "probed_topics", "probe_offsets", "index_units",
+__all__ = ["read_choices", "pass_bytes", "GAP_DENSE", "FETCH_PASSES", "WHOLE_READ_MIN_BYTES", "IndexLookup", "uses_index_files", "probed", "probed_topics", "probe_offsets", "index_units",
            "plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
            "extremes_of_frame", "driver_table", "dispatch_ends", "units_end", "DRIVER_READ_BYTES",
            "DRIVER_FETCH_UNITS", "GAP_TAIL", "GAP_HEAD", "GAP_TAIL_UNITS", "GAP_OP_QUEUE"]

@@ -149,6 +149,7 @@ class _Plan:
     idle: list                  # the per-queue idle-tail rows
     units: UnitRecords          # the records at the transaction queues' units, read by the driver
     commitlog_dirs: dict        # broker -> its CommitLog directory (MISSING_FILE findings)
+    choices: dict               # jobs.read.indexed.plan.read_choices: which brokers are read whole
 
 
 def plan_read(spec: ReadSpec, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Plan]:
@@ -174,10 +175,11 @@ def plan_read(spec: ReadSpec, cores: int = 1, max_rows: int = 1 << 62) -> Option
     # the kernel reads the files the job reads whole (index files searched whole, unit files) while the
     # driver fetches the units: on a cold page cache those reads overlap the plan (the hints themselves
     # block while the kernel queues the reads: ~0.15 s for 218 files, so they are given from a thread)
-    ahead = index_files_read_whole(info, plan.units.num_rows) + list(dict.fromkeys(
+    positions = index_units(plan, info, opts_for)     # none of a store read whole (plan.full_read)
+    looked_up = [s for s in info if s.broker not in plan.full_read]
+    ahead = index_files_read_whole(looked_up, positions.num_rows) + list(dict.fromkeys(
         s.path for p in side if isinstance(p, UnitFiles) for s in p.slices))
     threading.Thread(target=will_read, args=(ahead,), name="txaudit-read-ahead", daemon=True).start()
-    positions = index_units(plan, info, opts_for)
     units = fetch_units(info, positions, uses_index_files)
     # 3.x stores (and 4.3+ ones without IndexFiles): their transactions' real topics are probed in the job
     probes = probe_items(info, units, _by_broker(positions), opts_for, cores, max_rows)
@@ -187,7 +189,7 @@ def plan_read(spec: ReadSpec, cores: int = 1, max_rows: int = 1 << 62) -> Option
     gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
     items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, spec.split_bytes)]
     items += side
-    return _Plan(items, side_opts.sources, gap_rows, idle, units, commitlog_dirs(info))
+    return _Plan(items, side_opts.sources, gap_rows, idle, units, commitlog_dirs(info), plan.choices)
 
 
 def _by_broker(positions: pa.Table) -> Dict[str, set]:
@@ -241,7 +243,7 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=anomalies,
                      scan_findings=tables["scan_findings"], consumequeue=tables["consumequeue"],
                      statetable=tables["statetable"], redolog=tables["redolog"],
-                     consumer_offsets=tables["consumer_offsets"])
+                     consumer_offsets=tables["consumer_offsets"], read_choices=plan.choices)
     if timings is not None:
         timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
     return None if read.rows > max_rows else read
