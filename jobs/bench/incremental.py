@@ -47,6 +47,17 @@ def _commitlog_span(store: Path) -> tuple:
     return (files[0].base_offset, files[-1].base_offset + files[-1].size) if files else (0, 0)
 
 
+def _fresh_paths(base: Path, out_name: str) -> tuple:
+    """(the live store's path, the output directory) under ``base``, both removed; the live store's parent
+    made."""
+    live = base.joinpath(*LIVE)
+    out = base / out_name
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(live, ignore_errors=True)
+    live.parent.mkdir(parents=True, exist_ok=True)
+    return live, out
+
+
 def share_identical(snap: Path, final: Path) -> tuple:
     """Each file of ``snap`` whose bytes equal the same path's in ``final`` becomes a hard link to it ->
     (files linked now, bytes they hold).  Files already linked are skipped; a file that differs (the newest
@@ -80,11 +91,7 @@ def bench_incremental(spark, base: Path, final_store: Path, as_of: str, log=prin
     snap = base / "snapshots" / "001" / "store"
     if not snap.is_dir():
         raise RuntimeError(f"no snapshot store at {snap} (generate with snapshot_every)")
-    live = base.joinpath(*LIVE)
-    out = base / "out-incremental"
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(live, ignore_errors=True)
-    live.parent.mkdir(parents=True, exist_ok=True)
+    live, out = _fresh_paths(base, "out-incremental")
 
     def audit(run_id: str):
         _, opts = parse_args(["audit", "--store", str(live), "--out", str(out), "--as-of", as_of,
@@ -144,11 +151,7 @@ def bench_growth(spark, base: Path, final_store: Path, as_of: str, log=print, be
     snaps = sorted(p / "store" for p in (base / "snapshots").iterdir() if (p / "store").is_dir())
     if not snaps:
         raise RuntimeError(f"no snapshot stores under {base / 'snapshots'}")
-    live = base.joinpath(*LIVE)
-    out = base / "out-growth"
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(live, ignore_errors=True)
-    live.parent.mkdir(parents=True, exist_ok=True)
+    live, out = _fresh_paths(base, "out-growth")
     for snap in snaps:
         share_identical(snap, final_store)
     runs = []
