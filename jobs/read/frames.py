@@ -163,9 +163,9 @@ class StoreFrames:
     #: the one-pass CommitLog scan (``rocketmq_txscan`` rows) ``commitlog`` and ``anomalies`` partly derive
     #: from (full mode; indexed mode: its gap scan); None when there is none.  Persist it to read once.
     scan: object = None
-    #: ``commitlog`` (full mode with ``columns="reducer"``, without ``include_bodies``: COMMITLOG_REDUCER
-    #: rows) carries the op records' bodies: ``jobs.read.inputs`` takes them from there instead of fetching
-    #: them by position, and nulls them in the records it hands the reduction
+    #: ``commitlog`` (full mode without ``include_bodies``; COMMITLOG_REDUCER rows with ``columns="reducer"``)
+    #: carries the op records' bodies (the scan keeps them): ``jobs.read.inputs`` takes them from there
+    #: instead of fetching them by position, and nulls them in the records it hands the reduction
     op_bodies_in_records: bool = False
     #: indexed mode without ``include_bodies``: the op records' bodies (the reconstruction's ``op_bodies``
     #: input) as its fetch and gap scan read them -- ``commitlog``'s bodies are null, as a fetch without
@@ -270,7 +270,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
     return StoreFrames(commitlog=commitlog, consumequeue=consumequeue, statetable=statetable, redolog=redolog,
                        consumer_offsets=consumer_offsets, anomalies=anomalies, layout_info=info, mode=mode,
                        transaction_queues=tx_queues, scan=scan, read_choices=choices,
-                       op_bodies_in_records=mode == "full" and columns == "reducer" and not include_bodies,
+                       op_bodies_in_records=mode == "full" and not include_bodies,
                        op_bodies=op_bodies)
 
 

@@ -16,7 +16,8 @@ column first (schemas: :mod:`schemas.sources`, i.e. ``broker`` + the :mod:`schem
   union of the same partitions;
 * ``rocketmq_txscan`` (internal, what ``full`` audit mode reads): ONE pass over the same CommitLog ranges
   yielding the transaction-relevant records *and* the CommitLog findings as rows of
-  ``schemas.sources.TX_SCAN_SOURCE``; ordinary records are framed and checked but never become rows.
+  ``schemas.sources.TX_SCAN_SOURCE``; ordinary records are framed and checked but never become rows.  The op
+  records keep their bodies (the reduction parses them) even without ``include_bodies``.
 
 Options are parsed once, on the driver, into :class:`jobs.sources.options.SourceOptions`: ``DataSource.schema()`` runs
 first and keeps the result on the data source instance, which Spark pickles into the plan; ``reader()`` reuses
@@ -524,9 +525,10 @@ class StoreReader(DataSourceReader):
                 return (b for start, end in partition.cells
                         for b in tx_scan_batches(partition.broker, partition.path, partition.base_offset,
                                                  start, end, self.opts.include_bodies,
-                                                 columns=self.opts.columns))
+                                                 columns=self.opts.columns, op_bodies=True))
             return tx_scan_batches(partition.broker, partition.path, partition.base_offset, partition.start,
-                                   partition.end, self.opts.include_bodies, columns=self.opts.columns) \
+                                   partition.end, self.opts.include_bodies, columns=self.opts.columns,
+                                   op_bodies=True) \
                 if isinstance(partition, CommitLogRange) else iter(())
         if isinstance(partition, CommitLogRange):
             return self._read_commitlog(partition)
