@@ -127,6 +127,7 @@ WRITE_SITES_REVIEWED = {
     ("jobs/bench/incremental.py", "bench_incremental"),  # renames the bench's own stores in and out of live/
     ("jobs/bench/incremental.py", "bench_growth"),  # the same for each snapshot of the bench's own growing store
     ("jobs/bench/incremental.py", "share_identical"),  # hard-links the bench snapshot's identical files
+    ("jobs/bench/incremental.py", "_fresh_paths"),  # empties the bench's own live/ store and output directories
     ("jobs/check/output.py", "_atomic_write"),      # --json / --junit-xml files the user named
     ("jobs/repair/requests.py", "_write_jsonl"),  # --out/recovery/<run_id>/
     ("jobs/repair/requests.py", "write_requests"),
