@@ -261,7 +261,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             anomalies = decoders.unionByName(findings)
         if not include_bodies:      # the scan kept the op records' bodies: handed over apart, as fetched
             op_bodies = op_bodies_from_commitlog(commitlog)
-            commitlog = _without_bodies(commitlog)
+            commitlog = without_bodies(commitlog)
     if replica_findings:
         rows = [anomalies_batch(b, [a]).to_pylist()[0] for b, a in replica_findings]
         schema = SOURCE_TABLES[ANOMALIES_FORMAT].spark_schema()
@@ -327,7 +327,7 @@ def op_bodies_from_commitlog(commitlog):
         "broker", *[c(n).cast("string").alias(n) if n == "body" else n for n in OP_BODY_COLUMNS])
 
 
-def _without_bodies(records):
+def without_bodies(records):
     """``records`` with ``body`` null (same type and column metadata)."""
     from pyspark.sql import functions as F
 
@@ -574,4 +574,4 @@ class _FetchAt:
 __all__ = ["load_store_frames", "LazyStoreFrames", "StoreFrames", "StoreInfo", "indexed_commitlog",
            "fetch_records", "fetch_scan", "has_transaction_index", "commitlog_files_frame", "split_tx_scan",
            "fetch_scan_local", "TX_SYSTEM_TOPICS", "MODES", "GAP_HEAD", "GAP_OP_QUEUE", "GAP_TAIL",
-           "GAP_TAIL_UNITS", "located_positions", "missing_file_findings", "keyed_only", "op_bodies_from_commitlog"]
+           "GAP_TAIL_UNITS", "located_positions", "missing_file_findings", "keyed_only", "op_bodies_from_commitlog", "without_bodies"]

@@ -5,7 +5,7 @@ read.
 """
 from __future__ import annotations
 
-from jobs.read.frames import op_bodies_from_commitlog
+from jobs.read.frames import op_bodies_from_commitlog, without_bodies
 from jobs.read.spec import ReadSpec
 from txlog_io.commitlog_layout import OP_TOPIC, TX_SYSTEM_TOPICS
 
@@ -21,8 +21,7 @@ def relevant_records(frames):
                                      | (c("magic_version") == 2))
     if getattr(frames, "op_bodies_in_records", False):
         # the op records' bodies go to the reduction apart (op_bodies_for), as a fetched record's would
-        body = records.schema["body"]
-        records = records.withColumn("body", F.lit(None).cast(body.dataType).alias("body", metadata=body.metadata))
+        records = without_bodies(records)
     return records
 
 
