@@ -525,10 +525,9 @@ class StoreReader(DataSourceReader):
                 return (b for start, end in partition.cells
                         for b in tx_scan_batches(partition.broker, partition.path, partition.base_offset,
                                                  start, end, self.opts.include_bodies,
-                                                 columns=self.opts.columns, op_bodies=True))
+                                                 columns=self.opts.columns))
             return tx_scan_batches(partition.broker, partition.path, partition.base_offset, partition.start,
-                                   partition.end, self.opts.include_bodies, columns=self.opts.columns,
-                                   op_bodies=True) \
+                                   partition.end, self.opts.include_bodies, columns=self.opts.columns) \
                 if isinstance(partition, CommitLogRange) else iter(())
         if isinstance(partition, CommitLogRange):
             return self._read_commitlog(partition)
@@ -630,15 +629,15 @@ def op_bodies_only(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def tx_scan_batches(broker: str, path: str, base_offset: int, start: int, end: int, with_body: bool,
-                    keep=None, columns: str = "all", op_bodies: bool = False) -> Iterator[pa.RecordBatch]:
+                    keep=None, columns: str = "all") -> Iterator[pa.RecordBatch]:
     """One pass over ``[start, end)`` of a CommitLog file: its transaction-relevant records and its findings
-    as ``TX_SCAN_SOURCE`` rows (``columns="reducer"``: TX_SCAN_REDUCER rows).  Without ``with_body`` the op
-    records' bodies are kept when ``columns="reducer"`` or ``op_bodies``.  ``keep(batch) -> mask``: a further
-    row filter (indexed mode's gap scan)."""
+    as ``TX_SCAN_SOURCE`` rows (``columns="reducer"``: TX_SCAN_REDUCER rows).  Without ``with_body`` only the op
+    records keep their bodies (the reducer links them by the half offsets they carry).  ``keep(batch) -> mask``:
+    a further row filter (indexed mode's gap scan)."""
     from txlog_io.dledger import decode_log_range as decode_range  # CommitLog or DLedger data file
 
     target = TX_SCAN_TABLES[columns].arrow_schema()
-    op_only = (columns == "reducer" or op_bodies) and not with_body
+    op_only = not with_body
     pending: list = []
     for batch, anomalies in decode_range(path, base_offset=base_offset, start=start, end=end,
                                          with_body=with_body or op_only, tx_relevant=True):

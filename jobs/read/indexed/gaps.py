@@ -221,7 +221,7 @@ class _ScanCells:
         for cells in batches:
             for cell in cells.to_pylist():
                 yield from tx_scan_batches(cell["broker"], cell["path"], cell["base_offset"], cell["start"],
-                                           cell["end"], self.with_body, gap_scan_keeps, op_bodies=True)
+                                           cell["end"], self.with_body, gap_scan_keeps)
 
 
 def gap_scan_keeps(batch: pa.RecordBatch) -> pa.Array:
