@@ -281,9 +281,11 @@ def index_keys(topic: str, uniq_key: Optional[str], keys: Optional[str], transac
     """The keys ``IndexService.buildIndex`` puts for one record (none for a ROLLBACK record)."""
     if transaction_type == "ROLLBACK":
         return []
-    out = [build_key(topic, uniq_key)] if uniq_key is not None else []
+    out = [f"{topic}#{uniq_key}"] if uniq_key is not None else []        # build_key, inlined (once a record)
     if keys:
-        out += [build_key(topic, k) for k in keys.split(" ") if k]
+        for k in keys.split(" "):
+            if k:
+                out.append(f"{topic}#{k}")
     return out
 
 
