@@ -187,7 +187,7 @@ class Run:
         if not self._ended:
             self.end_simulation()
         self.inject(fault_names)
-        _write_final_ledger(self.partial_path, self.ledger_path, self.faults)
+        tally = _write_final_ledger(self.partial_path, self.ledger_path, self.faults, self.writer.tally)
         broker, store = self.broker, self.broker.store
         elapsed = time.perf_counter() - self.started
         data_bytes = store.bytes_written
@@ -219,7 +219,7 @@ class Run:
             "profile_settings": broker.profile.broker_defaults(),
         }
         info.update(extra or {})
-        summary = L.summarize(self.ledger_path, extra=info)
+        summary = L.summarize(self.ledger_path, extra=info, tally=tally)
         L.write_json(self.out / "summary.json", summary)
         return GenerateResult(self.store_dir, self.ledger_path, summary)
 
@@ -372,7 +372,9 @@ def _in_ranges(offset, ranges) -> bool:
     return offset is not None and any(start <= offset < end for start, end in ranges)
 
 
-def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> None:
+def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list, partial: L.Tally) -> L.Tally:
+    """The final ledger: the partial ledger's transaction lines (annotated with the faults' effects) and the
+    fault lines.  Returns the counts of every line written (``partial``: those of the partial ledger)."""
     deleted, corrupted, damaged, units, op_queue_faults, gone_units = [], [], [], {}, [], []
     for fault in faults:
         effects = fault.get("effects") or {}
@@ -391,6 +393,7 @@ def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> 
         # nothing to mark: keep the transaction lines as written and append the fault lines
         os.replace(partial_path, ledger_path)
         writer = L.LedgerWriter(ledger_path, append=True)
+        writer.tally.merge(partial)
     else:
         writer = L.LedgerWriter(ledger_path)
         for entry in L.iter_ledger(partial_path):
@@ -404,6 +407,7 @@ def _write_final_ledger(partial_path: Path, ledger_path: Path, faults: list) -> 
             writer.write(line)
     finally:
         writer.close()
+    return writer.tally
 
 
 def _annotate(entry: dict, deleted: list, corrupted: list, op_queue_faults: list, damaged: tuple = (),

@@ -362,19 +362,48 @@ class Transaction:
 _LINE_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
+class Tally:
+    """The summary's counts (per outcome / visible outcome / flag / fault) of the ledger lines added."""
+
+    def __init__(self):
+        self.transactions = 0
+        self.outcomes, self.visible, self.flags, self.faults = Counter(), Counter(), Counter(), Counter()
+
+    def add(self, entry: dict) -> None:
+        kind = entry["kind"]
+        if kind == "transaction":
+            self.transactions += 1
+            self.outcomes[entry["outcome"]] += 1
+            self.visible[entry["visible_outcome"]] += 1
+            self.flags.update(entry["flags"])
+        elif kind == "fault":
+            self.faults[entry["fault"]] += 1
+
+    def merge(self, other: "Tally") -> "Tally":
+        self.transactions += other.transactions
+        self.outcomes.update(other.outcomes)
+        self.visible.update(other.visible)
+        self.flags.update(other.flags)
+        self.faults.update(other.faults)
+        return self
+
+
 class LedgerWriter:
-    """Streams transaction lines to a JSON-lines file; counts outcomes and flags for the summary."""
+    """Streams transaction lines to a JSON-lines file; counts outcomes and flags for the summary (``tally``:
+    the lines this writer wrote)."""
 
     def __init__(self, path, append: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a" if append else "w", encoding="utf-8", buffering=1 << 20)
         self.count = 0
+        self.tally = Tally()
 
     def write(self, entry: dict) -> None:
         self._fh.write(_LINE_ENCODER.encode(entry))
         self._fh.write("\n")
         self.count += 1
+        self.tally.add(entry)
 
     def flush(self) -> None:
         self._fh.flush()
@@ -393,24 +422,19 @@ def iter_ledger(path):
                 yield json.loads(line)
 
 
-def summarize(ledger_path, extra: Optional[dict] = None) -> dict:
-    """Counts per outcome / visible outcome / flag / fault, computed from a finished ledger file."""
-    outcomes, visible, flags, faults = Counter(), Counter(), Counter(), Counter()
-    transactions = 0
-    for entry in iter_ledger(ledger_path):
-        if entry["kind"] == "transaction":
-            transactions += 1
-            outcomes[entry["outcome"]] += 1
-            visible[entry["visible_outcome"]] += 1
-            flags.update(entry["flags"])
-        elif entry["kind"] == "fault":
-            faults[entry["fault"]] += 1
+def summarize(ledger_path, extra: Optional[dict] = None, tally: Optional[Tally] = None) -> dict:
+    """Counts per outcome / visible outcome / flag / fault of a finished ledger file: read from the file, or
+    ``tally``, the counts of the writers that wrote every line of it."""
+    if tally is None:
+        tally = Tally()
+        for entry in iter_ledger(ledger_path):
+            tally.add(entry)
     summary = {
-        "transactions": transactions,
-        "outcomes": {k: outcomes.get(k, 0) for k in OUTCOMES},
-        "visible_outcomes": {k: visible.get(k, 0) for k in OUTCOMES},
-        "flags": dict(sorted(flags.items())),
-        "faults": dict(sorted(faults.items())),
+        "transactions": tally.transactions,
+        "outcomes": {k: tally.outcomes.get(k, 0) for k in OUTCOMES},
+        "visible_outcomes": {k: tally.visible.get(k, 0) for k in OUTCOMES},
+        "flags": dict(sorted(tally.flags.items())),
+        "faults": dict(sorted(tally.faults.items())),
     }
     if extra:
         summary.update(extra)
@@ -425,5 +449,5 @@ def write_json(path, obj) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["Transaction", "HalfCopy", "LedgerWriter", "iter_ledger", "summarize", "OUTCOMES", "COMMITTED",
+__all__ = ["Transaction", "HalfCopy", "LedgerWriter", "Tally", "iter_ledger", "summarize", "OUTCOMES", "COMMITTED",
            "ROLLED_BACK", "DISCARDED", "PREPARED"]
