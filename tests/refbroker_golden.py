@@ -38,6 +38,8 @@ def cases() -> list:
     for profile, scenario in (("5.1+", "crashy"), ("4.6-4.9", "unresolved")):
         out.append((f"dledger/{scenario}/{profile}", profile, scenario, TX, dict(SMALL), True))
     out.append(("bench-shape/5.1+", "5.1+", "clean", 2000, dict(BENCH), False))
+    # enough records (two index keys each) to fill an index file (65,536 entries) and start the next
+    out.append(("index-roll/5.1+", "5.1+", "clean", 14000, dict(BENCH, commitlog_file_size=4 << 20), False))
     return out
 
 
