@@ -274,13 +274,16 @@ class Transaction:
     def op_half_offsets(self, present_only: bool = False) -> set:
         return {op["half_queue_offset"] for op in self.op_records if op["present"] or not present_only}
 
-    def _outcome(self, present_only: bool) -> str:
+    def _outcome(self, present_only: bool, copies: Optional[list] = None) -> str:
+        """``copies``: the copies' ``to_dict()`` when the caller has them already."""
+        if present_only and copies is None:
+            copies = [c.to_dict() for c in self.copies]
         return compute_outcome(
             self.commit_records,
             self.rollback_records,
             self.op_records,
             self.discard_records,
-            [c.to_dict() for c in self.copies] if present_only else (),
+            copies if present_only else (),
             present_only,
             None if self.statetable_index is None else {"index": self.statetable_index,
                                                         "state": self.statetable_state},
@@ -326,6 +329,7 @@ class Transaction:
 
     def to_dict(self) -> dict:
         self.derive_flags()
+        copies = [c.to_dict() for c in self.copies]
         return {
             "kind": "transaction",
             "transaction_key": self.transaction_key,
@@ -337,14 +341,14 @@ class Transaction:
             "born_timestamp": self.born_timestamp,
             "profile": self.profile_name,
             "outcome": self.outcome,
-            "visible_outcome": self.visible_outcome,
+            "visible_outcome": self._outcome(True, copies),
             "producer_decision": self.producer_decision,
             "end_at_send": self.end_at_send,
             "check_count": self.check_count,
             "checks_skipped": self.checks_skipped,
             "max_check_times": max([c.check_times or 0 for c in self.copies] or [0]),
             "check_immunity_time_s": _int_or_none(self.props.get("CHECK_IMMUNITY_TIME_IN_SECONDS")),
-            "half_copies": [c.to_dict() for c in self.copies],
+            "half_copies": copies,
             "commit_records": self.commit_records,
             "rollback_records": self.rollback_records,
             "op_records": self.op_records,
