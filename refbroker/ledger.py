@@ -274,13 +274,16 @@ class Transaction:
     def op_half_offsets(self, present_only: bool = False) -> set:
         return {op["half_queue_offset"] for op in self.op_records if op["present"] or not present_only}
 
-    def _outcome(self, present_only: bool) -> str:
+    def _outcome(self, present_only: bool, copies: Optional[list] = None) -> str:
+        """``copies``: the copies' ``to_dict()`` when the caller has them already."""
+        if present_only and copies is None:
+            copies = [c.to_dict() for c in self.copies]
         return compute_outcome(
             self.commit_records,
             self.rollback_records,
             self.op_records,
             self.discard_records,
-            [c.to_dict() for c in self.copies] if present_only else (),
+            copies if present_only else (),
             present_only,
             None if self.statetable_index is None else {"index": self.statetable_index,
                                                         "state": self.statetable_state},
@@ -326,6 +329,7 @@ class Transaction:
 
     def to_dict(self) -> dict:
         self.derive_flags()
+        copies = [c.to_dict() for c in self.copies]
         return {
             "kind": "transaction",
             "transaction_key": self.transaction_key,
@@ -337,14 +341,14 @@ class Transaction:
             "born_timestamp": self.born_timestamp,
             "profile": self.profile_name,
             "outcome": self.outcome,
-            "visible_outcome": self.visible_outcome,
+            "visible_outcome": self._outcome(True, copies),
             "producer_decision": self.producer_decision,
             "end_at_send": self.end_at_send,
             "check_count": self.check_count,
             "checks_skipped": self.checks_skipped,
             "max_check_times": max([c.check_times or 0 for c in self.copies] or [0]),
             "check_immunity_time_s": _int_or_none(self.props.get("CHECK_IMMUNITY_TIME_IN_SECONDS")),
-            "half_copies": [c.to_dict() for c in self.copies],
+            "half_copies": copies,
             "commit_records": self.commit_records,
             "rollback_records": self.rollback_records,
             "op_records": self.op_records,
@@ -362,19 +366,48 @@ class Transaction:
 _LINE_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
+class Tally:
+    """The summary's counts (per outcome / visible outcome / flag / fault) of the ledger lines added."""
+
+    def __init__(self):
+        self.transactions = 0
+        self.outcomes, self.visible, self.flags, self.faults = Counter(), Counter(), Counter(), Counter()
+
+    def add(self, entry: dict) -> None:
+        kind = entry["kind"]
+        if kind == "transaction":
+            self.transactions += 1
+            self.outcomes[entry["outcome"]] += 1
+            self.visible[entry["visible_outcome"]] += 1
+            self.flags.update(entry["flags"])
+        elif kind == "fault":
+            self.faults[entry["fault"]] += 1
+
+    def merge(self, other: "Tally") -> "Tally":
+        self.transactions += other.transactions
+        self.outcomes.update(other.outcomes)
+        self.visible.update(other.visible)
+        self.flags.update(other.flags)
+        self.faults.update(other.faults)
+        return self
+
+
 class LedgerWriter:
-    """Streams transaction lines to a JSON-lines file; counts outcomes and flags for the summary."""
+    """Streams transaction lines to a JSON-lines file; counts outcomes and flags for the summary (``tally``:
+    the lines this writer wrote)."""
 
     def __init__(self, path, append: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a" if append else "w", encoding="utf-8", buffering=1 << 20)
         self.count = 0
+        self.tally = Tally()
 
     def write(self, entry: dict) -> None:
         self._fh.write(_LINE_ENCODER.encode(entry))
         self._fh.write("\n")
         self.count += 1
+        self.tally.add(entry)
 
     def flush(self) -> None:
         self._fh.flush()
@@ -393,24 +426,19 @@ def iter_ledger(path):
                 yield json.loads(line)
 
 
-def summarize(ledger_path, extra: Optional[dict] = None) -> dict:
-    """Counts per outcome / visible outcome / flag / fault, computed from a finished ledger file."""
-    outcomes, visible, flags, faults = Counter(), Counter(), Counter(), Counter()
-    transactions = 0
-    for entry in iter_ledger(ledger_path):
-        if entry["kind"] == "transaction":
-            transactions += 1
-            outcomes[entry["outcome"]] += 1
-            visible[entry["visible_outcome"]] += 1
-            flags.update(entry["flags"])
-        elif entry["kind"] == "fault":
-            faults[entry["fault"]] += 1
+def summarize(ledger_path, extra: Optional[dict] = None, tally: Optional[Tally] = None) -> dict:
+    """Counts per outcome / visible outcome / flag / fault of a finished ledger file: read from the file, or
+    ``tally``, the counts of the writers that wrote every line of it."""
+    if tally is None:
+        tally = Tally()
+        for entry in iter_ledger(ledger_path):
+            tally.add(entry)
     summary = {
-        "transactions": transactions,
-        "outcomes": {k: outcomes.get(k, 0) for k in OUTCOMES},
-        "visible_outcomes": {k: visible.get(k, 0) for k in OUTCOMES},
-        "flags": dict(sorted(flags.items())),
-        "faults": dict(sorted(faults.items())),
+        "transactions": tally.transactions,
+        "outcomes": {k: tally.outcomes.get(k, 0) for k in OUTCOMES},
+        "visible_outcomes": {k: tally.visible.get(k, 0) for k in OUTCOMES},
+        "flags": dict(sorted(tally.flags.items())),
+        "faults": dict(sorted(tally.faults.items())),
     }
     if extra:
         summary.update(extra)
@@ -425,5 +453,5 @@ def write_json(path, obj) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["Transaction", "HalfCopy", "LedgerWriter", "iter_ledger", "summarize", "OUTCOMES", "COMMITTED",
+__all__ = ["Transaction", "HalfCopy", "LedgerWriter", "Tally", "iter_ledger", "summarize", "OUTCOMES", "COMMITTED",
            "ROLLED_BACK", "DISCARDED", "PREPARED"]

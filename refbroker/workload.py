@@ -16,6 +16,7 @@ Scenarios (``SCENARIOS``) add crashes, clock jumps, profile switches, tuning and
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Optional
@@ -355,6 +356,9 @@ class Workload:
         classes = [c for c in scenario.mix if scenario.mix[c] > 0]
         self.class_names = [c for c in classes if not TX_CLASSES[c].inflight]
         self.class_weights = [scenario.mix[c] for c in self.class_names]
+        # Random.choices(population, weights) accumulates the weights on every call; passing them accumulated
+        # once draws the same values from the same random() calls
+        self.class_cum_weights = list(itertools.accumulate(self.class_weights))
         self.inflight_share = sum(scenario.mix[c] for c in classes if TX_CLASSES[c].inflight) / \
             max(1, sum(scenario.mix.values()))
         self.class_counts: dict = {}
@@ -390,7 +394,7 @@ class Workload:
     def _pick_class(self, inflight: bool) -> TxClass:
         if inflight:
             return TX_CLASSES["inflight"]
-        name = self.rng.choices(self.class_names, self.class_weights)[0]
+        name = self.rng.choices(self.class_names, cum_weights=self.class_cum_weights)[0]
         return TX_CLASSES[name]
 
     # -- sends ----------------------------------------------------------------------------------------------

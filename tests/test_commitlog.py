@@ -277,6 +277,28 @@ def test_properties_reader_follows_java_rules():
     assert P.java_string_hash("数据") == (ord("数") * 31 + ord("据"))
 
 
+def test_java_string_hash_matches_horner_over_utf16_units():
+    """Every length up to past the table, ASCII (the cached-prefix path) and beyond the BMP, prefixes shared
+    by many strings and more prefixes than the cache holds."""
+    import random
+
+    def horner(s):
+        data, h = s.encode("utf-16-be"), 0
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+        return h - (1 << 32) if h & 0x80000000 else h
+
+    rng = random.Random(7)
+    for n in list(range(0, 530)) + [1000]:
+        for alphabet in ("aZ09#_~\x7f", "aé漢\U0001F600"):
+            s = "".join(rng.choice(alphabet) for _ in range(n))
+            assert P.java_string_hash(s) == horner(s), (n, s)
+            assert P.java_string_hash(s) == horner(s), (n, s)          # second time: from the cached prefix
+    prefix = "RMQ_SYS_TRANS_HALF_TOPIC#7F00000110922B276C156BD0"
+    keys = [f"{prefix}{i:08X}" for i in range(300)] + [f"T{i}#{'x' * 40}{i:012d}" for i in range(5000)]
+    assert [P.java_string_hash(k) for k in keys] == [horner(k) for k in keys]
+
+
 def test_vectorised_properties_match_the_scalar_reader(tmp_path):
     cases = [b"A\x011\x02B\x012", b"A\x01\x02\x01x\x02B\x012\x02", b"A\x011\x02A\x012\x02", b"K\x01v\x01w\x02",
              b"", b"\x02\x02", b"\x02A\x01b", "é\x01ü\x02".encode(), b"TAGS\x01T\xc3\xa9g\x02", b"\x01\x01\x01",

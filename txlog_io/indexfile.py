@@ -233,7 +233,10 @@ def read_index_file(path, hash_slots: Optional[int] = None, index_num: Optional[
 
 
 class IndexFileWriter:
-    """Encoder twin: builds an index file byte for byte as ``IndexFile.putKey`` does."""
+    """Encoder twin: builds an index file byte for byte as ``IndexFile.putKey`` does.
+
+    The slots written so far are kept in a dict and the entries in a list; ``to_bytes`` lays them out (header,
+    slot table, entries from index 1, zeros after), so a put costs no buffer packing."""
 
     def __init__(self, hash_slots: int = DEFAULT_HASH_SLOTS, index_num: int = DEFAULT_INDEX_NUM,
                  end_phy_offset: int = 0, end_timestamp: int = 0):
@@ -242,7 +245,8 @@ class IndexFileWriter:
         if hash_slots <= 0 or index_num <= 1:
             raise EncodeError("hash_slots/index_num", "> 0 / > 1", (hash_slots, index_num))
         self.hash_slots, self.index_num = hash_slots, index_num
-        self.buf = bytearray(file_size_for(hash_slots, index_num))
+        self._slots: dict = {}                  # slot -> index of the slot's latest entry
+        self._entries: list = []                # (key hash, phy offset, time diff s, previous index), index 1..
         self.begin_phy = self.end_phy = max(end_phy_offset, 0)
         self.begin_ts = self.end_ts = max(end_timestamp, 0)
         self.slot_count, self.index_count = 0, 1
@@ -252,38 +256,51 @@ class IndexFileWriter:
         return self.index_count >= self.index_num
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        if self.full:
+        index_count = self.index_count
+        if index_count >= self.index_num:
             return False
         h = index_key_hash(key)
-        slot_at = HEADER_SIZE + (h % self.hash_slots) * SLOT_SIZE
-        slot_value = SLOT.unpack_from(self.buf, slot_at)[0]
-        if slot_value <= 0 or slot_value > self.index_count:
+        slot = h % self.hash_slots
+        slot_value = self._slots.get(slot, 0)
+        if slot_value <= 0 or slot_value > index_count:
             slot_value = 0
-        diff = 0 if self.begin_ts <= 0 else min(max((store_timestamp - self.begin_ts) // 1000, 0), 2**31 - 1)
-        at = HEADER_SIZE + self.hash_slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
-        ENTRY.pack_into(self.buf, at, h, phy_offset, int(diff), slot_value)
-        SLOT.pack_into(self.buf, slot_at, self.index_count)
-        if self.index_count <= 1:
+        begin_ts = self.begin_ts
+        diff = 0 if begin_ts <= 0 else min(max((store_timestamp - begin_ts) // 1000, 0), 2**31 - 1)
+        self._entries.append((h, phy_offset, int(diff), slot_value))
+        self._slots[slot] = index_count
+        if index_count <= 1:
             self.begin_phy, self.begin_ts = phy_offset, store_timestamp
         if slot_value == 0:
             self.slot_count += 1
-        self.index_count += 1
+        self.index_count = index_count + 1
         self.end_phy, self.end_ts = phy_offset, store_timestamp
         return True
 
     def to_bytes(self) -> bytes:
-        HEADER.pack_into(self.buf, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+        buf = bytearray(file_size_for(self.hash_slots, self.index_num))
+        HEADER.pack_into(buf, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
                          self.slot_count, self.index_count)
-        return bytes(self.buf)
+        if self._slots:
+            slots = np.zeros(self.hash_slots, ">i4")
+            slots[np.fromiter(self._slots.keys(), np.int64, len(self._slots))] = \
+                np.fromiter(self._slots.values(), np.int64, len(self._slots))
+            buf[HEADER_SIZE:HEADER_SIZE + self.hash_slots * SLOT_SIZE] = slots.tobytes()
+        if self._entries:
+            at = HEADER_SIZE + self.hash_slots * SLOT_SIZE + ENTRY_SIZE       # entry 0 stays zero
+            entries = np.array(self._entries, ENTRY_DTYPE).tobytes()
+            buf[at:at + len(entries)] = entries
+        return bytes(buf)
 
 
 def index_keys(topic: str, uniq_key: Optional[str], keys: Optional[str], transaction_type: str) -> List[str]:
     """The keys ``IndexService.buildIndex`` puts for one record (none for a ROLLBACK record)."""
     if transaction_type == "ROLLBACK":
         return []
-    out = [build_key(topic, uniq_key)] if uniq_key is not None else []
+    out = [f"{topic}#{uniq_key}"] if uniq_key is not None else []        # build_key, inlined (once a record)
     if keys:
-        out += [build_key(topic, k) for k in keys.split(" ") if k]
+        for k in keys.split(" "):
+            if k:
+                out.append(f"{topic}#{k}")
     return out
 
 

@@ -38,8 +38,11 @@ def host_text(ip: bytes, port: int) -> str:
 
 
 @lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
 def parse_host(text: str) -> tuple:
-    """"ip:port" / "[ipv6]:port" (a leading "/" as Java prints it is accepted) -> (ip bytes, port)."""
+    """"ip:port" / "[ipv6]:port" (a leading "/" as Java prints it is accepted) -> (ip bytes, port).
+
+    Cached: an encoder asks for the same few born / store hosts on every record (errors are not cached)."""
     t = text[1:] if text.startswith("/") else text
     try:
         if t.startswith("["):

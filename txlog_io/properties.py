@@ -66,13 +66,31 @@ def decode_properties(raw: bytes) -> dict:
     return result
 
 
-#: 31**k mod 2**32, highest power first: the hash of code units c[0..n) is sum(c[i] * _POW31[-n:][i]) mod 2**32
+#: 31**k mod 2**32, lowest power first: the hash of code units c[0..n) is sum(c[n-1-k] * _POW31[k]) mod 2**32
+#: (the units reversed, multiplied pairwise: map stops at the shorter sequence, so no slice of the table)
 _POW31_MAX = 512
-_POW31 = [pow(31, k, 1 << 32) for k in range(_POW31_MAX - 1, -1, -1)]
+_POW31 = [pow(31, k, 1 << 32) for k in range(_POW31_MAX)]
+
+
+#: long ASCII strings are hashed as prefix + the last _TAIL characters: hash(a + b) = hash(a) * 31**len(b) +
+#: hash(b) (mod 2**32), and the prefix's hash is remembered (index keys "topic#UNIQ_KEY" share all but the
+#: UNIQ_KEY's time and counter digits); the table is emptied when it reaches _PREFIX_CACHE_MAX entries
+_TAIL = 12
+_PREFIX_CACHE_MAX = 4096
+_prefix_hashes: dict = {}
 
 
 def java_string_hash(s: str) -> int:
     """java.lang.String.hashCode (UTF-16 code units, 32-bit signed wrap-around)."""
+    if 2 * _TAIL < len(s) <= _POW31_MAX and s.isascii():
+        prefix = s[:-_TAIL]
+        hp = _prefix_hashes.get(prefix)
+        if hp is None:
+            if len(_prefix_hashes) >= _PREFIX_CACHE_MAX:
+                _prefix_hashes.clear()
+            hp = _prefix_hashes[prefix] = sum(map(mul, prefix.encode("ascii")[::-1], _POW31))
+        h = (hp * _POW31[_TAIL] + sum(map(mul, s[-_TAIL:].encode("ascii")[::-1], _POW31))) & 0xFFFFFFFF
+        return h - (1 << 32) if h & 0x80000000 else h
     if s.isascii():
         units: Sequence[int] = s.encode("ascii")
     else:
@@ -80,7 +98,7 @@ def java_string_hash(s: str) -> int:
         units = [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
     n = len(units)
     if n <= _POW31_MAX:
-        h = sum(map(mul, units, _POW31[_POW31_MAX - n:])) & 0xFFFFFFFF
+        h = sum(map(mul, units[::-1], _POW31)) & 0xFFFFFFFF
     else:
         h = 0
         for u in units:
