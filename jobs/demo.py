@@ -83,8 +83,10 @@ def compare_with_ledger(spark, ledger_path, transactions, broker: Optional[str] 
     from pyspark.sql import functions as F
 
     c = F.col
-    ledger = spark.createDataFrame(read_ledger(ledger_path),
-                                   "transaction_key string, outcome string, visible_outcome string")
+    # read by Spark: the ledger has a line per transaction, never held by the driver
+    ledger = spark.read.schema("kind string, transaction_key string, outcome string, visible_outcome string") \
+        .option("mode", "FAILFAST").json(str(ledger_path)) \
+        .where(c("kind") == "transaction").drop("kind")
     tx = transactions
     if broker is not None:
         tx = tx.where(c("broker") == broker)

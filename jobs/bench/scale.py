@@ -13,7 +13,8 @@ Per count N:
    Spark joins, the rules per partition of transactions), in a session on ``--master`` (default
    ``local[2]``) whose Python workers are capped at ``--worker-memory`` (``spark.executor.pyspark.memory``).
 3. **ledger** -- every reconstructed state against the ledger's ``visible_outcome`` (what the store can
-   show), joined in Spark (``jobs.demo.compare_with_ledger``).
+   show), the ledger read and joined in Spark (``jobs.demo.compare_with_ledger``): the driver, which runs
+   every count in one process, never holds a ledger.
 
 Memory: a sampler thread reads ``/proc`` every 0.2 s during each audit: ``peak_worker_rss_mb`` is the largest
 resident set of one Python worker (``pyspark.daemon`` / ``pyspark.worker`` descendants), ``peak_driver_rss_mb``

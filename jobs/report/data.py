@@ -1,7 +1,10 @@
 """What the HTML report of one audit run shows, gathered from the run's Delta tables under ``--out``.
 
 Spark-free: the tables are read on the driver with ``deltalake`` (delta-rs) + pyarrow/pandas, filtered to the
-run's ``run_id`` partition (a run's rows are small: one per transaction at most).  Nothing here reads a store,
+run's ``run_id`` partition.  The tables with a row per transaction (``transactions``, the work lists) are
+read one record batch at a time and folded (jobs.report.txstats): the report holds counts, the most urgent
+PREPARED rows and four numbers per PREPARED transaction, never a broker's transactions; findings, profiles
+and ``audit_runs`` are read whole.  Nothing here reads a store,
 so a past run's report can be rebuilt from ``--out`` alone (``./spark-submit.sh report``).  Every number the
 report prints comes from :func:`gather` (the tests compare them with the tables).
 
@@ -19,11 +22,13 @@ from typing import Dict, List, Optional
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.delta import outfs
-from jobs.delta.tables import column_names, read_table
+from jobs.delta.tables import column_names, read_batches, read_table
 from jobs.delta.tables import is_delta as _is_delta
 from jobs.reconstruct.params import STATES
+from jobs.report.txstats import TX_COLUMNS, fold
 from schemas.runs import AUDIT_RUNS
 
 RUNS_TABLE = "audit_runs"
@@ -108,23 +113,6 @@ def _frame(table: Optional[pa.Table], columns: List[str]) -> pd.DataFrame:
     return table.select([c for c in columns if c in table.column_names]).to_pandas()
 
 
-def _state_counts(tx: pd.DataFrame, brokers: List[str]) -> pd.DataFrame:
-    counts = tx.groupby(["broker", "state"]).size().unstack(fill_value=0) if len(tx) else pd.DataFrame()
-    states = list(STATE_ORDER) + sorted(set(counts.columns) - set(STATE_ORDER))
-    order = list(brokers) + sorted(set(counts.index) - set(brokers))
-    return counts.reindex(index=order, columns=states, fill_value=0).astype("int64")
-
-
-def _urgency(prepared: pd.DataFrame, as_of_ms: int) -> pd.DataFrame:
-    """PREPARED rows, most urgent first: soonest deadline (past deadlines first), then oldest, then key."""
-    p = prepared.copy()
-    p["to_deadline_ms"] = p["deadline_ms"] - as_of_ms
-    p["_no_deadline"] = p["deadline_ms"].isna()
-    p = p.sort_values(["_no_deadline", "to_deadline_ms", "age_ms", "broker", "transaction_key"],
-                      ascending=[True, True, False, True, True], kind="stable", na_position="last")
-    return p.drop(columns="_no_deadline").reset_index(drop=True)
-
-
 def _what_to_do(row, checks: dict, recovery: dict) -> str:
     key = (row["broker"], row["transaction_key"])
     if key in recovery:
@@ -137,10 +125,9 @@ def _what_to_do(row, checks: dict, recovery: dict) -> str:
     return "wait: within the check timeout; the broker will ask the producer"
 
 
-def _flags(tx: pd.DataFrame, anomalies: pd.DataFrame) -> pd.DataFrame:
+def _flags(per_tx: pd.Series, anomalies: pd.DataFrame) -> pd.DataFrame:
     from jobs.reconstruct.flags import FLAGS
 
-    per_tx = tx["flags"].explode().dropna().value_counts() if len(tx) else pd.Series(dtype="int64")
     per_finding = anomalies.loc[anomalies["code"].isin(list(FLAGS)), "code"].value_counts() \
         if len(anomalies) else pd.Series(dtype="int64")
     codes = sorted(set(per_tx.index) | set(per_finding.index), key=lambda c: (-int(per_tx.get(c, 0)), c))
@@ -149,22 +136,6 @@ def _flags(tx: pd.DataFrame, anomalies: pd.DataFrame) -> pd.DataFrame:
         "transactions": [int(per_tx.get(c, 0)) for c in codes],
         "findings": [int(per_finding.get(c, 0)) for c in codes],
         "description": [FLAGS.get(c, "(not in the flag registry)") for c in codes]})
-
-
-def _group_topic(tx: pd.DataFrame) -> pd.DataFrame:
-    cols = ["producer_group", "real_topic", "transactions", "flagged", "topics_of_group"]
-    if not len(tx):
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
-    t = tx.assign(producer_group=tx["producer_group"].fillna("(none)"),
-                  real_topic=tx["real_topic"].fillna("(none)"),
-                  flagged=tx["flags"].map(lambda f: int(f is not None and len(f) > 0)))
-    g = t.groupby(["producer_group", "real_topic"]).agg(transactions=("transaction_key", "size"),
-                                                        flagged=("flagged", "sum")).reset_index()
-    g["topics_of_group"] = g.groupby("producer_group")["real_topic"].transform("nunique")
-    g = g.sort_values(["flagged", "transactions", "producer_group", "real_topic"],
-                      ascending=[False, False, True, True], kind="stable")
-    return g[cols].astype({"transactions": "int64", "flagged": "int64", "topics_of_group": "int64"}) \
-        .reset_index(drop=True)
 
 
 def _recorded_files(run: dict) -> Dict[str, List[tuple]]:
@@ -209,6 +180,19 @@ def _store_maps(run: dict, brokers: List[str], anomalies: pd.DataFrame) -> List[
     return maps
 
 
+def _matching(path: Optional[str], run_id: str, columns: List[str], keys: set) -> tuple:
+    """(rows of ``run_id`` in the table at ``path`` whose transaction_key is one of ``keys``, as a frame of
+    ``columns``; the run's row count), read a batch at a time."""
+    found, rows = [], 0
+    value_set = pa.array(sorted(keys), pa.string())
+    for b in read_batches(path, columns=columns, need=("run_id",), run_id=run_id) or ():
+        rows += b.num_rows
+        hit = b.filter(pc.fill_null(pc.is_in(b.column("transaction_key"), value_set=value_set), False))
+        if hit.num_rows:
+            found.append(hit)
+    return _frame(pa.Table.from_batches(found) if found else None, columns), rows
+
+
 def _checks(out: str, run_id: str) -> Optional[pd.DataFrame]:
     path = outfs.join(out, CHECKS_TABLE)
     try:
@@ -248,29 +232,30 @@ def gather(out: str, run_id: Optional[str] = None) -> ReportData:
         t = read_run_table(_table_path(out, run, logical), rid)
         return _frame(t, columns), (0 if t is None else t.num_rows)
 
-    tx, n_tx = table("transactions", [
-        "broker", "transaction_key", "uniq_key", "keys", "producer_group", "real_topic", "state", "age_ms",
-        "deadline_ms", "check_times", "newest_copy_commitlog_offset", "flags"])
-    cb, n_cb = table("check_back_worklist", ["broker", "transaction_key", "urgency_rank", "priority"])
-    rec, n_rec = table("recovery_worklist", ["broker", "transaction_key", "action", "reason"])
+    tx = fold(read_batches(_table_path(out, run, "transactions"), columns=TX_COLUMNS, need=("run_id",),
+                           run_id=rid), brokers, as_of_ms, URGENT_ROWS)
+    urgent = tx.urgent
+    wanted = set(urgent["transaction_key"].tolist())
+    cb, n_cb = _matching(_table_path(out, run, "check_back_worklist"), rid,
+                         ["broker", "transaction_key", "urgency_rank", "priority"], wanted)
+    rec, n_rec = _matching(_table_path(out, run, "recovery_worklist"), rid,
+                           ["broker", "transaction_key", "action", "reason"], wanted)
     an, n_an = table("audit_anomalies", ["broker", "code", "source", "physical_offset", "file", "position",
                                          "detail"])
     prof, _ = table("profiles", ["broker", "profile", "detected_profile", "evidence"])
 
-    prepared = _urgency(tx[tx["state"] == "PREPARED"], as_of_ms)
     checks = {(r.broker, r.transaction_key): (int(r.urgency_rank), r.priority) for r in cb.itertuples()}
     recovery = {(r.broker, r.transaction_key): (r.action, r.reason) for r in rec.itertuples()}
-    urgent = prepared.head(URGENT_ROWS).copy()
     urgent["what_to_do"] = [_what_to_do(r, checks, recovery) for _, r in urgent.iterrows()]
     findings = (an.groupby(["code", "source"]).size().rename("rows").reset_index()
                 .sort_values(["rows", "code", "source"], ascending=[False, True, True], kind="stable")
                 .reset_index(drop=True)) if len(an) else pd.DataFrame(columns=["code", "source", "rows"])
     return ReportData(
         out=out, run=run, history=runs.iloc[:pos + 1].reset_index(drop=True), profiles=prof,
-        states=_state_counts(tx, brokers), prepared=prepared, urgent=urgent, flags=_flags(tx, an),
-        group_topic=_group_topic(tx), findings=findings, store_maps=_store_maps(run, brokers, an),
+        states=tx.states, prepared=tx.prepared, urgent=urgent, flags=_flags(tx.flag_counts, an),
+        group_topic=tx.group_topic, findings=findings, store_maps=_store_maps(run, brokers, an),
         checks=_checks(out, rid), runs=runs,
-        table_rows={"transactions": n_tx, "check_back_worklist": n_cb, "recovery_worklist": n_rec,
+        table_rows={"transactions": tx.rows, "check_back_worklist": n_cb, "recovery_worklist": n_rec,
                     "audit_anomalies": n_an})
 
 
