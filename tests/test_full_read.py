@@ -17,6 +17,8 @@ PROFILES = ("3.x", "4.0-4.2", "4.3-4.5", "4.6-4.9", "5.0", "5.1+")
 FIXTURE_STORES = ("rocketmq-3.1.4/store", "rocketmq-4.9.8/store", "rocketmq-5.3.3/store",
                   "rocketmq-4.9.8-dledger/store-crashed")
 SPLIT = 256 << 10           # cell boundaries inside the fixtures' 1 MiB CommitLog files
+N_BOUNDED = 1200            # the distributed audit's larger broker, well above what one receipt may hold
+RECEIPT_BOUND = 100         # rows one driver receipt may hold (per-broker facts, file metadata, counts)
 
 
 @pytest.fixture(scope="module")
@@ -183,17 +185,25 @@ def test_small_work_items_are_packed_into_few_tasks(spark, stores, monkeypatch):
         assert getattr(packed_read, name).equals(getattr(single_read, name)), name
 
 
-def test_audit_on_the_forced_distributed_path_writes_the_driver_tables(spark, stores, tmp_path):
+def test_audit_on_the_forced_distributed_path_writes_the_driver_tables(spark, stores, tmp_path, monkeypatch):
     """run_audit with ``reconstruct.path=distributed`` (linking as Spark joins, the rules per partition of
     transactions, the DataFrame plan's read) writes every table the driver path writes, row for row, on a
-    damaged store and a real-broker fixture together; the run records its path and reduce task count."""
+    damaged store, a real-broker fixture and a 1,200-transaction reference store together; the run records its
+    path and reduce task count.  On the distributed run a spy (tests/driver_receipts.py) counts every row that
+    reaches the driver's Python (Spark actions, the HTML report's reads of the output tables): no single
+    receipt may come near the transaction count (a per-transaction frame collected anywhere fails)."""
     from deltalake import DeltaTable
 
+    import refbroker
     from jobs.audit.run import run_audit
     from jobs.main import parse_args
+    from tests import driver_receipts
 
+    big = refbroker.generate("5.1+", "clean", N_BOUNDED, 1, tmp_path / "gen", background_messages=0,
+                             msg_bytes=64, commitlog_file_mb=1, start_ms=DEFAULT_START_MS).store_dir
     picked = [s for s in stores if s[0].startswith("5.1p_crashy")] + [s for s in stores if s[0] == "fx-2"]
-    tables, paths = {}, {}
+    picked.append(("big", str(big)))
+    tables, paths, receipts = {}, {}, None
     for label in ("driver", "distributed"):
         conf = tmp_path / f"{label}.properties"
         conf.write_text(f"reconstruct.path={label}\n")
@@ -201,12 +211,21 @@ def test_audit_on_the_forced_distributed_path_writes_the_driver_tables(spark, st
                 "--run-id", "r1", "--conf-file", str(conf)]
         for broker, root in picked:
             args += ["--store", root, "--broker", broker]
+        if label == "distributed":
+            receipts = driver_receipts.install(monkeypatch, spark, batch_rows=40)
         summary = run_audit(spark, parse_args(args)[1], print_summary=False,
                             on_result=lambda result, _s, lb=label: paths.update({lb: (result.path,
                                                                                       result.reduce_tasks)}))
         tables[label] = {name: _rows(DeltaTable(t.path).to_pyarrow_table(), drop=("run_id", "run_date"))
                          for name, t in summary.tables.items() if name != "audit_runs"}
+        monkeypatch.undo()
     assert paths["driver"][0] == "driver"
     assert paths["distributed"][0] == "distributed" and paths["distributed"][1] >= 1
     assert tables["driver"] == tables["distributed"]
-    assert len(tables["driver"]["transactions"]) > 5 and len(tables["driver"]) >= 5
+    assert len(tables["driver"]["transactions"]) > N_BOUNDED and len(tables["driver"]) >= 5
+    assert (tmp_path / "distributed" / "report").is_dir()
+    over = [(w, n) for w, n in receipts.seen if n > RECEIPT_BOUND]
+    assert not over, f"the driver received per-transaction rows ({N_BOUNDED}-transaction broker): {over}"
+    where = {w for w, _ in receipts.seen}       # the spy saw the driver's receipts: file metadata, the report
+    assert "DataFrame.collect" in where and "report read_batches" in where, where
+    assert sum(n for w, n in receipts.seen if w == "report read_batches") >= N_BOUNDED
