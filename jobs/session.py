@@ -80,3 +80,15 @@ def build_session(app_name: str = "txaudit", master: Optional[str] = None,
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def arrow_frame(spark, table, schema=None):
+    """``spark.createDataFrame`` of a pyarrow Table without its empty record batches: PySpark 4.2's Arrow
+    conversion ends the table at the first zero-row batch (every row after it is silently lost), and
+    ``pa.concat_tables`` of a part with no rows leaves one in the middle."""
+    import pyarrow as pa
+
+    batches = [b for b in table.to_batches() if b.num_rows]
+    if len(batches) != len(table.to_batches()):
+        table = pa.Table.from_batches(batches, schema=table.schema)
+    return spark.createDataFrame(table, schema=schema) if schema is not None else spark.createDataFrame(table)

@@ -131,13 +131,45 @@ def test_settled_rows_carried_by_a_driver_run(settling):
 
 def test_settled_rows_reach_a_reduction_on_executors(settling):
     """The last run reads through the DataFrame plan and reduces on the distributed path with the settled rows
-    carried (its state passes them on); it equals the full audit (checked above)."""
+    carried (its state passes them on): it continues the state without reopening a settled transaction and
+    equals the full audit (checked above)."""
     g = settling
     last = f"s{len(g.states) - 1}"
     assert "read.job" not in g.phases[last], sorted(g.phases[last])
-    # today the distributed run reports a finding at a settled record's offset and is redone as a full audit
-    # (FINAL_REOPENED; docs/ARCHITECTURE.md "Settled transactions", Open): equal to the full audit either way
-    assert g.infos[last]["fallback"] in (None, "FINAL_REOPENED"), g.infos[last]
+    assert g.infos[last]["continued"] and g.infos[last]["fallback"] is None, g.infos[last]
+    assert g.headers[-1]["finals"] > 0, g.headers[-1]
+
+
+def test_carried_rows_after_an_empty_part_reach_the_executors(spark):
+    """The carried rows go to Spark as one Arrow table of parts (records, op bodies, findings, the settled
+    rows' facts and consume-queue tuples); a part without rows must not end it (jobs.session.arrow_frame:
+    PySpark's conversion stopped at the first empty batch, the settled rows' facts and tuples were lost and
+    the distributed run reported their units as having no record).  End to end: the settling fixture's
+    distributed run above."""
+    import pyarrow.compute as pc
+
+    from jobs.reconstruct.reducer import input_table, reduce_input
+    from jobs.reconstruct.settle import consume_offsets, final_input
+    from jobs.reconstruct.settle import settle as settle_rows
+    from jobs.session import arrow_frame
+    from schemas.recon import RECON_INPUT
+    from tests.test_settle import FILE, OLD, B, _bodies, _offsets, _records
+
+    records, offsets = _records(OLD), _offsets(2, 2)
+    full = reduce_input(input_table(commitlog=records.drop_columns(["body"]), op_bodies=_bodies(records),
+                                    consumer_offsets=offsets), None, None, 60000, True)
+    got = settle_rows(records, _bodies(records), full["transactions"], consume_offsets(offsets), {B: FILE},
+                      {B: [0, FILE]})
+    assert got.final.num_rows == 2
+    # as jobs.reconstruct.local.carried_input builds them: an empty findings part before the settled rows' input
+    carried = pa.concat_tables([input_table(commitlog=got.records.drop_columns(["body"]), op_bodies=got.op_bodies,
+                                            anomalies=None), RECON_INPUT.arrow_schema().empty_table(),
+                                final_input(got.final, got.facts)])
+    want = carried.group_by("src").aggregate([([], "count_all")])
+    assert set(pc.unique(carried.column("src")).to_pylist()) >= {"commitlog", "op_body", "facts", "cq_record"}
+    df = arrow_frame(spark, carried, RECON_INPUT.spark_schema())
+    assert {r["src"]: r["count"] for r in df.groupBy("src").count().collect()} == dict(
+        zip(*(want.column(c).to_pylist() for c in ("src", "count_all")), strict=True))
 
 
 def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ import pyarrow as pa
 from jobs.read.incremental.plan import Plan, _commitlog_end, _is_dledger, _prefix_sha
 from jobs.read.incremental.read import UnitCarry, _conform, _unit_file_rows
 from jobs.read.spec import ReadSpec
+from jobs.session import arrow_frame
 from schemas.state import (
     AUDIT_STATE,
     MAX_SEGMENTS,
@@ -112,7 +113,7 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
             extra = carried.get(key)
             df = _spark_conformed(df, t)
             return df if extra is None or not extra.num_rows else df.unionByName(
-                spark.createDataFrame(extra, schema=t.spark_schema()))
+                arrow_frame(spark, extra, schema=t.spark_schema()))
 
         records = union(records, STATE_RECORDS, "records")
         findings = union(findings, STATE_FINDINGS, "findings")

@@ -634,7 +634,9 @@ def write_table(df, out_dir, table: Table, run_id: str, partition_by: Optional[S
     chosen = choose_writer(spark, writer)
     if chosen == "spark":
         if local:
-            df = spark.createDataFrame(df)
+            from jobs.session import arrow_frame
+
+            df = arrow_frame(spark, df)
         rows, files, version = _write_with_spark(df, root, table, run_id, parts, run_date)
     else:
         metas = (_write_arrow_files(df, root, table, run_id, parts, run_date, max_rows_per_file) if local

@@ -53,6 +53,7 @@ from jobs.reconstruct.reducer import (
     final_transactions,
     settled_offsets,
 )
+from jobs.session import arrow_frame
 from schemas.audit import AUDIT_ANOMALIES, TRANSACTIONS
 from schemas.audit import PROFILES as PROFILES_TABLE
 from schemas.recon import RECON_EVIDENCE, RECON_EVIDENCE_PASS, RECON_OUTPUT
@@ -296,7 +297,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     anomaly_frames.append(op_records.coalesce(cores).mapInArrow(missing, AUDIT_ANOMALIES.spark_schema()))
     decoder = [a for b in ctx.brokers for a in part.decoder_findings(b, findings[b])]
     if decoder:
-        anomaly_frames.append(spark.createDataFrame(part.anomalies_table(decoder),
+        anomaly_frames.append(arrow_frame(spark, part.anomalies_table(decoder),
                                                     schema=AUDIT_ANOMALIES.spark_schema()))
 
     def reduce(it):
@@ -308,10 +309,10 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
         out = out.unionByName(_as_output(df, "anomalies"))
     if final is not None and final.num_rows:
         as_of = {b: as_of_ms(bc.params, bc.facts) for b, bc in ctx.brokers.items()}
-        out = out.unionByName(_as_output(spark.createDataFrame(final_transactions(final, as_of),
+        out = out.unionByName(_as_output(arrow_frame(spark, final_transactions(final, as_of),
                                                                schema=TRANSACTIONS.spark_schema()), "transactions"))
     profiles = pa.Table.from_pylist(profile_rows, schema=PROFILES_TABLE.arrow_schema())
-    out = out.unionByName(_as_output(spark.createDataFrame(profiles, schema=PROFILES_TABLE.spark_schema()),
+    out = out.unionByName(_as_output(arrow_frame(spark, profiles, schema=PROFILES_TABLE.spark_schema()),
                                      "profiles"))
     return Distributed(out, tasks, persisted)
 

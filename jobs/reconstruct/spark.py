@@ -99,6 +99,7 @@ from jobs.reconstruct.params import (  # noqa: F401 - re-exported: the constants
 )
 from jobs.reconstruct.partitioned import output_union
 from jobs.reconstruct.reducer import reduce_input
+from jobs.session import arrow_frame
 from schemas.core import Table
 from schemas.recon import RECON_INPUT, RECON_OUTPUT, RECON_OUTPUT_TABLES
 
@@ -131,8 +132,8 @@ class AuditResult:
 
     def _get(self, name: str) -> DataFrame:
         if name not in self._frames:
-            self._frames[name] = self._spark.createDataFrame(
-                self.arrow[name], schema=RECON_OUTPUT_TABLES[name].spark_schema())
+            self._frames[name] = arrow_frame(
+                self._spark, self.arrow[name], schema=RECON_OUTPUT_TABLES[name].spark_schema())
         return self._frames[name]
 
     transactions = property(lambda self: self._get("transactions"))
@@ -309,7 +310,7 @@ def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_o
         t.update({"reconstruct.collect": t1 - t0, "reconstruct.reduce": time.monotonic() - t1})
         return AuditResult(arrow=outs, spark=spark)
     if carried is not None and carried.num_rows:
-        wide = wide.union(spark.createDataFrame(carried, schema=RECON_INPUT.spark_schema()))
+        wide = wide.union(arrow_frame(spark, carried, schema=RECON_INPUT.spark_schema()))
     if path == "broker" and final is not None and final.num_rows:
         path = "distributed"        # one task per broker has no place for the settled rows (AuditResult.path)
     if path == "distributed":
@@ -335,7 +336,7 @@ def reduce_arrow(spark, table: pa.Table, path: str, params: ParamsArg = None, pr
                  op_bodies_given: bool = True, critical_within_ms: int = 60000) -> AuditResult:
     """A RECON_INPUT Arrow table (jobs.reconstruct.reducer.input_table) reduced on ``path`` through Spark (the
     executor paths' equality with ``reduce_input`` on the same rows is what the tests check)."""
-    wide = spark.createDataFrame(table, schema=RECON_INPUT.spark_schema())
+    wide = arrow_frame(spark, table, schema=RECON_INPUT.spark_schema())
     return reduce_frame(wide, path, params, profile_override, op_bodies_given, True, critical_within_ms)
 
 
@@ -364,8 +365,8 @@ def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, 
     own = own.filter(pc.is_valid(own.column("key"))).group_by(["broker", "kind", "key"]).aggregate(
         [([], "count_all")]).rename_columns(["broker", "kind", "key", "own"])
     schema = "broker string, kind string, key string"
-    own_df = spark.createDataFrame(own, schema + ", own bigint")
-    theirs = spark.createDataFrame(final_keys(final), schema)
+    own_df = arrow_frame(spark, own, schema + ", own bigint")
+    theirs = arrow_frame(spark, final_keys(final), schema)
     extra = (mine.join(own_df, ["broker", "kind", "key"], "left")
              .where(c("count") > F.coalesce(c("own"), F.lit(0))).select("broker", "kind", "key"))
     for r in extra.join(theirs, ["broker", "kind", "key"]).limit(100).collect():
