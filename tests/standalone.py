@@ -51,6 +51,7 @@ class Cluster:
         self.procs: List[subprocess.Popen] = []
         self.env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                         SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+                        SPARK_DAEMON_JAVA_OPTS="-XX:TieredStopAtLevel=1",   # C1 only, as the suite's Spark JVMs
                         SPARK_LOG_DIR=str(base / "logs"), SPARK_NO_DAEMONIZE="1")
 
     def _spawn(self, name: str, *args: str) -> None:

@@ -86,7 +86,8 @@ def test_spark_submit_audit_on_a_standalone_cluster_writes_the_driver_tables(sta
     # the local driver-path audit runs alongside the cluster's (its own JVM, --master local[2])
     local = _submit("local[2]", "driver", stores, tmp_path / "local", tmp_path)
     dist = _submit(cluster.url, "distributed", stores, tmp_path / "cluster", tmp_path,
-                   "--name", APP_NAME, "--total-executor-cores", "1", "--executor-memory", "1g")
+                   "--name", APP_NAME, "--total-executor-cores", "1", "--executor-memory", "1g",
+                   "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1")   # C1, as the driver
     try:
         _finish(dist, "cluster audit")
         _finish(local, "local audit")
