@@ -27,6 +27,19 @@ def test_parse_sizes():
         B.parse_sizes(B._parser().parse_args(["--sizes", "1,x"]))
     with pytest.raises(SystemExit):
         B.parse_sizes(B._parser().parse_args(["--tx-share", "2"]))
+    with pytest.raises(SystemExit, match="--tx-interval-ms must be at least 1"):
+        B.parse_sizes(B._parser().parse_args(["--tx-interval-ms", "0"]))
+
+
+def test_a_store_must_end_before_the_bench_as_of():
+    """--tx-interval-ms stretches the store's broker time; one that would end after AS_OF (every audit of the
+    bench is as of then) is refused with a one-line error naming the option."""
+    from refbroker.generate import DEFAULT_START_MS
+
+    as_of_ms = 1_795_305_600_000                         # B.AS_OF, 2026-11-22T00:00:00Z
+    B._check_span({"store": {"simulated_ms": as_of_ms - DEFAULT_START_MS - 1}}, 200)
+    with pytest.raises(SystemExit, match=r"spans 5600 s of broker time .* smaller --tx-interval-ms than 800"):
+        B._check_span({"store": {"simulated_ms": as_of_ms - DEFAULT_START_MS}}, 800)
 
 
 def test_rss_sampler_sees_descendant_workers_only():

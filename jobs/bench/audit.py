@@ -3,7 +3,7 @@
     txlog-bench audit [--size-gb N] [--tx-share P] [--dir DIR] [--keep] [--sizes 1,2,4]
                       [--master local[*]] [--driver-memory 4g] [--msg-bytes 1024] [--file-mb 1024]
                       [--no-warmup] [--cold] [--fixed-tx] [--incremental P [--incremental-runs K]]
-                      [--store-on s3]
+                      [--tx-interval-ms MS] [--store-on s3]
 
 Per size:
 
@@ -13,7 +13,10 @@ Per size:
    op, and check records); the rest are ordinary messages of ``--msg-bytes``.  The number of messages comes
    from a small calibration store with the same mix (bytes per message), aiming at 98% of N GiB so the last
    file is nearly full.  With ``--keep`` a store generated earlier for the same parameters under ``--dir`` is
-   reused.
+   reused.  ``--tx-interval-ms`` (default 10, the generator's) is the broker time between two transactional
+   sends, the other messages spread between them: it sets how much broker time the store spans, i.e. how many
+   check-service passes (30 s apart on 5.1+) and consumer-offset persists (every 5 s) lie between two
+   snapshots of a growing store (``--incremental-runs``), which is what lets transactions settle between runs.
 2. **scan** -- ``JavaSparkContext.binaryRecords(<commitlog dir>, 1 MiB).count()``: every CommitLog byte read
    by the JVM (Hadoop FixedLengthBinaryInputFormat splits), nothing decoded, nothing sent to Python.  The
    floor of what any Spark job over these files costs on this machine.
@@ -63,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -82,6 +86,7 @@ PROFILE = "5.1+"
 SCENARIO = "clean"
 SEED = 1
 AS_OF = "2026-11-22T00:00:00Z"
+TX_INTERVAL_MS = 10             # refbroker.workload's default: broker ms between two transactional sends
 FILL = 0.98
 CALIBRATION_MESSAGES = 4000
 
@@ -292,7 +297,8 @@ def _phases(summary) -> dict:
 
 
 def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int, base: Path, keep: bool,
-                   incremental: Optional[float] = None, incremental_runs: int = 1):
+                   incremental: Optional[float] = None, incremental_runs: int = 1,
+                   tx_interval_ms: int = TX_INTERVAL_MS):
     """-> (store_dir, summary dict, seconds).  ``incremental`` P: also a snapshot before the last P of the
     send phase (jobs.bench.incremental); with ``incremental_runs`` K > 1 instead K snapshots, one every
     1/(K+1) of the send phase (P unused)."""
@@ -300,7 +306,8 @@ def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int
 
     params = {"size_gb": size_gb, "tx_share": tx_share, "msg_bytes": msg_bytes, "file_mb": file_mb,
               "profile": PROFILE, "scenario": SCENARIO, "seed": SEED, "incremental": incremental,
-              **({"incremental_runs": incremental_runs} if incremental_runs > 1 else {})}
+              **({"incremental_runs": incremental_runs} if incremental_runs > 1 else {}),
+              **({"tx_interval_ms": tx_interval_ms} if tx_interval_ms != TX_INTERVAL_MS else {})}
     marker = base / "bench-params.json"
     if keep and marker.is_file() and (base / "summary.json").is_file() and (base / "store").is_dir():
         if json.loads(marker.read_text()) == params:
@@ -315,9 +322,22 @@ def generate_store(size_gb: float, tx_share: float, msg_bytes: int, file_mb: int
         every = snapshot_every(tx, incremental if incremental_runs <= 1
                                else incremental_runs / (incremental_runs + 1), SCENARIO)
     res = generate(PROFILE, SCENARIO, tx, SEED, base, background_messages=bg, msg_bytes=msg_bytes,
-                   commitlog_file_mb=file_mb, snapshot_every=every)
+                   commitlog_file_mb=file_mb, snapshot_every=every, tx_interval_ms=tx_interval_ms)
+    _check_span(res.summary, tx_interval_ms)
     marker.write_text(json.dumps(params))
     return res.store_dir, res.summary, time.monotonic() - t0
+
+
+def _check_span(summary: dict, tx_interval_ms: int) -> None:
+    """The store must end before the bench's ``AS_OF`` (every audit of it is as of then)."""
+    from refbroker.generate import DEFAULT_START_MS
+
+    end_ms = DEFAULT_START_MS + int(summary["store"]["simulated_ms"])
+    as_of_ms = int(datetime.datetime.fromisoformat(AS_OF.replace("Z", "+00:00")).timestamp() * 1000)
+    if end_ms >= as_of_ms:
+        raise SystemExit(f"txlog-bench audit: error: the store spans {(end_ms - DEFAULT_START_MS) / 1000:.0f} s "
+                         f"of broker time and ends after the bench's as-of {AS_OF}; use a smaller "
+                         f"--tx-interval-ms than {tx_interval_ms}")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -384,11 +404,12 @@ def timed_audit(spark, store: Path, out: Path, mode: str):
 
 def bench_size(spark, size_gb: float, tx_share: float, workdir: Path, keep: bool, msg_bytes: int,
                file_mb: int, log=print, cold: bool = False, stats_dir: Optional[str] = None,
-               incremental: Optional[float] = None, incremental_runs: int = 1, s3=None) -> BenchRun:
+               incremental: Optional[float] = None, incremental_runs: int = 1, s3=None,
+               tx_interval_ms: int = TX_INTERVAL_MS) -> BenchRun:
     base = workdir / f"store-{size_gb:g}gb-p{tx_share:g}"
     log(f"[{size_gb:g} GiB] generating the store under {base} ...")
     store, gen, gen_s = generate_store(size_gb, tx_share, msg_bytes, file_mb, base, keep, incremental,
-                                       incremental_runs)
+                                       incremental_runs, tx_interval_ms)
     commitlog = store / "commitlog"
     cl_bytes = sum(f.stat().st_size for f in commitlog.iterdir() if f.is_file())
     log(f"[{size_gb:g} GiB] {gen['store']['records']} records, {cl_bytes / GIB:.2f} GiB of CommitLog "
@@ -518,6 +539,10 @@ def _parser() -> argparse.ArgumentParser:
                         "audited one after the other with --incremental (the first falls back to a full audit): "
                         "each run's time and carried state rows (incremental_runs); incremental_over_full from "
                         "the last run")
+    p.add_argument("--tx-interval-ms", type=int, default=TX_INTERVAL_MS, metavar="MS",
+                   help="broker time between two transactional sends in the generated store (default "
+                        f"{TX_INTERVAL_MS}; the other messages spread between them): how much broker time, "
+                        "i.e. how many check-service passes, lie between the snapshots of --incremental-runs")
     p.add_argument("--store-on", dest="store_on", choices=("disk", "s3"), default="disk",
                    help="s3: also audit the store (full and indexed) from a local S3-compatible server on "
                         "loopback (moto, a test extra): seconds, requests, bytes transferred (jobs.bench.s3audit)")
@@ -541,6 +566,8 @@ def parse_sizes(args) -> List[float]:
         raise SystemExit("txlog-bench audit: error: --tx-share must be within [0, 1]")
     if args.incremental is not None and not 0.0 < args.incremental < 0.5:
         raise SystemExit("txlog-bench audit: error: --incremental must be within (0, 0.5)")
+    if args.tx_interval_ms < 1:
+        raise SystemExit("txlog-bench audit: error: --tx-interval-ms must be at least 1")
     if args.incremental_runs < 1 or (args.incremental_runs > 1 and args.incremental is None):
         raise SystemExit("txlog-bench audit: error: --incremental-runs K needs K >= 1 and --incremental")
     return sizes
@@ -581,6 +608,7 @@ def run(argv: Optional[Sequence[str]] = None, spark=None) -> List[BenchRun]:
             runs.append(bench_size(spark, size, round(share, 9), workdir, args.keep, args.msg_bytes,
                                    args.file_mb, log=log, cold=args.cold, stats_dir=stats_dir,
                                    incremental=args.incremental, incremental_runs=args.incremental_runs,
+                                   tx_interval_ms=args.tx_interval_ms,
                                    s3=s3))
             runs[-1].small_audit_s = small
             if not args.keep:
