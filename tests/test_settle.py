@@ -169,3 +169,38 @@ def test_a_torn_end_before_settled_records_loses_no_range():
     again = reduce(got.records, got.op_bodies, final_input(got.final, got.facts), got.final)
     for name in ("transactions", "check_back", "recovery", "anomalies"):
         assert _sorted(again[name]) == _sorted(full[name]), name
+
+
+def _plain(off, topic, ts, kind="NOT", magic=1):
+    """A record that is evidence of no transaction: a retry topic's message (magic V2 for a long group name),
+    or the delay copy of a committed message."""
+    return {"topic": topic, "physical_offset": off, "queue_id": 0, "queue_offset": off, "uniq_key": f"u{off}",
+            "transaction_type": kind, "store_timestamp": ts, "born_timestamp": ts, "total_size": 150,
+            "magic_version": magic}
+
+
+def test_records_that_are_no_evidence_are_dropped_below_the_bound_with_their_facts():
+    """Records no transaction links (a V2 retry-topic message, a delay copy of a COMMIT) leave the carried
+    state below the bound, their facts (V2 count, newest store time, smallest file base) carried per file:
+    the next run's reduction equals the reduction of every record.  Kept at or above the bound, on a broker
+    with CommitLog decoder findings, and on a legacy broker."""
+    rows = OLD + [_plain(1100, "%RETRY%CID_" + "g" * 130, T0 + 4, magic=2),
+                  _plain(1200, "SCHEDULE_TOPIC_XXXX", T0 + 40, kind="COMMIT"),
+                  _plain(1900, "%RETRY%CID_" + "g" * 130, T0 + 8, magic=2)]
+    records = _records(rows)
+    bodies = _bodies(records)
+    offsets = _offsets(2, 2)
+    full = _reduce(records, bodies, offsets)
+    got = settle(records, bodies, full["transactions"], consume_offsets(offsets), {B: 1800}, {B: [0, FILE]})
+    assert sorted(got.records.column("physical_offset").to_pylist()) == [1300, 1500, 1700, 1900]
+    facts = got.facts[B]["0"]
+    assert facts["n_v2"] == 1 and facts["snapshot_ms"] == T0 + 40 and facts["min_commitlog_offset"] == 0
+    extra = final_input(got.final, got.facts)
+    again = _reduce(got.records, got.op_bodies, offsets, extra, got.final)
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        assert _sorted(again[name]) == _sorted(full[name]), name
+
+    for kw in ({"damaged": [B]}, {"legacy": [B]}):
+        kept = settle(records, bodies, full["transactions"], consume_offsets(offsets), {B: 1800},
+                      {B: [0, FILE]}, **kw)
+        assert {1100, 1200} <= set(kept.records.column("physical_offset").to_pylist()), kw

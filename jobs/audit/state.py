@@ -10,6 +10,7 @@ import os
 from typing import Dict, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.read.incremental.plan import Plan, _commitlog_end, _is_dledger, _prefix_sha
 from jobs.read.incremental.read import UnitCarry, _conform, _unit_file_rows
@@ -91,7 +92,7 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
             for t, key in ((STATE_RECORDS, "records"), (STATE_FINDINGS, "findings"),
                            (STATE_OP_BODIES, "op_bodies")))
         last = _last_offsets(records)
-        settled = _settle(plan, records, op_bodies, layout_info, last, split)
+        settled = _settle(plan, records, op_bodies, findings, layout_info, last, split)
         if settled is not None:
             records, op_bodies, new_final = settled.records, settled.op_bodies, settled.final
             settled_facts = settled.facts
@@ -157,11 +158,13 @@ def _last_offsets(records: pa.Table) -> Dict[str, int]:
     return dict(zip(agg.column("broker").to_pylist(), agg.column("physical_offset_max").to_pylist(), strict=True))
 
 
-def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], layout_info, last: Dict[str, int],
-            split: int):
+def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], findings: Optional[pa.Table],
+            layout_info,
+            last: Dict[str, int], split: int):
     """jobs.reconstruct.settle.settle of this run's state rows against its reduction (None when the run was
     not reduced on the driver).  A transaction settles below the start of the cell holding the newest record
-    (the next run may read that cell again from its start)."""
+    (the next run may read that cell again from its start).  ``findings``: the state's findings (a broker
+    with CommitLog decoder findings keeps its records that are evidence of nothing)."""
     from jobs.reconstruct.settle import consume_offsets, settle
 
     reduced = plan.reduced
@@ -177,8 +180,13 @@ def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], layout
             bound[s.broker] = holder[1] + (at - holder[1]) // split * split
     legacy = [p["broker"] for p in reduced["profiles"].to_pylist()
               if p["detected_profile"] not in ("4.3-5.0", "5.1+")]
+    if findings is None:        # unknown: every broker keeps its records
+        damaged = [s.broker for s in layout_info]
+    else:
+        in_commitlog = pc.fill_null(pc.equal(findings.column("source"), "commitlog"), False)
+        damaged = pc.unique(findings.filter(in_commitlog).column("broker")).to_pylist()
     return settle(records, op_bodies, reduced["transactions"], consume_offsets(reduced.get("consumer_offsets")),
-                  bound, bases, legacy)
+                  bound, bases, legacy, damaged)
 
 
 def _final_state(plan: Plan, brokers, new_final: Optional[pa.Table], new_facts: Dict[str, dict]):

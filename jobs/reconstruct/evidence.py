@@ -135,14 +135,29 @@ _RECORD_COLUMNS = ("topic", "transaction_type", "physical_offset", "uniq_key", "
                    "tran_prepared_queue_offset", "check_immunity_time_s", "prepared_transaction_offset")
 
 
-def record_evidence(t: pa.Table) -> Evidence:
-    """COPY / END / DISCARD rows of one broker's transaction-relevant CommitLog records (other records are
-    no evidence)."""
+def _record_kinds(t: pa.Table):
+    """(is_half, is_disc, prep, commit, rollback) masks of CommitLog records: the ones that are evidence."""
     topic, ttype = strings(t.column("topic")), strings(t.column("transaction_type"))
     is_half, is_disc = _np(pc.equal(topic, HALF_TOPIC)), _np(pc.equal(topic, DISCARD_TOPIC))
     normal = ~is_system_topic_mask(topic) & ~np.asarray(topic.is_null())
     prep = normal & _np(pc.equal(ttype, "PREPARED"))
     commit, rollback = normal & _np(pc.equal(ttype, "COMMIT")), normal & _np(pc.equal(ttype, "ROLLBACK"))
+    return is_half, is_disc, prep, commit, rollback
+
+
+def evidence_mask(t: pa.Table) -> np.ndarray:
+    """Which CommitLog records :func:`record_evidence` makes a row of (op records are evidence through their
+    bodies, :func:`op_rows_evidence`, and are not in this mask)."""
+    if not t.num_rows:
+        return np.zeros(0, bool)
+    is_half, is_disc, prep, commit, rollback = _record_kinds(t)
+    return is_half | is_disc | prep | commit | rollback
+
+
+def record_evidence(t: pa.Table) -> Evidence:
+    """COPY / END / DISCARD rows of one broker's transaction-relevant CommitLog records (other records are
+    no evidence)."""
+    is_half, is_disc, prep, commit, rollback = _record_kinds(t)
     keep = np.nonzero(is_half | is_disc | prep | commit | rollback)[0]
     # only the columns read below are taken (the input has ~40, most of them other sources')
     t = t.select([n for n in _RECORD_COLUMNS if n in t.column_names]).take(pa.array(keep, pa.int64()))

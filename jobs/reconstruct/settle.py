@@ -24,6 +24,14 @@ A transaction settles when all of these hold (else its records stay evidence):
   or none) and below the resume offset (never read again);
 * a batched 5.1+ op body naming it and other halves stays carried, with only the other pieces in its
   body (still comma-batched: the facts' counts do not change).
+
+A record that is evidence of no transaction (:func:`jobs.reconstruct.evidence.evidence_mask`: not a half, op
+or discard record, nor a PREPARED / COMMIT / ROLLBACK record of an ordinary topic -- e.g. the magic-V2
+records of long retry topics the decoder's transaction filter keeps, the delay and retry copies of committed
+messages) feeds only the broker facts (``reducer._facts``: the smallest file base, the V2 count, the newest
+store time).  Below the resume offset, on a 4.3+ broker without CommitLog decoder findings (a torn end's
+lost range counts the records read, ``reducer.records_read``), it is dropped with its facts carried per
+file, as a settled transaction's records are.
 """
 from __future__ import annotations
 
@@ -39,6 +47,7 @@ from jobs.reconstruct.evidence import (
     HALF_Q,
     OP,
     Evidence,
+    evidence_mask,
     link_ends,
     link_ops,
     op_rows_evidence,
@@ -56,7 +65,15 @@ from jobs.reconstruct.params import (
     P_51,
     ROLLED_BACK,
 )
-from jobs.reconstruct.reducer import CQ_RECORD_SRC, FACTS_SRC, _BySrc, _facts, final_transactions, input_table
+from jobs.reconstruct.reducer import (
+    CQ_RECORD_SRC,
+    FACTS_SRC,
+    _BySrc,
+    _facts,
+    final_transactions,
+    input_table,
+    merge_facts_into,
+)
 from schemas.recon import OP_BODY_COLUMNS, RECON_INPUT
 from schemas.state import STATE_FINAL
 
@@ -93,11 +110,13 @@ class Settled:
 
 def settle(records: pa.Table, op_bodies: Optional[pa.Table], transactions: pa.Table,
            offsets: Mapping[str, Tuple[Optional[int], Optional[int]]], resume: Mapping[str, int],
-           file_bases: Mapping[str, Sequence[int]], legacy: Sequence[str] = ()) -> Settled:
+           file_bases: Mapping[str, Sequence[int]], legacy: Sequence[str] = (),
+           damaged: Sequence[str] = ()) -> Settled:
     """Split ``records`` (STATE_RECORDS rows) and ``op_bodies`` (STATE_OP_BODIES rows, None when the records
     carry the op bodies) by the run's ``transactions`` output (see the module docstring).  ``offsets``:
     consume_offsets of the run; ``resume``: broker -> the state's resume offset; ``file_bases``: broker -> the
-    base offsets of its CommitLog files; ``legacy``: brokers with statetable / redolog units (not settled)."""
+    base offsets of its CommitLog files; ``legacy``: brokers with statetable / redolog units (not settled);
+    ``damaged``: brokers with CommitLog decoder findings (their records that are no evidence stay)."""
     keep_r, keep_o, finals, facts = [], [], [], {}
     brokers = pc.unique(records.column("broker")).to_pylist() if records.num_rows else []
     for b in brokers:
@@ -110,21 +129,42 @@ def settle(records: pa.Table, op_bodies: Optional[pa.Table], transactions: pa.Ta
             got = _settle_broker(rec, ops, txs, hco, oco, resume[b], np.asarray(sorted(file_bases.get(b, ())),
                                                                                 np.int64))
         if got is None:
-            keep_r.append(rec)
-            if ops is not None:
-                keep_o.append(ops)
-            continue
-        r, o, f, fa = got
+            r, o, fa = rec, ops, {}
+        else:
+            r, o, f, fa = got
+            finals.append(f)
+        if b not in legacy and b not in damaged and b in resume:
+            r, inert_facts = _drop_inert(r, resume[b], np.asarray(sorted(file_bases.get(b, ())), np.int64))
+            for k, v in inert_facts.items():
+                merge_facts_into(fa.setdefault(k, {}), v)
         keep_r.append(r)
         if o is not None:
             keep_o.append(o)
-        finals.append(f)
         if fa:
             facts[b] = fa
     final = pa.concat_tables(finals) if finals else STATE_FINAL.arrow_schema().empty_table()
     records_out = pa.concat_tables(keep_r) if keep_r else records.schema.empty_table()
     ops_out = None if op_bodies is None else (pa.concat_tables(keep_o) if keep_o else op_bodies.schema.empty_table())
     return Settled(records_out, ops_out, final, facts)
+
+
+def _drop_inert(rec: pa.Table, resume: int, bases: np.ndarray) -> Tuple[pa.Table, Dict[str, dict]]:
+    """(``rec`` without its records that are evidence of nothing below ``resume``, {file base: their facts})."""
+    if not rec.num_rows or not len(bases):
+        return rec, {}
+    phys = rec.column("physical_offset")
+    idx = np.searchsorted(bases, np.asarray(pc.fill_null(phys, -1).to_numpy(zero_copy_only=False)), "right") - 1
+    inert = (~evidence_mask(rec) & _np_bool(pc.is_valid(rec.column("topic")))
+             & ~_np_bool(pc.equal(rec.column("topic"), OP_TOPIC))
+             & _np_bool(pc.less(phys, resume)) & (idx >= 0))
+    if not inert.any():
+        return rec, {}
+    gone = rec.filter(pa.array(inert))
+    return rec.filter(pa.array(~inert)), _file_facts(gone, _op_rows(gone, None), bases)
+
+
+def _np_bool(mask) -> np.ndarray:
+    return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), bool)
 
 
 def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
