@@ -193,6 +193,10 @@ def run(argv: Optional[Sequence[str]] = None) -> List[dict]:
         os.environ.setdefault(k, v)
     spark = build_session(app_name="txaudit-bench-scale", master=args.master, extra_conf={
         "spark.driver.memory": args.driver_memory, "spark.executor.pyspark.memory": args.worker_memory,
+        # local mode: the executor is the driver JVM, and at 1M transactions with a 2 GiB heap the default
+        # unified memory share (0.6) let the linking windows' sorters take pages the heap no longer had
+        # (OutOfMemoryError: Java heap space); 0.4 leaves the rest of the heap its headroom
+        "spark.memory.fraction": "0.4",
         "spark.ui.showConsoleProgress": "false",
         **{f"spark.executorEnv.{k}": v for k, v in WORKER_ENV.items()}})
     runs: List[dict] = []
