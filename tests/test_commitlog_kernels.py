@@ -324,3 +324,22 @@ def test_kernels_imported_from_a_copied_zip_archive_load_the_cache_of_an_earlier
     assert run(one, "app-2") == ["1", "1"]          # another application's copy: loaded from the cache
     assert run(archive(2), "app-3") == ["2", "0"]   # other bytes: compiled again
     assert len(list((tmp_path / "cache").glob("zip_*"))) == 2
+
+
+def test_no_usable_temporary_directory_means_no_cache_not_a_traceback(monkeypatch, tmp_path):
+    """On a full disk ``tempfile.gettempdir`` raises (no usable temporary directory); with the home cache
+    unwritable too, the numba cache is simply off (NUMBA_CACHE_DIR unset) instead of the import failing."""
+    import os
+    import tempfile
+
+    from txlog_io import jit
+
+    def no_temp():
+        raise FileNotFoundError(2, "No usable temporary directory found")
+
+    monkeypatch.setattr(tempfile, "gettempdir", no_temp)
+    monkeypatch.setenv("HOME", str(tmp_path / "file-not-dir"))
+    (tmp_path / "file-not-dir").write_text("")          # ~/.cache cannot be made under a file
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert jit.cache_dir() == ""
+    assert "NUMBA_CACHE_DIR" not in os.environ

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from typing import Optional
 
 
 def _writable(path: str) -> bool:
@@ -31,15 +32,24 @@ def _writable(path: str) -> bool:
         return False
 
 
+def _temp_candidate(uid: int) -> Optional[str]:
+    """The cache directory under the system's temporary directory; None when there is no usable one at all
+    (``tempfile.gettempdir`` raises then, e.g. on a full disk: the commands must still start and say what
+    failed in one line, not end in a traceback at import)."""
+    try:
+        return os.path.join(tempfile.gettempdir(), f"txaudit-numba-{uid}")
+    except OSError:
+        return None
+
+
 def cache_dir() -> str:
     """Pick (and export) the numba cache directory; see the module docstring."""
     chosen = os.environ.get("NUMBA_CACHE_DIR")
     if chosen and _writable(chosen):
         return chosen
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    for cand in (os.path.join(os.path.expanduser("~"), ".cache", "txaudit-numba"),
-                 os.path.join(tempfile.gettempdir(), f"txaudit-numba-{uid}")):
-        if _writable(cand):
+    for cand in (os.path.join(os.path.expanduser("~"), ".cache", "txaudit-numba"), _temp_candidate(uid)):
+        if cand is not None and _writable(cand):
             os.environ["NUMBA_CACHE_DIR"] = cand
             return cand
     os.environ.pop("NUMBA_CACHE_DIR", None)      # nothing writable: numba compiles, without a cache
