@@ -405,8 +405,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(run, build_session, command: str, opts) -> int:
     from jobs.config import object_store_conf
+    from jobs.session import local_dirs_of, no_space_line
 
-    spark = build_session(app_name=f"txaudit-{command}", extra_conf=object_store_conf())
+    try:
+        spark = build_session(app_name=f"txaudit-{command}", extra_conf=object_store_conf())
+    except UsageError as e:             # a full or unwritable Spark local directory
+        return _usage_error(str(e))
     try:
         run(spark, opts)
     except UsageError as e:
@@ -415,6 +419,10 @@ def _run(run, build_session, command: str, opts) -> int:
         print(f"{PROG}: error: {command} failed: {e}", file=sys.stderr)
         return EXIT_FAILURE
     except Exception as e:  # noqa: BLE001 - report, traceback for the operator, exit 1
+        full = no_space_line(e)
+        if full:                         # the disk filled during the run: the trace adds nothing
+            where = f"--out {opts.out}, Spark local directories {','.join(local_dirs_of(spark))}"
+            return _usage_error(f"{command} failed: a disk is full ({where}): {full}", EXIT_FAILURE)
         import traceback
 
         traceback.print_exc(file=sys.stderr)

@@ -10,15 +10,27 @@ to ``txaudit-<command>``), so a scheduled run is found under its own name in the
 
 When this process starts the JVM itself (tests, plain ``python``), the driver JVM gets the project's
 ``conf/log4j2.properties`` (quiet Spark console); under spark-submit the launcher already chose the logging.
+
+Before the SparkContext starts, the driver's local directories (where Spark copies the job's files and
+spills shuffles) are probed: a full or unwritable one would otherwise end the run inside the JVM -- a Java
+stack trace from copying ``--files``, or ``DiskBlockManager``'s "Failed to create any local dir" and exit 53 --
+instead of one line (:class:`txlog_io.errors.ScratchSpaceError`).  A disk that fills up during the run is
+named in one line by :func:`no_space_line`.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional
 
 LOG4J2_CONF = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+#: free space below which a local directory counts as full: the context copies the job's files (the
+#: project's py-files zip, a few MB) there before the first job, and every shuffle spills there
+MIN_LOCAL_DIR_FREE = 64 << 20
+_NO_SPACE = "No space left on device"
 
 
 def driver_cpus() -> int:
@@ -51,6 +63,86 @@ def _jvm_started() -> bool:
     return SparkContext._gateway is not None
 
 
+def configured_local_dirs(conf: Mapping[str, str]) -> List[str]:
+    """The driver's local directories in the order ``org.apache.spark.util.Utils.getConfiguredLocalDirs``
+    takes them: YARN's ``LOCAL_DIRS`` in a container, ``SPARK_EXECUTOR_DIRS``, ``SPARK_LOCAL_DIRS``, then
+    ``spark.local.dir``, else the JVM's ``java.io.tmpdir`` (``conf["java.io.tmpdir"]``, default /tmp)."""
+    env = os.environ
+    if env.get("CONTAINER_ID") is not None:
+        raw = env.get("LOCAL_DIRS", "").split(",")
+    elif env.get("SPARK_EXECUTOR_DIRS") is not None:
+        raw = env["SPARK_EXECUTOR_DIRS"].split(os.pathsep)
+    elif env.get("SPARK_LOCAL_DIRS") is not None:
+        raw = env["SPARK_LOCAL_DIRS"].split(",")
+    else:
+        raw = (conf.get("spark.local.dir") or conf.get("java.io.tmpdir") or "/tmp").split(",")
+    return [d.strip() for d in raw if d.strip()]
+
+
+def local_dir_problem(root: str) -> Optional[str]:
+    """Why Spark could not use ``root`` as a local directory (None: it can): it cannot be created, a
+    directory and a page cannot be written under it, or less than :data:`MIN_LOCAL_DIR_FREE` is free."""
+    try:
+        os.makedirs(root, exist_ok=True)
+        probe = tempfile.mkdtemp(prefix=".txaudit-probe-", dir=root)
+        try:
+            with open(os.path.join(probe, "page"), "wb") as f:
+                f.write(bytes(4096))
+        finally:
+            shutil.rmtree(probe, ignore_errors=True)
+        st = os.statvfs(root)
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_LOCAL_DIR_FREE:
+        return f"{_NO_SPACE} ({free >> 20} MiB free, at least {MIN_LOCAL_DIR_FREE >> 20} MiB needed)"
+    return None
+
+
+def _launcher_conf(extra: Mapping[str, str]) -> dict:
+    """``spark.local.dir`` and ``java.io.tmpdir`` as the driver JVM sees them: from ``extra``, and under
+    spark-submit (the JVM already runs) from its system properties."""
+    conf = {k: v for k, v in extra.items() if k == "spark.local.dir"}
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()               # connects to the launcher's gateway, starts nothing
+        conf.setdefault("spark.local.dir", SparkConf().get("spark.local.dir", None) or "")
+        jvm = SparkContext._jvm
+        if jvm is not None:
+            conf["java.io.tmpdir"] = jvm.java.lang.System.getProperty("java.io.tmpdir")
+    return {k: v for k, v in conf.items() if v}
+
+
+def check_local_dirs(extra: Mapping[str, str]) -> None:
+    """Raise :class:`ScratchSpaceError` for the first of the driver's local directories Spark could not use
+    (Spark hashes blocks over all of them, so one full directory fails the run)."""
+    from txlog_io.errors import ScratchSpaceError
+
+    for root in configured_local_dirs(_launcher_conf(extra)):
+        why = local_dir_problem(root)
+        if why:
+            raise ScratchSpaceError(root, why)
+
+
+def local_dirs_of(spark) -> List[str]:
+    """The local directories of the running session's driver (for naming them in an error)."""
+    try:
+        conf = {"spark.local.dir": spark.sparkContext.getConf().get("spark.local.dir", "") or "",
+                "java.io.tmpdir": spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir")}
+    except Exception:  # noqa: BLE001 - the session may be gone: name the defaults
+        conf = {}
+    return configured_local_dirs({k: v for k, v in conf.items() if v})
+
+
+def no_space_line(exc: BaseException) -> Optional[str]:
+    """The line of ``exc``'s message (a Spark job's Java error included) that says a disk is full, or None."""
+    for line in str(exc).splitlines():
+        if _NO_SPACE in line:
+            return " ".join(line.split())[:400]
+    return None
+
+
 def build_session(app_name: str = "txaudit", master: Optional[str] = None,
                   extra_conf: Optional[Mapping[str, str]] = None):
     local = is_local_master(_effective_master(master))
@@ -74,6 +166,8 @@ def build_session(app_name: str = "txaudit", master: Optional[str] = None,
         conf["spark.driver.host"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
         conf["spark.driver.bindAddress"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
     extra = dict(extra_conf or {})
+    if SparkSession.getActiveSession() is None:
+        check_local_dirs(extra)
     if (LOG4J2_CONF.is_file() and "spark.driver.extraJavaOptions" not in extra and not _jvm_started()):
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONF.as_uri()}"
     conf.update(extra)

@@ -31,6 +31,15 @@ class StoreNotFoundError(UsageError):
         self.path = path
 
 
+class ScratchSpaceError(UsageError):
+    """A directory the job must write its scratch files to (Spark's local directories) cannot take writes."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"Spark local directory {path} is not usable: {reason}; free space there or point "
+                         f"SPARK_LOCAL_DIRS (or spark.local.dir) at a directory with room")
+        self.path = path
+
+
 class UnreadableFileError(TxlogError):
     """A file exists but cannot be opened or read."""
 

@@ -111,12 +111,21 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
             from jobs.config import object_store_conf
             from jobs.session import build_session
 
-            spark = build_session(app_name="txaudit-check", extra_conf=object_store_conf())
+            from jobs.session import local_dirs_of, no_space_line
+
+            try:
+                spark = build_session(app_name="txaudit-check", extra_conf=object_store_conf())
+            except UsageError as e:     # a full or unwritable Spark local directory
+                return _error(str(e))
             try:
                 run_audit(spark, opts.audit)
             except UsageError as e:
                 return _error(str(e))
             except Exception as e:  # noqa: BLE001 - traceback for the operator, one line, exit 3
+                full = no_space_line(e)
+                if full:                 # the disk filled during the audit: the trace adds nothing
+                    where = f"--out {opts.out}, Spark local directories {','.join(local_dirs_of(spark))}"
+                    return _error(f"check failed: the audit failed: a disk is full ({where}): {full}")
                 import traceback
 
                 traceback.print_exc(file=sys.stderr)
