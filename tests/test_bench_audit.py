@@ -154,3 +154,24 @@ def test_bench_cli_dispatch(capsys):
     with pytest.raises(SystemExit) as e:
         bench_cli.main(["audit", "--sizes", "x"])
     assert "--sizes" in str(e.value)
+
+
+def test_bench_cli_failure_ends_with_one_line_naming_the_root_cause(capsys, monkeypatch):
+    import types
+
+    from jobs.bench import cli as bench_cli
+
+    java = ("An error occurred while calling o812.count.\n: org.apache.spark.SparkException: Job aborted due "
+            "to stage failure: Task 3 in stage 20.0 failed 1 times\n\tat org.apache.spark.scheduler.DAGScheduler"
+            "\nCaused by: org.apache.spark.memory.SparkOutOfMemoryError: Unable to acquire 65536 bytes\n"
+            "Caused by: java.lang.OutOfMemoryError: Java heap space\n\tat java.base/java.nio.HeapByteBuffer")
+
+    def boom(argv):
+        raise RuntimeError(java)
+
+    monkeypatch.setitem(sys.modules, "jobs.bench.scale", types.SimpleNamespace(main=boom))
+    assert bench_cli.main(["scale", "--transactions", "1"]) == 1
+    err = capsys.readouterr().err.rstrip().splitlines()
+    assert "Traceback" in err[0]
+    assert err[-1] == ("txlog-bench: error: scale failed: RuntimeError: An error occurred while calling "
+                       "o812.count. (Caused by: java.lang.OutOfMemoryError: Java heap space)")

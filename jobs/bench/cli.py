@@ -15,6 +15,8 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
+from txlog_io.errors import UsageError
+
 USAGE = "usage: txlog-bench {decode,audit,scale,fuzz,repair} ..."
 _COMMANDS = {"decode": "txlog_io.bench", "audit": "jobs.bench.audit", "scale": "jobs.bench.scale", "fuzz": "jobs.bench.fuzz",
              "repair": "refbroker.repair_bench"}
@@ -42,7 +44,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _fail(f"'{command}' is not available in this installation ({_COMMANDS[command]} is missing)")
     if command == "decode":
         rest = ["decode", *rest]
-    return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except UsageError as e:
+        return _fail(" ".join(str(e).split()))
+    except Exception as e:  # noqa: BLE001 - the trace for the developer, then one line that says what failed
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(f"txlog-bench: error: {command} failed: {failure_line(e)}", file=sys.stderr)
+        return 1
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line for a failed run: the exception's first line and, for a Spark job's Java error, its root
+    cause (the last ``Caused by:`` line, e.g. ``java.lang.OutOfMemoryError: Java heap space``)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    first = lines[0] if lines else ""
+    causes = [ln for ln in lines if ln.startswith("Caused by:")]
+    tail = f" ({causes[-1]})" if causes and causes[-1] != first else ""
+    return " ".join(f"{type(exc).__name__}: {first}{tail}".split())[:500]
 
 
 def console_main() -> None:
