@@ -211,3 +211,14 @@ def test_commit_without_op_is_not_asserted_when_the_op_could_be_lost(cases, mode
     for k, t in damaged.items():        # every changed state or flag set names the damage
         if (t["state"], sorted(t["flags"])) != (intact[k]["state"], sorted(intact[k]["flags"])):
             assert "STATE_UNCERTAIN_DAMAGED_RANGE" in t["flags"], (k, t, intact[k])
+
+
+def test_only_the_first_settled_record_after_each_torn_end_can_stop_its_range():
+    import pyarrow as pa
+
+    from jobs.reconstruct.reducer import first_at_or_after
+
+    settled = pa.array([900, 100, 500, 500, 300, 700], pa.int64())
+    assert first_at_or_after(settled, [250, 260, 600, 950]) == [300, 700]        # 950: none after it
+    assert first_at_or_after(settled, [100]) == [100]                             # at the end itself
+    assert first_at_or_after(pa.array([], pa.int64()), [1]) == []

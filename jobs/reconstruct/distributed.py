@@ -37,7 +37,6 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -51,6 +50,7 @@ from jobs.reconstruct.reducer import (
     CQ_RECORD_SRC,
     as_of_ms,
     final_transactions,
+    first_at_or_after,
     settled_offsets,
 )
 from jobs.session import arrow_frame
@@ -133,10 +133,10 @@ def _past_end(wide: DataFrame, brokers, final: Optional[pa.Table] = None) -> Dic
             mine = wide.where(c("broker") == b)
             read_at = mine.where((c("src") == "commitlog") & (c("physical_offset") >= lo)).select(
                 c("physical_offset").alias("_p"))
-            if settled is not None:
-                # settled records at or after the torn end were read by an earlier run (few: a torn end is
-                # near a file's end)
-                later = [(int(p),) for p in settled.filter(pc.greater_equal(settled, lo)).to_pylist()]
+            if settled is not None and len(settled):
+                # settled records were read by an earlier run: only the first one at or after each torn end
+                # can be its stop, so at most one row per torn end goes to Spark
+                later = [(p,) for p in first_at_or_after(settled, ends)]
                 if later:
                     read_at = read_at.unionByName(spark.createDataFrame(later, "_p long"))
             # the first record read at or after each torn end (none: the end of the log)

@@ -464,6 +464,14 @@ def settled_offsets(final: Optional[pa.Table], broker: str) -> Optional[pa.Array
     return pc.list_flatten(mine.column("record_offsets")).combine_chunks().cast(pa.int64())
 
 
+def first_at_or_after(offsets: pa.Array, ends) -> List[int]:
+    """For each of ``ends``, the smallest of ``offsets`` at or after it (ends with none left out), distinct and
+    ascending: of a run's settled records, the only ones that can stop a torn end's range."""
+    at = np.unique(np.asarray(offsets, np.int64))
+    i = np.searchsorted(at, np.asarray(list(ends), np.int64))
+    return [int(p) for p in np.unique(at[i[i < len(at)]])]
+
+
 def records_read(cl: pa.Table, settled: Optional[pa.Array]) -> pa.Table:
     """``physical_offset`` of every record read: this run's ``cl`` and the settled transactions' (for
     ``damage.past_end_of``: a unit pointing at a settled record points at a record that was read)."""
