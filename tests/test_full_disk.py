@@ -9,8 +9,8 @@ import pytest
 
 from jobs import main as txmain
 from jobs import session
-from txlog_io.errors import ScratchSpaceError
 from tests.test_cli_main import JAVA_NOISE, STORE, SUBMIT
+from txlog_io.errors import ScratchSpaceError
 
 
 def _full_tmpfs(path):
