@@ -109,9 +109,7 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
         if opts.audit is not None:
             from jobs.audit.run import run_audit
             from jobs.config import object_store_conf
-            from jobs.session import build_session
-
-            from jobs.session import local_dirs_of, no_space_line
+            from jobs.session import build_session, local_dirs_of, no_space_line
 
             try:
                 spark = build_session(app_name="txaudit-check", extra_conf=object_store_conf())
