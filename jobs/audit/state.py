@@ -159,8 +159,7 @@ def _last_offsets(records: pa.Table) -> Dict[str, int]:
 
 
 def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], findings: Optional[pa.Table],
-            layout_info,
-            last: Dict[str, int], split: int):
+            layout_info, last: Dict[str, int], split: int):
     """jobs.reconstruct.settle.settle of this run's state rows against its reduction (None when the run was
     not reduced on the driver).  A transaction settles below the start of the cell holding the newest record
     (the next run may read that cell again from its start).  ``findings``: the state's findings (a broker

@@ -47,6 +47,7 @@ from jobs.reconstruct.evidence import (
     HALF_Q,
     OP,
     Evidence,
+    _np,
     evidence_mask,
     link_ends,
     link_ops,
@@ -124,17 +125,17 @@ def settle(records: pa.Table, op_bodies: Optional[pa.Table], transactions: pa.Ta
         ops = None if op_bodies is None else op_bodies.filter(pc.equal(op_bodies.column("broker"), b))
         txs = transactions.filter(pc.equal(transactions.column("broker"), b))
         hco, oco = offsets.get(b, (None, None))
+        bases = np.asarray(sorted(file_bases.get(b, ())), np.int64)
         got = None
         if b not in legacy and hco is not None and oco is not None and b in resume and txs.num_rows:
-            got = _settle_broker(rec, ops, txs, hco, oco, resume[b], np.asarray(sorted(file_bases.get(b, ())),
-                                                                                np.int64))
+            got = _settle_broker(rec, ops, txs, hco, oco, resume[b], bases)
         if got is None:
             r, o, fa = rec, ops, {}
         else:
             r, o, f, fa = got
             finals.append(f)
         if b not in legacy and b not in damaged and b in resume:
-            r, inert_facts = _drop_inert(r, resume[b], np.asarray(sorted(file_bases.get(b, ())), np.int64))
+            r, inert_facts = _drop_inert(r, resume[b], bases)
             for k, v in inert_facts.items():
                 merge_facts_into(fa.setdefault(k, {}), v)
         keep_r.append(r)
@@ -154,17 +155,13 @@ def _drop_inert(rec: pa.Table, resume: int, bases: np.ndarray) -> Tuple[pa.Table
         return rec, {}
     phys = rec.column("physical_offset")
     idx = np.searchsorted(bases, np.asarray(pc.fill_null(phys, -1).to_numpy(zero_copy_only=False)), "right") - 1
-    inert = (~evidence_mask(rec) & _np_bool(pc.is_valid(rec.column("topic")))
-             & ~_np_bool(pc.equal(rec.column("topic"), OP_TOPIC))
-             & _np_bool(pc.less(phys, resume)) & (idx >= 0))
+    inert = (~evidence_mask(rec) & _np(pc.is_valid(rec.column("topic")))
+             & ~_np(pc.equal(rec.column("topic"), OP_TOPIC))
+             & _np(pc.less(phys, resume)) & (idx >= 0))
     if not inert.any():
         return rec, {}
     gone = rec.filter(pa.array(inert))
     return rec.filter(pa.array(~inert)), _file_facts(gone, _op_rows(gone, None), bases)
-
-
-def _np_bool(mask) -> np.ndarray:
-    return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), bool)
 
 
 def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
