@@ -234,7 +234,8 @@ def test_discarded_and_duplicate_commit_transactions_settle_and_a_late_end_reope
     run equals the full reduction while nothing new names them; a producer's late COMMIT of the discarded half
     (EndTransactionProcessor looks the half up by offset, whether discarded or not), a third COMMIT, or a
     CommitLog range lost above the discarded one reopens; on a broker with decoder findings DISCARDED stays
-    evidence."""
+    evidence.  The full audit of the late COMMIT settles the now committed transaction again, its
+    DISCARDED_WITH_RESOLUTION carried."""
     records = _records(DISC)
     offsets = _offsets(3, 1)
     full = _run(records, offsets)
@@ -256,7 +257,7 @@ def test_discarded_and_duplicate_commit_transactions_settle_and_a_late_end_reope
     lost = pa.Table.from_pylist([{"broker": B, "source": "commitlog", "kind": "BAD_MAGIC",
                                   "file": "00000000000000001048576", "position": 100,
                                   "physical_offset": FILE + 100, "length": 64, "detail": "garbled"}])
-    late_commit = [_end(FILE + 10, 300, "E", T0 + 200_000), _op(FILE + 20, 1, "1,", T0 + 200_001)]
+    late_commit = [_end(2400, 300, "E", T0 + 200_000), _op(2700, 1, "1,", T0 + 200_001)]
     for late, damage in ((late_commit, None), (late_commit[:1], None), ([_end(FILE + 10, 900, "G", T0 + 9)], None),
                          ([_half(FILE + 10, 4, "K", T0 + 200_000)], lost)):
         new = _records(late)
@@ -273,3 +274,15 @@ def test_discarded_and_duplicate_commit_transactions_settle_and_a_late_end_reope
     kept = settle(records, _bodies(records), full["transactions"], consume_offsets(offsets), {B: FILE},
                   {B: [0, FILE]}, damaged=[B])
     assert sorted(kept.final.column("uniq_key").to_pylist()) == ["G"]
+
+    # the reopened run is a full audit: E is COMMITTED with DISCARDED_WITH_RESOLUTION, and settles again once
+    # the check service passed the op (the flag carried); the run after it equals the full reduction
+    whole, later = pa.concat_tables([records, _records(late_commit)]), _offsets(4, 2)
+    redo = _run(whole, later)
+    e = {r["uniq_key"]: r for r in redo["transactions"].to_pylist()}["E"]
+    assert (e["state"], e["flags"]) == ("COMMITTED", ["DISCARDED_WITH_RESOLUTION"])
+    got = settle(whole, _bodies(whole), redo["transactions"], consume_offsets(later), {B: FILE}, {B: [0, FILE]})
+    assert sorted(got.final.column("uniq_key").to_pylist()) == ["E", "G"]
+    again = _run(got.records, later, final_input(got.final, got.facts), got.final)
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        assert _sorted(again[name]) == _sorted(redo[name]), name
