@@ -358,9 +358,11 @@ def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, 
     spark = t.sparkSession
     profiles = {r["broker"]: r["profile"] for r in result.profiles.select("broker", "profile").collect()}
     why = fact_changes(final, profiles, offsets)
-    damaged = [r["broker"] for r in a.where(c("source").isin(*LOST_SOURCES)).select("broker").distinct().collect()]
-    for b, w in discard_damage(final, damaged).items():
-        why.setdefault(b, w)
+    if discard_damage(final, sorted(set(final.column("broker").to_pylist()))):     # settled DISCARDED rows
+        damaged = [r["broker"] for r in
+                   a.where(c("source").isin(*LOST_SOURCES)).select("broker").distinct().collect()]
+        for b, w in discard_damage(final, damaged).items():
+            why.setdefault(b, w)
 
     def keys(df, kind, col):
         return df.select("broker", F.lit(kind).alias("kind"), c(col).cast("string").alias("key"))
