@@ -405,7 +405,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(run, build_session, command: str, opts) -> int:
     from jobs.config import object_store_conf
-    from jobs.session import local_dirs_of, no_space_line
+    from jobs.session import disk_full
 
     try:
         spark = build_session(app_name=f"txaudit-{command}", extra_conf=object_store_conf())
@@ -419,10 +419,9 @@ def _run(run, build_session, command: str, opts) -> int:
         print(f"{PROG}: error: {command} failed: {e}", file=sys.stderr)
         return EXIT_FAILURE
     except Exception as e:  # noqa: BLE001 - report, traceback for the operator, exit 1
-        full = no_space_line(e)
+        full = disk_full(e, opts.out, spark)
         if full:                         # the disk filled during the run: the trace adds nothing
-            where = f"--out {opts.out}, Spark local directories {','.join(local_dirs_of(spark))}"
-            return _usage_error(f"{command} failed: a disk is full ({where}): {full}", EXIT_FAILURE)
+            return _usage_error(f"{command} failed: {full}", EXIT_FAILURE)
         import traceback
 
         traceback.print_exc(file=sys.stderr)

@@ -143,6 +143,15 @@ def no_space_line(exc: BaseException) -> Optional[str]:
     return None
 
 
+def disk_full(exc: BaseException, out: str, spark) -> Optional[str]:
+    """One line for a run ``exc`` ended because a disk filled up (naming ``--out`` and the session's local
+    directories, where the run writes), or None when ``exc`` is something else."""
+    full = no_space_line(exc)
+    if full is None:
+        return None
+    return f"a disk is full (--out {out}, Spark local directories {','.join(local_dirs_of(spark))}): {full}"
+
+
 def build_session(app_name: str = "txaudit", master: Optional[str] = None,
                   extra_conf: Optional[Mapping[str, str]] = None):
     local = is_local_master(_effective_master(master))

@@ -109,7 +109,7 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
         if opts.audit is not None:
             from jobs.audit.run import run_audit
             from jobs.config import object_store_conf
-            from jobs.session import build_session, local_dirs_of, no_space_line
+            from jobs.session import build_session, disk_full
 
             try:
                 spark = build_session(app_name="txaudit-check", extra_conf=object_store_conf())
@@ -120,10 +120,9 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
             except UsageError as e:
                 return _error(str(e))
             except Exception as e:  # noqa: BLE001 - traceback for the operator, one line, exit 3
-                full = no_space_line(e)
+                full = disk_full(e, opts.out, spark)
                 if full:                 # the disk filled during the audit: the trace adds nothing
-                    where = f"--out {opts.out}, Spark local directories {','.join(local_dirs_of(spark))}"
-                    return _error(f"check failed: the audit failed: a disk is full ({where}): {full}")
+                    return _error(f"check failed: the audit failed: {full}")
                 import traceback
 
                 traceback.print_exc(file=sys.stderr)
