@@ -455,12 +455,17 @@ def discard_damage(final: pa.Table, damaged: Sequence[str]) -> Dict[str, str]:
     rows: a DISCARDED state rests on no END or op anywhere after the transaction's first record, so a range
     lost anywhere above it (a later run's torn or garbled bytes) makes the state uncertain in a full audit
     (jobs/reconstruct/damage.py); such a broker is audited in full (and then settles no DISCARDED row)."""
-    if not len(damaged) or not final.num_rows:
+    if not len(damaged):
         return {}
-    disc = final.filter(pc.fill_null(pc.equal(final.column("state"), DISCARDED), False))
-    have = set(pc.unique(disc.column("broker")).to_pylist()) if disc.num_rows else set()
+    have = discarded_brokers(final)
     return {b: "CommitLog decoder findings on a broker with settled DISCARDED transactions"
             for b in damaged if b in have}
+
+
+def discarded_brokers(final: pa.Table) -> set:
+    """The brokers with settled DISCARDED rows in ``final``."""
+    disc = final.filter(pc.fill_null(pc.equal(final.column("state"), DISCARDED), False))
+    return set(pc.unique(disc.column("broker")).to_pylist()) if disc.num_rows else set()
 
 
 def fact_changes(final: pa.Table, profiles: Mapping[str, str],
@@ -483,5 +488,5 @@ def fact_changes(final: pa.Table, profiles: Mapping[str, str],
 
 
 __all__ = ["settle", "Settled", "consume_offsets", "final_input", "final_transactions", "final_keys",
-           "reduced_keys", "self_keys", "reopened", "fact_changes", "discard_damage", "FACTS_SRC",
+           "reduced_keys", "self_keys", "reopened", "fact_changes", "discard_damage", "discarded_brokers", "FACTS_SRC",
            "CQ_RECORD_SRC", "ORPHAN_CODES", "CQ_CODES", "FINAL_FLAGS", "LOST_SOURCES"]

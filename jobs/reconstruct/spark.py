@@ -348,6 +348,7 @@ def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, 
         LOST_SOURCES,
         ORPHAN_CODES,
         discard_damage,
+        discarded_brokers,
         fact_changes,
         final_keys,
         self_keys,
@@ -358,7 +359,7 @@ def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, 
     spark = t.sparkSession
     profiles = {r["broker"]: r["profile"] for r in result.profiles.select("broker", "profile").collect()}
     why = fact_changes(final, profiles, offsets)
-    if discard_damage(final, sorted(set(final.column("broker").to_pylist()))):     # settled DISCARDED rows
+    if discarded_brokers(final):        # only then can decoder findings reopen the run (discard_damage)
         damaged = [r["broker"] for r in
                    a.where(c("source").isin(*LOST_SOURCES)).select("broker").distinct().collect()]
         for b, w in discard_damage(final, damaged).items():
