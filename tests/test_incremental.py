@@ -172,6 +172,31 @@ def test_carried_rows_after_an_empty_part_reach_the_executors(spark):
         zip(*(want.column(c).to_pylist() for c in ("src", "count_all")), strict=True))
 
 
+def test_reopened_on_executors_as_on_the_driver(spark):
+    """jobs.reconstruct.spark.reopened_frames (outputs reduced on the executors) names the same brokers as
+    settle.reopened for settled DISCARDED and DUPLICATE_COMMIT rows: none while nothing new names them, the
+    broker once it has CommitLog decoder findings (a late END reopens through the keys both compare)."""
+    from jobs.reconstruct.settle import consume_offsets, final_input, reopened
+    from jobs.reconstruct.settle import settle as settle_rows
+    from jobs.reconstruct.spark import AuditResult, reopened_frames
+    from tests.test_settle import DISC, FILE, B, _bodies, _offsets, _records, _run
+
+    records, offsets = _records(DISC), _offsets(3, 1)
+    full = _run(records, offsets)
+    got = settle_rows(records, _bodies(records), full["transactions"], consume_offsets(offsets), {B: FILE},
+                      {B: [0, FILE]})
+    assert set(got.final.column("state").to_pylist()) == {"DISCARDED", "COMMITTED"}
+    extra = final_input(got.final, got.facts)
+    lost = pa.Table.from_pylist([{"broker": B, "source": "commitlog", "kind": "BAD_MAGIC", "file": "x",
+                                  "position": 100, "physical_offset": FILE + 100, "length": 64, "detail": "x"}])
+    for damage, want in ((None, []), (lost, [B])):
+        inc = _run(got.records, offsets, extra, got.final, anomalies=damage)
+        profile = {B: inc["profiles"].column("profile")[0].as_py()}
+        driver = reopened(got.final, inc["transactions"], inc["anomalies"], profile, consume_offsets(offsets))
+        executors = reopened_frames(AuditResult(arrow=inc, spark=spark), got.final, consume_offsets(offsets))
+        assert sorted(driver) == sorted(executors) == want, (driver, executors)
+
+
 def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):
     """At most MAX_SEGMENTS segments: the run that would list a third writes every settled row again as
     one; each run at its own, later as-of (time-based flags change between runs: nothing of them is

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.reconstruct.params import CHECK_GROUP, HALF_TOPIC, OP_TOPIC
+from jobs.reconstruct.params import CHECK_GROUP, DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
 from jobs.reconstruct.reducer import input_table, reduce_input
 from jobs.reconstruct.settle import consume_offsets, final_input, reopened, settle
 from schemas.state import STATE_OP_BODIES, STATE_RECORDS
@@ -204,3 +204,85 @@ def test_records_that_are_no_evidence_are_dropped_below_the_bound_with_their_fac
         kept = settle(records, bodies, full["transactions"], consume_offsets(offsets), {B: 1800},
                       {B: [0, FILE]}, **kw)
         assert {1100, 1200} <= set(kept.records.column("physical_offset").to_pylist()), kw
+
+
+def _discard(off, qo, uk, ts, check_times):
+    """The broker's discard of a half checked too often (resolveDiscardMsg): a copy in
+    TRANS_CHECK_MAX_TIME_TOPIC with the half's properties."""
+    return {**_half(off, qo, uk, ts), "topic": DISCARD_TOPIC, "transaction_check_times": check_times}
+
+
+# E: a half, its check re-put, then its discard (DISCARDED); G: committed twice (DUPLICATE_COMMIT) with one op;
+# H: prepared above the half consume offset (open).  Half consume offset 3, op consume offset 1.
+DISC = [_half(0, 0, "E", T0), {**_half(300, 1, "E", T0 + 60_000), "transaction_check_times": 1},
+        _discard(600, 0, "E", T0 + 120_000, 2), _half(900, 2, "G", T0 + 130_000),
+        _end(1200, 900, "G", T0 + 130_001), _end(1500, 900, "G", T0 + 130_002), _op(1800, 0, "2,", T0 + 130_003),
+        _half(2100, 3, "H", T0 + 140_000)]
+
+
+def _run(records, offsets, extra=None, final=None, anomalies=None):
+    t = input_table(commitlog=records.drop_columns(["body"]), op_bodies=_bodies(records),
+                    consumer_offsets=offsets, anomalies=anomalies)
+    if extra is not None:
+        t = pa.concat_tables([t, extra.cast(t.schema)])
+    return reduce_input(t, None, None, 60000, True, final)
+
+
+def test_discarded_and_duplicate_commit_transactions_settle_and_a_late_end_reopens():
+    """A DISCARDED transaction (its halves below the half consume offset: the check service never reads them
+    again) and a COMMITTED one with DUPLICATE_COMMIT (the flag carried) settle; PREPARED does not.  The next
+    run equals the full reduction while nothing new names them; a producer's late COMMIT of the discarded half
+    (EndTransactionProcessor looks the half up by offset, whether discarded or not), a third COMMIT, or a
+    CommitLog range lost above the discarded one reopens; on a broker with decoder findings DISCARDED stays
+    evidence.  The full audit of the late COMMIT settles the now committed transaction again, its
+    DISCARDED_WITH_RESOLUTION carried."""
+    records = _records(DISC)
+    offsets = _offsets(3, 1)
+    full = _run(records, offsets)
+    by_key = {r["uniq_key"]: r for r in full["transactions"].to_pylist()}
+    assert (by_key["E"]["state"], by_key["G"]["state"], by_key["H"]["state"]) == ("DISCARDED", "COMMITTED",
+                                                                                   "PREPARED")
+    assert by_key["G"]["flags"] == ["DUPLICATE_COMMIT"] and not by_key["E"]["flags"]
+    got = settle(records, _bodies(records), full["transactions"], consume_offsets(offsets), {B: FILE},
+                 {B: [0, FILE]})
+    assert sorted(got.final.column("uniq_key").to_pylist()) == ["E", "G"]
+    assert got.records.column("physical_offset").to_pylist() == [2100]
+    extra = final_input(got.final, got.facts)
+    profile = {B: full["profiles"].column("profile")[0].as_py()}
+    again = _run(got.records, offsets, extra, got.final)
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        assert _sorted(again[name]) == _sorted(full[name]), name
+    assert reopened(got.final, again["transactions"], again["anomalies"], profile, consume_offsets(offsets)) == {}
+
+    lost = pa.Table.from_pylist([{"broker": B, "source": "commitlog", "kind": "BAD_MAGIC",
+                                  "file": "00000000000000001048576", "position": 100,
+                                  "physical_offset": FILE + 100, "length": 64, "detail": "garbled"}])
+    late_commit = [_end(2400, 300, "E", T0 + 200_000), _op(2700, 1, "1,", T0 + 200_001)]
+    for late, damage in ((late_commit, None), (late_commit[:1], None), ([_end(FILE + 10, 900, "G", T0 + 9)], None),
+                         ([_half(FILE + 10, 4, "K", T0 + 200_000)], lost)):
+        new = _records(late)
+        want = _run(pa.concat_tables([records, new]), offsets, anomalies=damage)
+        inc = _run(pa.concat_tables([got.records, new]), offsets, extra, got.final, anomalies=damage)
+        assert _sorted(inc["transactions"]) != _sorted(want["transactions"])   # carrying would be wrong ...
+        why = reopened(got.final, inc["transactions"], inc["anomalies"], profile, consume_offsets(offsets))
+        assert list(why) == [B], (late, why)                                  # ... and it is detected
+        assert ("DISCARDED" in why[B]) == (damage is not None), why
+    assert {r["uniq_key"]: r["state"] for r in want["transactions"].to_pylist()}["E"] == "DISCARDED"
+    assert "STATE_UNCERTAIN_DAMAGED_RANGE" in {r["uniq_key"]: r["flags"]
+                                                for r in want["transactions"].to_pylist()}["E"]
+
+    kept = settle(records, _bodies(records), full["transactions"], consume_offsets(offsets), {B: FILE},
+                  {B: [0, FILE]}, damaged=[B])
+    assert sorted(kept.final.column("uniq_key").to_pylist()) == ["G"]
+
+    # the reopened run is a full audit: E is COMMITTED with DISCARDED_WITH_RESOLUTION, and settles again once
+    # the check service passed the op (the flag carried); the run after it equals the full reduction
+    whole, later = pa.concat_tables([records, _records(late_commit)]), _offsets(4, 2)
+    redo = _run(whole, later)
+    e = {r["uniq_key"]: r for r in redo["transactions"].to_pylist()}["E"]
+    assert (e["state"], e["flags"]) == ("COMMITTED", ["DISCARDED_WITH_RESOLUTION"])
+    got = settle(whole, _bodies(whole), redo["transactions"], consume_offsets(later), {B: FILE}, {B: [0, FILE]})
+    assert sorted(got.final.column("uniq_key").to_pylist()) == ["E", "G"]
+    again = _run(got.records, later, final_input(got.final, got.facts), got.final)
+    for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+        assert _sorted(again[name]) == _sorted(redo[name]), name

@@ -159,12 +159,14 @@ def _last_offsets(records: pa.Table) -> Dict[str, int]:
 
 
 def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], findings: Optional[pa.Table],
-            layout_info,
-            last: Dict[str, int], split: int):
+            layout_info, last: Dict[str, int], split: int):
     """jobs.reconstruct.settle.settle of this run's state rows against its reduction (None when the run was
-    not reduced on the driver).  A transaction settles below the start of the cell holding the newest record
-    (the next run may read that cell again from its start).  ``findings``: the state's findings (a broker
-    with CommitLog decoder findings keeps its records that are evidence of nothing)."""
+    not reduced on the driver).  A transaction settles below the state's resume offset (:func:`_resume`: the
+    newest record, or the start of its cell when the scan reported something in the cell before it), below
+    which the next run reads nothing again (jobs/read/incremental/plan.py; a run that does read a settled
+    record again, its resume record gone, is redone in full by ``settle.reopened``).  ``findings``: the
+    state's findings (a broker with CommitLog decoder findings keeps its records that are evidence of
+    nothing)."""
     from jobs.reconstruct.settle import consume_offsets, settle
 
     reduced = plan.reduced
@@ -177,7 +179,7 @@ def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], findin
         at = last.get(s.broker)
         holder = next((f for f in files if at is not None and f[1] <= at < f[1] + f[2]), None)
         if holder is not None:
-            bound[s.broker] = holder[1] + (at - holder[1]) // split * split
+            bound[s.broker] = _resume(s.broker, holder, at, split, findings)
     legacy = [p["broker"] for p in reduced["profiles"].to_pylist()
               if p["detected_profile"] not in ("4.3-5.0", "5.1+")]
     if findings is None:        # unknown: every broker keeps its records

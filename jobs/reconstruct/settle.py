@@ -10,14 +10,18 @@ consume-queue tuples for ``reducer._cq_mismatches``) to the unchanged reducer, a
 :func:`final_transactions` (as_of-dependent columns recomputed) to its ``transactions``, and checks
 :func:`reduced_keys` against :func:`final_keys`: a reduced row linking to a settled transaction means later
 evidence touched it, and the run is done again as a full audit (jobs/read/incremental/plan.py,
-``FINAL_REOPENED``).  docs/ARCHITECTURE.md ("Incremental state") gives the RocketMQ rules that make a settled
-row safe to carry.
+``FINAL_REOPENED``); so does a broker carrying settled DISCARDED rows that now has CommitLog decoder
+findings (:func:`discard_damage`).  docs/ARCHITECTURE.md ("Incremental state") gives the RocketMQ rules
+that make a settled row safe to carry.
 
 A transaction settles when all of these hold (else its records stay evidence):
 
-* COMMITTED or ROLLED_BACK, HALF_QUEUE mechanism (4.3+: no statetable, redolog or PREPARED records), profile
-  4.3-5.0 or 5.1+, keyed by (UNIQ_KEY, PGROUP, REAL_TOPIC), no flag at all, no open copy (so no recovery
-  and no check-back row, and no flag that a later fact could turn on: see the module's rules list below);
+* COMMITTED, ROLLED_BACK or DISCARDED (DISCARDED only on a broker without CommitLog decoder findings: the
+  state rests on no END anywhere after its first record), never PREPARED (its deadline flags move with the
+  as-of time and the check service still acts on it); HALF_QUEUE mechanism (4.3+: no statetable, redolog or
+  PREPARED records), profile 4.3-5.0 or 5.1+, keyed by (UNIQ_KEY, PGROUP, REAL_TOPIC), no open copy (so no
+  check-back row, no MARK_DONE), no flag but FINAL_FLAGS (each rests on the transaction's own records, and
+  is carried with the row);
 * every half copy's queue offset below the half queue's consume offset of CID_RMQ_SYS_TRANS and every op's
   below the op queue's (the check service never reads those again: no re-put copy, no discard, no check);
 * all its records in one CommitLog file (retention deletes whole files: the row goes with all its evidence
@@ -47,6 +51,7 @@ from jobs.reconstruct.evidence import (
     HALF_Q,
     OP,
     Evidence,
+    _np,
     evidence_mask,
     link_ends,
     link_ops,
@@ -58,6 +63,7 @@ from jobs.reconstruct.params import (
     CHECK_GROUP,
     COMMITTED,
     DISCARD_TOPIC,
+    DISCARDED,
     HALF_QUEUE,
     HALF_TOPIC,
     OP_TOPIC,
@@ -82,6 +88,11 @@ _CQ_FIELDS = ("topic", "physical_offset", "queue_id", "queue_offset", "total_siz
 #: output codes of findings that name a settled transaction's record or half (reduced_keys)
 ORPHAN_CODES = ("OP_WITHOUT_HALF", "EVIDENCE_IN_DELETED_RANGE")
 CQ_CODES = ("CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE")
+#: flags a settled row may carry: each rests on the transaction's own records only (their counts and links),
+#: so only a later record that links to the transaction -- which ``reopened`` catches -- could change it
+FINAL_FLAGS = ("DUPLICATE_COMMIT", "CONFLICTING_ENDS", "DISCARDED_WITH_RESOLUTION")
+#: decoder finding sources whose findings make CommitLog ranges lost (jobs/reconstruct/damage.py)
+LOST_SOURCES = ("commitlog", "dledger")
 
 
 def consume_offsets(consumer_offsets: Optional[pa.Table]) -> Dict[str, Tuple[Optional[int], Optional[int]]]:
@@ -124,17 +135,17 @@ def settle(records: pa.Table, op_bodies: Optional[pa.Table], transactions: pa.Ta
         ops = None if op_bodies is None else op_bodies.filter(pc.equal(op_bodies.column("broker"), b))
         txs = transactions.filter(pc.equal(transactions.column("broker"), b))
         hco, oco = offsets.get(b, (None, None))
+        bases = np.asarray(sorted(file_bases.get(b, ())), np.int64)
         got = None
         if b not in legacy and hco is not None and oco is not None and b in resume and txs.num_rows:
-            got = _settle_broker(rec, ops, txs, hco, oco, resume[b], np.asarray(sorted(file_bases.get(b, ())),
-                                                                                np.int64))
+            got = _settle_broker(rec, ops, txs, hco, oco, resume[b], bases, b not in damaged)
         if got is None:
             r, o, fa = rec, ops, {}
         else:
             r, o, f, fa = got
             finals.append(f)
         if b not in legacy and b not in damaged and b in resume:
-            r, inert_facts = _drop_inert(r, resume[b], np.asarray(sorted(file_bases.get(b, ())), np.int64))
+            r, inert_facts = _drop_inert(r, resume[b], bases)
             for k, v in inert_facts.items():
                 merge_facts_into(fa.setdefault(k, {}), v)
         keep_r.append(r)
@@ -154,17 +165,13 @@ def _drop_inert(rec: pa.Table, resume: int, bases: np.ndarray) -> Tuple[pa.Table
         return rec, {}
     phys = rec.column("physical_offset")
     idx = np.searchsorted(bases, np.asarray(pc.fill_null(phys, -1).to_numpy(zero_copy_only=False)), "right") - 1
-    inert = (~evidence_mask(rec) & _np_bool(pc.is_valid(rec.column("topic")))
-             & ~_np_bool(pc.equal(rec.column("topic"), OP_TOPIC))
-             & _np_bool(pc.less(phys, resume)) & (idx >= 0))
+    inert = (~evidence_mask(rec) & _np(pc.is_valid(rec.column("topic")))
+             & ~_np(pc.equal(rec.column("topic"), OP_TOPIC))
+             & _np(pc.less(phys, resume)) & (idx >= 0))
     if not inert.any():
         return rec, {}
     gone = rec.filter(pa.array(inert))
     return rec.filter(pa.array(~inert)), _file_facts(gone, _op_rows(gone, None), bases)
-
-
-def _np_bool(mask) -> np.ndarray:
-    return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), bool)
 
 
 def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
@@ -174,23 +181,29 @@ def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
     return rec.filter(is_op).select(list(OP_BODY_COLUMNS))
 
 
-def _candidates(txs: pa.Table) -> np.ndarray:
+def _candidates(txs: pa.Table, discarded: bool) -> np.ndarray:
+    """Rows of ``txs`` whose state and flags may settle: COMMITTED / ROLLED_BACK, and DISCARDED when
+    ``discarded`` (the broker has no CommitLog decoder finding: a DISCARDED state rests on the absence of a
+    later END anywhere after its first record); flags only among FINAL_FLAGS; PREPARED never."""
     state, flags, open_copies = txs.column("state"), txs.column("flags"), txs.column("open_copy_offsets")
-    ok = pc.and_(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])),
-                 pc.equal(txs.column("mechanism"), HALF_QUEUE))
+    states = [COMMITTED, ROLLED_BACK] + ([DISCARDED] if discarded else [])
+    ok = pc.and_(pc.is_in(state, pa.array(states)), pc.equal(txs.column("mechanism"), HALF_QUEUE))
     ok = pc.and_(ok, pc.is_in(txs.column("profile"), pa.array([P_43, P_51])))
-    ok = pc.and_(ok, pc.equal(pc.fill_null(pc.list_value_length(flags), 0), 0))
     ok = pc.and_(ok, pc.equal(pc.fill_null(pc.list_value_length(open_copies), 0), 0))
     for name in ("uniq_key", "producer_group", "real_topic"):
         ok = pc.and_(ok, pc.is_valid(txs.column(name)))
-    return np.asarray(pc.fill_null(ok, False).to_numpy(zero_copy_only=False), bool)
+    out = np.array(_np(ok), bool)
+    flags = flags.combine_chunks()
+    other = ~_np(pc.is_in(pc.list_flatten(flags), pa.array(FINAL_FLAGS, pa.string())))
+    out[np.asarray(pc.list_parent_indices(flags), np.int64)[other]] = False
+    return out
 
 
 def _settle_broker(rec: pa.Table, ops: Optional[pa.Table], txs: pa.Table, hco: int, oco: int, resume: int,
-                   bases: np.ndarray):
+                   bases: np.ndarray, discarded: bool = True):
     """One broker: (records kept, op bodies kept, STATE_FINAL rows, {file base: facts}) or None (nothing
-    settles)."""
-    cand = np.nonzero(_candidates(txs))[0]
+    settles).  ``discarded``: whether DISCARDED transactions may settle (:func:`_candidates`)."""
+    cand = np.nonzero(_candidates(txs, discarded))[0]
     if not len(cand) or not len(bases):
         return None
     op_rows = _op_rows(rec, ops)
@@ -424,6 +437,9 @@ def reopened(final: Optional[pa.Table], transactions: pa.Table, anomalies: pa.Ta
     if final is None or not final.num_rows:
         return why
     why.update(fact_changes(final, profiles, offsets))
+    lost = pc.fill_null(pc.is_in(anomalies.column("source"), pa.array(LOST_SOURCES)), False)
+    for b, w in discard_damage(final, pc.unique(anomalies.filter(lost).column("broker")).to_pylist()).items():
+        why.setdefault(b, w)
     mine = _counted(reduced_keys(transactions, anomalies))
     own = _counted(self_keys(final)).rename_columns(["broker", "kind", "key", "own"])
     j = mine.join(own, ["broker", "kind", "key"], join_type="left outer")
@@ -432,6 +448,19 @@ def reopened(final: Optional[pa.Table], transactions: pa.Table, anomalies: pa.Ta
     for b, kind, key in zip(*(hits.column(c).to_pylist() for c in ("broker", "kind", "key")), strict=True):
         why.setdefault(b, f"a reduced row names settled transaction evidence ({kind} {key})")
     return why
+
+
+def discard_damage(final: pa.Table, damaged: Sequence[str]) -> Dict[str, str]:
+    """brokers of ``damaged`` (this run has CommitLog decoder findings on them) that carry settled DISCARDED
+    rows: a DISCARDED state rests on no END or op anywhere after the transaction's first record, so a range
+    lost anywhere above it (a later run's torn or garbled bytes) makes the state uncertain in a full audit
+    (jobs/reconstruct/damage.py); such a broker is audited in full (and then settles no DISCARDED row)."""
+    if not len(damaged) or not final.num_rows:
+        return {}
+    disc = final.filter(pc.fill_null(pc.equal(final.column("state"), DISCARDED), False))
+    have = set(pc.unique(disc.column("broker")).to_pylist()) if disc.num_rows else set()
+    return {b: "CommitLog decoder findings on a broker with settled DISCARDED transactions"
+            for b in damaged if b in have}
 
 
 def fact_changes(final: pa.Table, profiles: Mapping[str, str],
@@ -454,5 +483,5 @@ def fact_changes(final: pa.Table, profiles: Mapping[str, str],
 
 
 __all__ = ["settle", "Settled", "consume_offsets", "final_input", "final_transactions", "final_keys",
-           "reduced_keys", "self_keys", "reopened", "fact_changes", "FACTS_SRC", "CQ_RECORD_SRC", "ORPHAN_CODES",
-           "CQ_CODES"]
+           "reduced_keys", "self_keys", "reopened", "fact_changes", "discard_damage", "FACTS_SRC",
+           "CQ_RECORD_SRC", "ORPHAN_CODES", "CQ_CODES", "FINAL_FLAGS", "LOST_SOURCES"]

@@ -343,13 +343,26 @@ def reduce_arrow(spark, table: pa.Table, path: str, params: ParamsArg = None, pr
 def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, str]:
     """jobs.reconstruct.settle.reopened for outputs reduced on the executors: the reduced keys grouped and
     joined with the settled rows' keys in Spark (the settled rows' own keys subtracted)."""
-    from jobs.reconstruct.settle import CQ_CODES, ORPHAN_CODES, fact_changes, final_keys, self_keys
+    from jobs.reconstruct.settle import (
+        CQ_CODES,
+        LOST_SOURCES,
+        ORPHAN_CODES,
+        discard_damage,
+        fact_changes,
+        final_keys,
+        self_keys,
+    )
 
     c = F.col
     t, a = result.transactions, result.anomalies
     spark = t.sparkSession
     profiles = {r["broker"]: r["profile"] for r in result.profiles.select("broker", "profile").collect()}
     why = fact_changes(final, profiles, offsets)
+    if discard_damage(final, sorted(set(final.column("broker").to_pylist()))):     # settled DISCARDED rows
+        damaged = [r["broker"] for r in
+                   a.where(c("source").isin(*LOST_SOURCES)).select("broker").distinct().collect()]
+        for b, w in discard_damage(final, damaged).items():
+            why.setdefault(b, w)
 
     def keys(df, kind, col):
         return df.select("broker", F.lit(kind).alias("kind"), c(col).cast("string").alias("key"))
