@@ -9,8 +9,8 @@ dispatches (``DefaultMessageStore.DispatchMessageService.doDispatch``: the consu
 ``TRANSACTION_REDOLOG_TOPIC_XXXX``, queue 0), one dispatch thread in CommitLog order.  So the redolog units
 are in CommitLog order with consecutive unit indexes, and a redolog that lost units (zeroed, cut, a unit
 dropped for an impossible value, a file missing or emptied) leaves transaction records no index points to.
-The statetable cannot stand in: it holds PREPARED records only, and ``recreateStateTable`` rebuilds it in hash
-order after an unclean shutdown.
+The statetable cannot stand in: it holds PREPARED records only, and ``recreateStateTable`` rebuilds it after
+an unclean shutdown with the still-PREPARED ones only.
 
 ``redolog_gaps`` therefore gives, per 3.x store, the ranges indexed mode scans instead (``GAPS_SCHEMA`` rows):
 
