@@ -679,3 +679,51 @@ def test_property_crc_5_2(tmp_path):
     rows, anomalies = decode_all(f)
     assert len(rows) == 2 and dict(rows[0]["properties"])["__CRC32#"] == good[-11:-1].decode()
     assert [(a.kind, a.position) for a in anomalies] == [(AnomalyKind.PROPERTY_CRC_MISMATCH, len(good))]
+
+
+def test_every_record_check_in_one_chunk(tmp_path):
+    """One chunk holding each kind of record-level finding (crc_kernels.record_checks gates the per-kind
+    passes): every one reported, in record order per kind, the damaged records still rows; the fused pass's
+    per-record results equal the separate kernels'."""
+    import numpy as np
+
+    from txlog_io import commitlog_kernels as K
+    from txlog_io import crc_kernels as C
+
+    def rec(at, **kw):
+        props = kw.pop("properties", {"A": "1"})
+        return bytearray(encode_record(Message(topic="T", body=b"hello", properties=props, **kw), at))
+
+    data = bytearray()
+    data += rec(0)                                         # clean
+    data += rec(len(data), body_crc=12345)                 # BODY_CRC_MISMATCH
+    data += rec(len(data) + 8)                             # PHYSICAL_OFFSET_MISMATCH (stored 8 too far)
+    good = rec(len(data), append_prop_crc=True)
+    good[-11:-1] = b"0000000000"                           # a __CRC32# that does not match
+    prop_at = len(data)
+    data += good
+    tail_at = len(data)
+    cut = rec(len(data), properties={"REAL_TOPIC": "TopicOrders"})
+    cut[-5:] = bytes(5)                                    # BAD_PROPERTIES: properties end in zero bytes
+    data += cut
+    data += rec(len(data), body_crc=1)                     # a second BODY_CRC_MISMATCH, after the others
+    f = _write(tmp_path, "00000000000000000000", bytes(data), 4096)
+    rows, anomalies = decode_all(f)
+    assert len(rows) == 6
+    assert [r["body_crc_ok"] for r in rows] == [True, False, True, True, True, False]
+    starts = [r["file_position"] for r in rows]
+    assert [(a.kind, a.position) for a in anomalies] == [
+        (AnomalyKind.PHYSICAL_OFFSET_MISMATCH, starts[2]), (AnomalyKind.BODY_CRC_MISMATCH, starts[1]),
+        (AnomalyKind.BODY_CRC_MISMATCH, starts[5]), (AnomalyKind.PROPERTY_CRC_MISMATCH, prop_at),
+        (AnomalyKind.BAD_PROPERTIES, tail_at)]
+    u8 = np.frombuffer(bytes(data) + bytes(256), np.uint8)
+    pos = np.asarray(starts, np.int64)
+    fm = K.fields(u8, pos)
+    crc_ok, status, actual = np.empty(6, np.bool_), np.empty(6, np.int8), np.empty(6, np.int64)
+    found = C.record_checks(u8, pos, fm, pos, 0, True, C.CRC_MARKER, crc_ok, status, actual)
+    assert found == C.FOUND_PHYS | C.FOUND_BODY_CRC | C.FOUND_PROP_CRC | C.FOUND_ZERO_TAIL
+    want_status, want_actual = C.prop_crcs(u8, pos, fm[K.F_TOTAL], fm[K.F_OK] != 0, fm[K.F_PROPS_AT], C.CRC_MARKER)
+    assert status.tolist() == want_status.tolist() == [0, 0, 0, 2, 0, 0]
+    assert actual.tolist() == want_actual.tolist()
+    assert crc_ok.tolist() == (C.body_crcs(u8, fm[K.F_BODY_AT], fm[K.F_BODY_SIZE]) == fm[K.F_BODY_CRC]).tolist()
+    assert C.record_checks(u8, pos[:1], fm[:, :1], pos[:1], 0, True, C.CRC_MARKER, crc_ok, status, actual) == 0

@@ -139,46 +139,59 @@ def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str,
     ``(fields, positions, file positions, body_crc_ok, anomalies)`` of the selected records only."""
     anomalies: list = []
     f = f if f is not None else K.fields(u8, pos)
-    ok = f[K.F_OK] != 0
-    if not ok.all():
+    n = pos.size
+    crc_ok, status, actual = np.empty(n, np.bool_), np.empty(n, np.int8), np.empty(n, np.int64)
+    # one compiled pass over every record; the per-finding passes below run only for what it found
+    found = C.record_checks(u8, pos, f, file_pos, base, verify_crc, C.CRC_MARKER, crc_ok, status, actual)
+    ok = f[K.F_OK] != 0 if found & C.FOUND_BAD_LENGTHS else None
+    if found:
+        anomalies = _findings(found, u8, pos, file_pos, f, ok if ok is not None else f[K.F_OK] != 0, crc_ok,
+                              status, actual, path, base)
+    if topics is not None or tx_relevant:
+        names, off = topics if topics is not None else _TX_TOPICS
+        keep = K.relevant(u8, f, names, off, tx_relevant)
+    else:
+        keep = ok                     # None: every record is well-formed
+    if keep is not None and not keep.all():
+        sel = np.flatnonzero(keep)
+        f, pos, file_pos, crc_ok = f[:, sel], pos[sel], file_pos[sel], crc_ok[sel]
+    return f, pos, file_pos, crc_ok, anomalies
+
+
+def _findings(found: int, u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, f: np.ndarray, ok: np.ndarray,
+              crc_ok: np.ndarray, status: np.ndarray, actual: np.ndarray, path: str, base: int) -> list:
+    """The anomalies of the checks ``crc_kernels.record_checks`` reported in ``found``, in record order per
+    kind: lengths that do not add up, PHYSICALOFFSET, body CRC, ``__CRC32#``, zeroed properties tail."""
+    anomalies: list = []
+    if found & C.FOUND_BAD_LENGTHS:
         for i in np.flatnonzero(~ok).tolist():
             anomalies.append(anomaly(AnomalyKind.BAD_TOTAL_SIZE, path, int(file_pos[i]), base,
                                      "field lengths do not add up to TOTALSIZE (calMsgLength); record dropped",
                                      int(f[K.F_TOTAL, i]), "body/topic/properties lengths inconsistent",
                                      int(f[K.F_TOTAL, i])))
-    # every well-formed record is checked, whether it becomes a row or not
-    phys = file_pos + base
-    stored_phys = f[K.F_STORED_PHYS]
-    for i in np.flatnonzero(ok & (stored_phys != phys)).tolist():
-        anomalies.append(anomaly(AnomalyKind.PHYSICAL_OFFSET_MISMATCH, path, int(file_pos[i]), base,
-                                 "stored PHYSICALOFFSET differs from the record's location",
-                                 int(phys[i]), int(stored_phys[i]), int(f[K.F_TOTAL, i])))
-    if verify_crc:
-        computed = C.body_crcs(u8, f[K.F_BODY_AT], np.where(ok, f[K.F_BODY_SIZE], 0))
-        crc_ok = computed == f[K.F_BODY_CRC]
+    if found & C.FOUND_PHYS:
+        phys = file_pos + base
+        stored_phys = f[K.F_STORED_PHYS]
+        for i in np.flatnonzero(ok & (stored_phys != phys)).tolist():
+            anomalies.append(anomaly(AnomalyKind.PHYSICAL_OFFSET_MISMATCH, path, int(file_pos[i]), base,
+                                     "stored PHYSICALOFFSET differs from the record's location",
+                                     int(phys[i]), int(stored_phys[i]), int(f[K.F_TOTAL, i])))
+    if found & C.FOUND_BODY_CRC:
         for i in np.flatnonzero(ok & ~crc_ok).tolist():
+            computed = C.crc32_zlib(u8, f[K.F_BODY_AT, i], f[K.F_BODY_SIZE, i])
             anomalies.append(anomaly(AnomalyKind.BODY_CRC_MISMATCH, path, int(file_pos[i]), base,
                                      "BODYCRC does not match the stored body", int(f[K.F_BODY_CRC, i]),
-                                     int(computed[i]), int(f[K.F_TOTAL, i])))
-    else:
-        crc_ok = np.ones(pos.size, bool)
-    status, actual = C.prop_crcs(u8, pos, f[K.F_TOTAL], ok, f[K.F_PROPS_AT], C.CRC_MARKER)
-    for i in np.flatnonzero(status == 2).tolist():
-        t = int(pos[i] + f[K.F_TOTAL, i]) - C.PROP_CRC_RESERVED + len(C.CRC_MARKER)
-        anomalies.append(anomaly(AnomalyKind.PROPERTY_CRC_MISMATCH, path, int(file_pos[i]), base,
-                                 "__CRC32# property does not match the record bytes before it",
-                                 bytes(u8[t:t + 10]).decode("utf-8", "replace"), str(int(actual[i])),
-                                 int(f[K.F_TOTAL, i])))
-    anomalies.extend(zero_tail_findings(u8, pos, file_pos, f, ok, path, base))
-    if topics is not None or tx_relevant:
-        names, off = topics if topics is not None else _TX_TOPICS
-        keep = K.relevant(u8, f, names, off, tx_relevant)
-    else:
-        keep = ok
-    if not keep.all():
-        sel = np.flatnonzero(keep)
-        f, pos, file_pos, crc_ok = f[:, sel], pos[sel], file_pos[sel], crc_ok[sel]
-    return f, pos, file_pos, crc_ok, anomalies
+                                     int(computed), int(f[K.F_TOTAL, i])))
+    if found & C.FOUND_PROP_CRC:
+        for i in np.flatnonzero(status == 2).tolist():
+            t = int(pos[i] + f[K.F_TOTAL, i]) - C.PROP_CRC_RESERVED + len(C.CRC_MARKER)
+            anomalies.append(anomaly(AnomalyKind.PROPERTY_CRC_MISMATCH, path, int(file_pos[i]), base,
+                                     "__CRC32# property does not match the record bytes before it",
+                                     bytes(u8[t:t + 10]).decode("utf-8", "replace"), str(int(actual[i])),
+                                     int(f[K.F_TOTAL, i])))
+    if found & C.FOUND_ZERO_TAIL:
+        anomalies.extend(zero_tail_findings(u8, pos, file_pos, f, ok, path, base))
+    return anomalies
 
 
 def zero_tail_findings(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, f: np.ndarray, ok: np.ndarray,

@@ -17,6 +17,16 @@ import llvmlite.binding as _llvm  # noqa: E402
 import numpy as np
 from numba import types as _nt  # noqa: E402
 
+from txlog_io.commitlog_kernels import (
+    F_BODY_AT,
+    F_BODY_CRC,
+    F_BODY_SIZE,
+    F_OK,
+    F_PROPS_AT,
+    F_PROPS_LEN,
+    F_STORED_PHYS,
+    F_TOTAL,
+)
 from txlog_io.jit import njit  # sets NUMBA_CACHE_DIR before numba is imported
 
 
@@ -59,6 +69,36 @@ CRC_MARKER = np.frombuffer(b"__CRC32#\x01", np.uint8).copy()
 PROP_CRC_RESERVED = 20
 
 
+#: bits of ``record_checks``' result: what at least one record of the chunk showed
+FOUND_BAD_LENGTHS, FOUND_PHYS, FOUND_BODY_CRC, FOUND_PROP_CRC, FOUND_ZERO_TAIL = 1, 2, 4, 8, 16
+
+
+@njit(inline="always")
+def prop_crc_at(u8, p, total, props_at, marker):
+    """``prop_crcs`` of one well-formed record at ``p``: (status, computed CRC)."""
+    if total < PROP_CRC_RESERVED:
+        return 0, np.int64(0)
+    t = p + total - PROP_CRC_RESERVED
+    if t < props_at or u8[t + PROP_CRC_RESERVED - 1] != 2:
+        return 0, np.int64(0)
+    m = marker.size
+    for j in range(m):
+        if u8[t + j] != marker[j]:
+            return 0, np.int64(0)
+    # the entry must be a segment of its own: at the start of the properties or right after a 0x02
+    if t > props_at and u8[t - 1] != 2:
+        return 0, np.int64(0)
+    expected = np.int64(0)
+    digits = True
+    for j in range(9, -1, -1):               # least-significant digit first
+        d = np.int64(u8[t + m + j]) - 48
+        if d < 0 or d > 9:
+            digits = False
+        expected = expected * 10 + d
+    actual = crc32_zlib(u8, p, total - PROP_CRC_RESERVED)
+    return (1 if digits and expected == actual else 2), actual
+
+
 @njit
 def prop_crcs(u8, pos, totals, ok, props_at, marker):
     """5.2+ ``__CRC32#`` trailing property (CommitLog.doAppend): per record 0 = none, 1 = matches, 2 = does not
@@ -66,28 +106,41 @@ def prop_crcs(u8, pos, totals, ok, props_at, marker):
     n = pos.size
     status = np.zeros(n, np.int8)
     actual = np.zeros(n, np.int64)
-    m = marker.size
     for k in range(n):
-        if not ok[k] or totals[k] < PROP_CRC_RESERVED:
-            continue
-        t = pos[k] + totals[k] - PROP_CRC_RESERVED
-        if t < props_at[k] or u8[t + PROP_CRC_RESERVED - 1] != 2:
-            continue
-        same = True
-        for j in range(m):
-            if u8[t + j] != marker[j]:
-                same = False
-                break
-        # the entry must be a segment of its own: at the start of the properties or right after a 0x02
-        if not same or (t > props_at[k] and u8[t - 1] != 2):
-            continue
-        expected = np.int64(0)
-        digits = True
-        for j in range(9, -1, -1):               # least-significant digit first
-            d = np.int64(u8[t + m + j]) - 48
-            if d < 0 or d > 9:
-                digits = False
-            expected = expected * 10 + d
-        actual[k] = crc32_zlib(u8, pos[k], totals[k] - PROP_CRC_RESERVED)
-        status[k] = 1 if digits and expected == actual[k] else 2
+        if ok[k]:
+            status[k], actual[k] = prop_crc_at(u8, pos[k], totals[k], props_at[k], marker)
     return status, actual
+
+
+@njit
+def record_checks(u8, pos, f, file_pos, base, verify_crc, marker, crc_ok, status, actual):
+    """Every record-level check of a chunk in one pass over the field matrix ``f`` of the records at ``pos``
+    (``file_pos``: their file positions): lengths that add up (``F_OK``), stored PHYSICALOFFSET == base +
+    file position, the body CRC when ``verify_crc`` (``crc_ok[k]``; true without it), the ``__CRC32#``
+    property (``status`` / ``actual`` as ``prop_crcs``) and non-empty properties ending in a zero byte
+    (``commitlog_rows.zero_tail_findings``).  Returns the ``FOUND_*`` bits of what any record showed, so a
+    clean chunk (the usual one) costs the caller no per-check array pass."""
+    found = 0
+    size = u8.size
+    for k in range(pos.size):
+        crc_ok[k] = True
+        status[k] = 0
+        actual[k] = 0
+        if not f[F_OK, k]:
+            found |= FOUND_BAD_LENGTHS
+            continue
+        if f[F_STORED_PHYS, k] != file_pos[k] + base:
+            found |= FOUND_PHYS
+        if verify_crc and crc32_zlib(u8, f[F_BODY_AT, k], f[F_BODY_SIZE, k]) != f[F_BODY_CRC, k]:
+            crc_ok[k] = False
+            found |= FOUND_BODY_CRC
+        st, crc = prop_crc_at(u8, pos[k], f[F_TOTAL, k], f[F_PROPS_AT, k], marker)
+        if st:
+            status[k] = st
+            actual[k] = crc
+            if st == 2:
+                found |= FOUND_PROP_CRC
+        last = f[F_PROPS_AT, k] + f[F_PROPS_LEN, k] - 1
+        if f[F_PROPS_LEN, k] > 0 and last < size and u8[last] == 0:
+            found |= FOUND_ZERO_TAIL
+    return found
