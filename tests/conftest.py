@@ -50,20 +50,29 @@ def spark():
     session.stop()
 
 
-#: test_realbroker's module once its broker runs were started in the background (see its start_early)
+#: the real-broker modules whose broker work was started in the background (see their start_early)
 _REALBROKER_EARLY = []
 
 
 def pytest_collection_finish(session):
     """The real-broker runs, minutes of brokers waiting on their timers, start as soon as the tests are
-    collected and overlap the rest of the suite (test_realbroker's fixture then only waits for them)."""
+    collected and overlap the rest of the suite (test_realbroker's fixture then only waits for them); after
+    them, in the same background, test_recover_realbroker's broker lives (overlapping test_realbroker's audits;
+    one real-broker workload at a time, as when the modules ran them in turn)."""
     if session.config.option.collectonly or os.environ.get("TXAUDIT_REALBROKER_EARLY", "1") == "0":
         return
+    modules = {}
     for item in session.items:
-        if Path(str(item.path)).name == "test_realbroker.py" and hasattr(item.module, "start_early"):
-            item.module.start_early(session)
-            _REALBROKER_EARLY.append(item.module)
-            return
+        name = Path(str(item.path)).name
+        if name in ("test_realbroker.py", "test_recover_realbroker.py") and hasattr(item.module, "start_early"):
+            modules.setdefault(name, item.module)
+    runs, lives = modules.get("test_realbroker.py"), modules.get("test_recover_realbroker.py")
+    if runs is not None:
+        runs.start_early(session)
+        _REALBROKER_EARLY.append(runs)
+    if lives is not None:
+        lives.start_early(session, after=runs.wait_early if runs is not None else None)
+        _REALBROKER_EARLY.append(lives)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -200,18 +200,22 @@ def runs(tmp_path_factory, s3):
     a_summary = s3.summary(mark, bucket=BUCKET)
     phase1 = {"A": _remote_snapshots(A_OUT, TABLES, opts, work / "snap1"),
               "B": {n: _snapshot(str(b / n)) for n in TABLES}}
+    t2 = time.monotonic()
     second = _wait(_audit(A_OUT, "delta-rs", work, env), _audit(str(b), "spark", work, env))
+    t3 = time.monotonic()
     phase2 = {"A": _remote_snapshots(A_OUT, TABLES, opts, work / "snap2"),
               "B": {n: _snapshot(str(b / n)) for n in TABLES}}
     # B's transactions (v0 delta-rs, v1 Spark on disk) uploaded as is, for Spark to read in the bucket
     s3.upload(str(b / "transactions"), BUCKET, "uploaded/transactions")
     keys = [(w, n) for w in ("A", "B") for n in TABLES]
     mark = len(s3.log)
+    t4 = time.monotonic()
     probe_out = _probe(jars, "read", str(work / "dump"),
                        *[f"{where[w]}/{n}@{phase1[w][n]['version']}" for w, n in keys],
                        "+", "copy", A_OUT, f"s3a://{BUCKET}/spark", "transactions",
                        "+", "copy", A_OUT, str(work / "spark-local"), "transactions",
                        "+", "read", str(work / "s3dump"), f"s3a://{BUCKET}/uploaded/transactions", env=env)
+    t5 = time.monotonic()
     copy_writes = _bucket_writes(s3, mark, "spark")
     spark_read = {}
     for i, key in enumerate(keys):
@@ -219,7 +223,8 @@ def runs(tmp_path_factory, s3):
         info["latest"] = pq.read_table(work / "dump" / f"{i}-latest.parquet")
         info["at"] = pq.read_table(work / "dump" / f"{i}-at.parquet")
         spark_read[key] = info
-    print(f"\ndelta-spark: 4 audits (first two {t1 - t0:.1f} s) + 1 probe in {time.monotonic() - t0:.1f} s")
+    print(f"\ndelta-spark: audits 1-2 {t1 - t0:.1f} s, snapshots {t2 - t1:.1f} s, audits 3-4 {t3 - t2:.1f} s, "
+          f"snapshots + upload {t4 - t3:.1f} s, probe {t5 - t4:.1f} s; {time.monotonic() - t0:.1f} s in all")
     return {"jars": jars, "work": work, "opts": opts, "stdout": first + second, "phase1": phase1,
             "phase2": phase2, "spark": spark_read, "a_writes": a_writes, "a_summary": a_summary,
             "probe_out": probe_out, "copy_writes": copy_writes}

@@ -23,8 +23,11 @@ import pytest
 from tests.conftest import FIXTURES, ROOT
 
 AS_OF = "2026-11-21T12:00:00Z"
-#: runs of the repair command per store in the suite's loop (the documented loop: 300)
-LOOP_RUNS = int(os.environ.get("TXAUDIT_EXIT_LOOP_RUNS", "12"))
+#: rounds of the suite's loop: a repair per store each round, check and report every second round.  A wrong
+#: status (a verdict lost, a signal in teardown on every run) shows in the first round; the teardown race
+#: itself is caught by test_abandoned_scan_on_the_io_pool_exits_zero (it aborts or hangs in most runs under
+#: a plain ``sys.exit``) and counted at scale by scripts/exit_loop.py (300 runs per store)
+LOOP_RUNS = int(os.environ.get("TXAUDIT_EXIT_LOOP_RUNS", "4"))
 
 _SCAN_IN_FLIGHT = textwrap.dedent('''
     import os, sys, time
@@ -188,7 +191,7 @@ def test_repair_check_report_loop_exits_with_the_result(audited, capsys):
             statuses.append(("repair", f"{broker} #{i}", p.returncode, p.stderr[-1500:]))
             assert "copied" in p.stderr, p.stderr
             shutil.rmtree(into, ignore_errors=True)
-        if i % 4 == 0:
+        if i % 2 == 0:
             p = _job("check", "--out", str(base / "out"))
             statuses.append(("check", f"#{i}", p.returncode, p.stderr[-1500:]))
             p = _job("report", "--out", str(base / "out"))

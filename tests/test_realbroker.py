@@ -134,6 +134,12 @@ def start_early(session) -> None:
         _EARLY.append(EarlyRuns(selected, session.config._tmp_path_factory.mktemp("realbroker")))
 
 
+def wait_early() -> None:
+    """Until the background runs are over (test_recover_realbroker's lives start after them)."""
+    for early in _EARLY:
+        early.thread.join()
+
+
 def stop_early() -> None:
     """conftest's pytest_sessionfinish: scenarios not begun yet are not begun; the one running finishes
     (its JVMs are stopped by the harness) before the interpreter exits."""

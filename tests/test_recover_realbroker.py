@@ -9,6 +9,9 @@ in-flight) -> ``recover --send`` again (nothing left to send) -> a second audit:
 changed.  And per version a broker with ACL on (4.9.8: ACL 1.0, plain_acl.yml; 5.3.3: ACL 2.0 authentication,
 same signature): a wrong secret is refused by the broker, ``recover`` says so in one line (exit 2) and sends
 nothing; the right secret passes.
+
+In a whole-suite run the broker lives start in the background (conftest's pytest_collection_finish calls
+:func:`start_early`) once test_realbroker's background runs are over, and overlap that module's audits.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +37,10 @@ pytestmark = [pytest.mark.realbroker, pytest.mark.slow]
 SUBMIT = os.path.join(ROOT, "spark-submit.sh")
 COUNTS = "commit=1,rollback=1,discard=2"
 INFLIGHT = 2
-IDLE_CHECK_MS = 600_000
+#: the restarted broker's check interval (BrokerConfig.transactionCheckInterval, a long): longer than the lives
+#: can wait for this module when they start early in a whole-suite run (that run took 74 min at load ~18), so
+#: the in-flight halves are never checked before the audits and recover run
+IDLE_CHECK_MS = 6 * 3_600_000
 ACL_AK, ACL_SK = "rbAccess", "rbSecret-123"
 
 
@@ -78,26 +85,19 @@ class Life:
         self.truth = rb.truth([log], c.broker_discards())
 
 
-def _selected(request):
+def _selected(session):
     """The versions whose round trip was selected (-k, node ids), and whether the ACL test was."""
-    items = [it for it in request.session.items if Path(str(it.path)).name == Path(__file__).name]
+    items = [it for it in session.items if Path(str(it.path)).name == Path(__file__).name]
     versions = {it.callspec.params["version"] for it in items
                 if it.name.startswith("test_recover_round_trip[")}
     acl = {it.callspec.params["version"] for it in items if it.name.startswith("test_recover_acl_wrong_secret[")}
     return versions | acl, acl
 
 
-@pytest.fixture(scope="module")
-def lives(request, tmp_path_factory):
-    base = tmp_path_factory.mktemp("recover")
-    versions, want_acl = _selected(request)
-    try:
-        for v in sorted(versions):
-            rb.compile_workload(v)
-    except rb.FetchUnavailable as e:
-        warnings.warn(f"REAL-BROKER TESTS SKIPPED: {e}", stacklevel=2)
-        pytest.skip(f"REAL-BROKER TESTS SKIPPED: {e}")
-    t0 = time.monotonic()
+def _start_lives(versions: set, base: Path) -> dict:
+    """One broker life per version, started in parallel (a life that fails carries its error)."""
+    for v in sorted(versions):
+        rb.compile_workload(v)                  # rb.FetchUnavailable: the module's tests skip
     ls = {v: Life(v, base / _name(v)) for v in rb.VERSIONS if v in versions}
 
     def go(life):
@@ -106,11 +106,87 @@ def lives(request, tmp_path_factory):
         except Exception as e:  # noqa: BLE001 - that version's tests fail with it
             life.error = f"{type(e).__name__}: {e}"
 
+    with ThreadPoolExecutor(len(ls)) as pool:
+        list(pool.map(go, ls.values()))
+    return ls
+
+
+class EarlyLives:
+    """The broker lives started in a background thread (see :func:`start_early`), after ``after()``."""
+
+    def __init__(self, versions: set, base: Path, after=None):
+        self.versions, self.base, self.cancel = versions, base, threading.Event()
+        self.lives: dict = {}
+        self.error: "BaseException | None" = None
+        self.seconds = 0.0
+        self.thread = threading.Thread(target=self._run, args=(after,), name="recover-lives-early")
+        self.thread.start()
+
+    def _run(self, after) -> None:
+        try:
+            if after is not None:
+                after()
+            if self.cancel.is_set():
+                return
+            t0 = time.monotonic()
+            self.lives = _start_lives(self.versions, self.base)
+            self.seconds = time.monotonic() - t0
+        except BaseException as e:  # noqa: BLE001 - re-raised in the fixture (a skip for FetchUnavailable)
+            self.error = e
+
+    def get(self) -> dict:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.lives
+
+    def close(self) -> None:
+        self.cancel.set()
+        self.thread.join()
+        for life in self.lives.values():
+            if life.cluster:
+                life.cluster.close()
+
+
+_EARLY: list = []
+
+
+def start_early(session, after=None) -> None:
+    """conftest's pytest_collection_finish: start the selected versions' broker lives in the background once
+    ``after()`` (test_realbroker's background runs) has returned."""
+    versions, _ = _selected(session)
+    if versions and not _EARLY:
+        _EARLY.append(EarlyLives(versions, session.config._tmp_path_factory.mktemp("recover-early"), after))
+
+
+def stop_early() -> None:
+    """conftest's pytest_sessionfinish: lives not begun are not begun; running brokers are stopped."""
+    for early in _EARLY:
+        early.close()
+
+
+@pytest.fixture(scope="module")
+def lives(request, tmp_path_factory):
+    base = tmp_path_factory.mktemp("recover")
+    versions, want_acl = _selected(request.session)
+    t0 = time.monotonic()
+    ls: dict = {}
     try:
-        with ThreadPoolExecutor(len(ls)) as pool:
-            list(pool.map(go, ls.values()))
+        if _EARLY and versions <= _EARLY[0].versions:
+            ls = _EARLY[0].get()
+            waited = time.monotonic() - t0
+        else:
+            ls = _start_lives(versions, base)
+            waited = None
+    except rb.FetchUnavailable as e:
+        warnings.warn(f"REAL-BROKER TESTS SKIPPED: {e}", stacklevel=2)
+        pytest.skip(f"REAL-BROKER TESTS SKIPPED: {e}")
+    try:
         ok = {v: life for v, life in ls.items() if life.error is None}
-        res = {"base": base, "lives": ls, "timings": {"brokers": time.monotonic() - t0}}
+        timings = {"brokers": time.monotonic() - t0}
+        if waited is not None:              # started early: how long they took, how long this module waited
+            timings = {"brokers (early)": _EARLY[0].seconds, "waited for them": waited}
+        res = {"base": base, "lives": ls, "timings": timings}
         conf = base / "audit.properties"
         conf.write_text(f"broker.transactionTimeOut={rb.TX_TIMEOUT_MS}\n"
                         f"broker.transactionCheckInterval={rb.TX_CHECK_INTERVAL_MS}\n"
