@@ -49,10 +49,12 @@ def test_oracle_counts_silent_changes_and_intact_drops(source):
     judge(on, source, "full", [_diff(on, "c", "COMMITTED", None, b_offset=half.physical_offset)], c, {})
     assert c["dropped_damaged"] == 1 and not c["intact_dropped"]
     cut = Mutant("m3", source.label, "cut_after_op", source.root, damaged=[(half.file, 10, 20)])
-    assert known_gap(cut, source, "full", "silent_flag_change", set(), {"COMMIT_WITHOUT_OP"}) \
-        == "COMMIT_WITHOUT_OP_after_cut"
-    assert known_gap(cut, source, "indexed", "silent_flag_change", {"DUPLICATE_COMMIT"}, set()) \
-        == "duplicate_commit_indexed_cut"
+    assert known_gap(cut, source, "full", "silent_flag_change", set(), {"COMMIT_WITHOUT_OP"}) is None   # gated
+    assert known_gap(cut, source, "indexed", "silent_flag_change", {"DUPLICATE_COMMIT"}, set()) is None
+    cq_cut = Mutant("m4", source.label, "cut_after_op", source.root, damaged=[("consumequeue/x/0/0", 10, 20)])
+    assert known_gap(cq_cut, source, "indexed", "silent_flag_change", {"DUPLICATE_COMMIT"}, set()) is None
+    assert known_gap(cq_cut, source, "indexed", "silent_flag_change", {"CQ_MISMATCH"}, set()) \
+        == "queue_end_before_checkpoint"
     assert known_gap(away, source, "full", "silent_state_change", set(), set()) is None
 
 

@@ -207,3 +207,24 @@ def _store_from(start: int) -> StoreInfo:
     return StoreInfo(broker="b", root="/s", commitlog_files=(("/s/commitlog/x", start, CLOG),),
                      consume_queues=2, tx_half_topic=True, statetable_files=0, redolog_files=0,
                      abort_present=False, consumequeue_rocksdb=False, discovery_anomalies=0)
+
+
+def test_scanned_keys_are_the_halves_no_unit_gave():
+    """lookup.scanned_keys: the half / discard copies of a gap scan's rows of the keyed brokers, keyed
+    REAL_TOPIC#UNIQ_KEY, when the units did not give the key or gave a newer oldest copy."""
+    from jobs.read.indexed.lookup import scanned_keys
+    from txlog_io.commitlog_layout import DISCARD_TOPIC
+
+    rows = [("b", HALF_TOPIC, "T", "u1", 100), ("b", HALF_TOPIC, "T", "u1", 50),     # new: oldest copy 50
+            ("b", DISCARD_TOPIC, "T", "u2", 300),                                     # new (a discard copy)
+            ("b", HALF_TOPIC, "T", "u3", 400),                                        # known, older unit copy
+            ("b", HALF_TOPIC, "T", "u4", 10),                                         # known, newer unit copy
+            ("b", "T", None, "u5", 500), ("b", HALF_TOPIC, None, "u6", 600),          # no real topic
+            ("c", HALF_TOPIC, "T", "u7", 700)]                                        # broker not keyed
+    records = pa.table({"broker": [r[0] for r in rows], "topic": [r[1] for r in rows],
+                        "real_topic": [r[2] for r in rows], "uniq_key": [r[3] for r in rows],
+                        "physical_offset": pa.array([r[4] for r in rows], pa.int64())})
+    known = {"b": {("T", "u3"): 200, ("T", "u4"): 20}}
+    assert scanned_keys(records, ["b"], known) == {"b": {("T", "u1"): 50, ("T", "u2"): 300, ("T", "u4"): 10}}
+    assert scanned_keys(records, [], known) == {}
+    assert scanned_keys(records.slice(2, 2), ["b"], {"b": {("T", "u2"): 300, ("T", "u3"): 400}}) == {}

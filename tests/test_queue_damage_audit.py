@@ -11,7 +11,9 @@
   one cut to 3 units, one zeroed after 3 units, one torn mid-unit): indexed mode scans the CommitLog between the
   units around the hole (jobs/read/indexed/holes.py) and names it (INDEX_INCOMPLETE, QUEUE_UNITS_MISSING);
   every transaction has full mode's state.  Without that scan indexed mode dropped 3 (cut) and 2 (zeroed) of
-  120 transactions and flagged halves that are intact in the CommitLog PREPARED_RECORD_MISSING."""
+  120 transactions and flagged halves that are intact in the CommitLog PREPARED_RECORD_MISSING.  A half only
+  that scan finds has its COMMIT records looked up in the IndexFiles too, so every transaction also has full
+  mode's flags (a second COMMIT after the hole: DUPLICATE_COMMIT), on each indexed read path."""
 from __future__ import annotations
 
 import shutil
@@ -150,3 +152,54 @@ def test_holes_by_spark_equal_the_driver_s(spark, stores):
     assert len(driver) == len(HOLE_CASES)
     assert sorted(driver, key=key) == sorted(({k: (int(v) if isinstance(v, int) else v)
                                               for k, v in h.items()} for h in by_spark), key=key)
+
+
+def _one_job_flags(spark, roots, broker):
+    """``broker``'s transaction flags through indexed mode's one-job read (jobs/read/indexed/read.py), and the
+    number of Spark jobs that read ran."""
+    import json
+
+    from jobs.read.indexed.read import read_indexed_local
+    from jobs.read.spec import ReadSpec
+    from jobs.read.stores import infos
+    from jobs.reconstruct.local import reduce_local
+    from jobs.sources.options import parse_options
+
+    sc = spark.sparkContext
+    group = f"one-job-{broker}"
+    sc.setJobGroup(group, group)
+    try:
+        read = read_indexed_local(spark, ReadSpec(stores=(roots[broker],), brokers=(broker,)), 10 ** 9)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert read is not None
+    info = infos(parse_options("rocketmq_commitlog", {"paths": json.dumps([roots[broker]]), "brokers": broker}))
+    out = reduce_local(read, info, None, None)
+    flags = {t["transaction_key"]: sorted(t["flags"]) for t in out["transactions"].to_pylist()}
+    return flags, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_hole_in_the_half_queue_keeps_full_mode_s_flags(spark, audits, stores, monkeypatch):
+    """A half found only by a hole's CommitLog scan has its COMMITs looked up in the IndexFiles too (its
+    second COMMIT lies after the hole: DUPLICATE_COMMIT, as full mode flags it), on every indexed read path:
+    the driver's positions, the DataFrame plan's Spark lookups, the one-job read (a second job only for the
+    store with the hole)."""
+    from jobs.read.frames import load_store_frames
+    from jobs.read.indexed import plan as indexed_plan
+    from jobs.reconstruct.spark import reconstruct
+
+    roots, _, _ = stores
+    full, indexed = audits["full"], audits["indexed"]
+    assert any("DUPLICATE_COMMIT" in f for f in _flags(full, "hole_cut").values())
+    for broker in HOLE_CASES:
+        assert _flags(indexed, broker) == _flags(full, broker), broker
+    cut = {"hole_cut": roots["hole_cut"]}
+    monkeypatch.setattr(indexed_plan, "DRIVER_FETCH_UNITS", 0)      # positions and lookups planned by Spark
+    frames = load_store_frames(spark, list(cut.values()), mode="indexed", brokers=list(cut))
+    by_spark = {"transactions": reconstruct(frames, None, local=True).arrow["transactions"].to_pylist()}
+    assert _flags(by_spark, "hole_cut") == _flags(full, "hole_cut")
+    monkeypatch.undo()
+    cut_flags, cut_jobs = _one_job_flags(spark, roots, "hole_cut")
+    intact_flags, intact_jobs = _one_job_flags(spark, roots, "hole_intact")
+    assert cut_flags == _flags(full, "hole_cut") and intact_flags == _flags(full, "hole_intact")
+    assert (intact_jobs, cut_jobs) == (1, 2)

@@ -61,13 +61,9 @@ COLUMNS = ("mutants", "audits", "state_change_flagged", "dropped_damaged", "adde
            "silent_state_change", "intact_dropped", "known_gap", "clean_errors", "tracebacks", "hangs")
 #: known gaps (fixed on another branch): name -> what they are; ``known_gap`` classifies a violation
 KNOWN_GAPS = {
-    "COMMIT_WITHOUT_OP_after_cut": "a cut CommitLog file: COMMIT_WITHOUT_OP set (or the state changed) where "
-                                   "the op record lay in the lost range",
-    "3x_statetable_redolog_ranges": "3.x statetable / redolog damage: no damaged range for those files",
     "oldest_file_as_retention": "a missing oldest CommitLog file read as retention",
     "queue_end_before_checkpoint": "indexed mode: a consume queue cut short while the checkpoint / "
                                    "consumerOffset.json point past its end",
-    "duplicate_commit_indexed_cut": "indexed mode misses DUPLICATE_COMMIT in the cut-file case",
 }
 REFBROKER = (("3.x", None), ("4.0-4.2", None), ("4.3-4.5", None), ("4.6-4.9", None), ("5.0", None),
              ("5.1+", None), ("4.6-4.9", "n0"), ("5.1+", "n0"))
@@ -110,12 +106,8 @@ def known_gap(m: Mutant, src: Source, mode: str, kind: str, b_flags: set, m_flag
     """The name of the known gap a violation belongs to, else None."""
     cut = m.cls.startswith(("cut_", "random_truncate")) or "mid_unit" in m.note or "boundary" in m.note
     files = {f for f, _, _ in m.damaged}
-    if src.tables and any("statetable" in f or "redolog" in f for f in files):
-        return "3x_statetable_redolog_ranges"
-    if cut and "COMMIT_WITHOUT_OP" in m_flags - b_flags:
-        return "COMMIT_WITHOUT_OP_after_cut"
-    if mode == "indexed" and cut and "DUPLICATE_COMMIT" in b_flags - m_flags:
-        return "duplicate_commit_indexed_cut"
+    if "DUPLICATE_COMMIT" in b_flags - m_flags:     # a COMMIT not read: counted, never another gap's
+        return None
     if mode == "indexed" and cut and all(f.startswith("consumequeue/") for f in files):
         return "queue_end_before_checkpoint"
     return None

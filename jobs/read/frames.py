@@ -87,6 +87,7 @@ import pyarrow as pa
 from jobs.read.indexed.gaps import (
     GAP_FILE_END,
     GAPS_SCHEMA,
+    ORDINARY_GAPS,
     gap_findings,
     indexed_gap_rows,
     scan_cells,
@@ -251,6 +252,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             gap_scan = only_queue_records(scan_cells(spark, gap_rows, scanned_stores, opts), gap_rows,
                                           TX_SYSTEM_TOPICS, (GAP_FILE_END,))
             scan = scan.unionByName(gap_scan)
+            scan = _damage_gap_commits(spark, scan, gap_rows, indexed, info, opts)
             commitlog, findings = split_tx_scan(scan)
             commitlog = commitlog.dropDuplicates(["broker", "physical_offset"])
             anomalies = decoders.unionByName(findings).distinct().unionByName(gap_findings(gaps))
@@ -406,6 +408,28 @@ def indexed_commitlog(spark, consumequeue, statetable, redolog, info: Sequence[S
                         "broker string, commitlog_offset bigint")
         positions = positions.unionByName(hits.withColumn("only_tx", F.lit(True)))
     return fetch_scan(spark, positions, info, opts)
+
+
+def _damage_gap_commits(spark, scan, gap_rows: Sequence[tuple], indexed: Sequence[StoreInfo],
+                        info: Sequence[StoreInfo], opts: SourceOptions):
+    """``scan`` with the COMMIT records of the halves a damage gap's scan finds (a queue hole, a missing queue
+    head, ...: gaps not in ``ORDINARY_GAPS``) looked up in the IndexFiles: such a half has no unit, so its key
+    was not looked up with the others, and its COMMIT records may lie after the scanned range.  Unchanged (no
+    stage added) when no store that uses IndexFiles has such a gap."""
+    from pyspark.sql import functions as F
+
+    keyed = {s.broker for s in indexed if uses_index_files(s)}
+    damage = [g for g in gap_rows if g[0] in keyed and g[3] not in ORDINARY_GAPS]
+    if not damage:
+        return scan
+    c = F.col
+    records, _ = split_tx_scan(scan_cells(spark, damage, indexed, opts))
+    keys = (records.where(c("topic").isin(HALF_TOPIC, DISCARD_TOPIC) & c("uniq_key").isNotNull()
+                          & c("real_topic").isNotNull())
+            .groupBy("broker", "real_topic", "uniq_key").agg(F.min("physical_offset").alias("after")))
+    hits = keys.repartition(max(1, min(len(keyed) * 4, spark.sparkContext.defaultParallelism)), "broker") \
+        .mapInArrow(IndexLookup([s for s in info if s.broker in keyed]), "broker string, commitlog_offset bigint")
+    return scan.unionByName(fetch_scan(spark, hits.withColumn("only_tx", F.lit(True)), info, opts))
 
 
 def keyed_only(store: StoreInfo) -> bool:

@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from jobs.read.indexed.plan import GAP_DENSE, GAP_TAIL, IndexedPlan, uses_index_files  # noqa: F401 - re-exported
+from jobs.read.indexed.tables import GAP_REDOLOG_TAIL
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL, split_idle_tails
 from jobs.sources.formats import TX_SCAN_FORMAT, tx_scan_batches
 from jobs.sources.options import SourceOptions
@@ -36,7 +37,7 @@ GAP_INDEX_BOUNDARY = "INDEX_FILE_BOUNDARY"  # between a full index file and the 
 GAP_FILE_END = "FILE_END"               # the last 64 KiB of every CommitLog file: a file cut short shows there
 FILE_END_BYTES = 64 << 10
 ORDINARY_GAPS = (GAP_TAIL, GAP_NO_INDEX, GAP_DENSE, GAP_INDEX_TAIL, GAP_INDEX_BOUNDARY, GAP_FILE_END,
-                 GAP_QUEUE_IDLE_TAIL)     # its finding depends on what the scan finds: jobs/read/indexed/tails.py
+                 GAP_QUEUE_IDLE_TAIL, GAP_REDOLOG_TAIL)     # its finding depends on what the scan finds: jobs/read/indexed/tails.py
 GAPS_SCHEMA = ("broker string, start bigint, end bigint, reason string, queue string, detail string, "
                "queue_dir string")
 

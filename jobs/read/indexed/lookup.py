@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.read.full import record_rows
 from jobs.read.indexed.plan import DRIVER_IO_THREADS, _in_threads, probe_offsets
@@ -169,6 +170,29 @@ def fetch_units(stores: Sequence, units: pa.Table, keyed) -> UnitRecords:
     return got
 
 
+def scanned_keys(records: pa.Table, keyed: Sequence[str],
+                 known: Dict[str, Dict[Tuple[str, str], int]]) -> Dict[str, Dict[Tuple[str, str], int]]:
+    """The ``REAL_TOPIC#UNIQ_KEY`` keys of the half and discard copies among ``records`` (a gap scan's rows)
+    of the ``keyed`` brokers that :func:`fetch_units` did not give, or gave with a newer oldest copy: broker
+    -> key -> oldest copy.  A half only a gap scan found (its unit lies in a queue hole, before a queue's head)
+    has COMMIT records after the scanned range, which only an IndexFile lookup of its key finds."""
+    out: Dict[str, Dict[Tuple[str, str], int]] = {}
+    if not records.num_rows or not keyed:
+        return out
+    mask = pc.and_(pc.is_in(records.column("topic"), pa.array([HALF_TOPIC, DISCARD_TOPIC], pa.string())),
+                   pc.is_in(records.column("broker"), pa.array(list(keyed), pa.string())))
+    heads = records.filter(pc.fill_null(mask, False)).select(
+        ["broker", "real_topic", "uniq_key", "physical_offset"])
+    for b, real, uniq, off in zip(*(c.to_pylist() for c in heads.columns), strict=True):
+        if real is None or uniq is None:
+            continue
+        have = known.get(b, {}).get((real, uniq))
+        mine = out.setdefault(b, {})
+        if have is None or off < have:
+            mine[(real, uniq)] = min(mine.get((real, uniq), off), off)
+    return {b: k for b, k in out.items() if k}
+
+
 def probe_items(stores: Sequence, units: UnitRecords, fetched: Dict[str, set], opts_for, cores: int,
                 max_units: int) -> Optional[List[ProbeAt]]:
     """The probe tasks: every unit of the real topics the records at the transaction index units name
@@ -239,5 +263,5 @@ def lookup_items(stores: Sequence, keys: Dict[str, Dict[Tuple[str, str], int]], 
 
 
 __all__ = ["LookupAt", "ProbeAt", "lookup_fetch", "probe_fetch", "probe_items", "fetch_units", "lookup_items",
-           "UnitRecords", "LOST_SCHEMA",
+           "UnitRecords", "LOST_SCHEMA", "scanned_keys",
            "index_files_read_whole"]

@@ -40,6 +40,7 @@ from jobs.read.indexed.holes import (
     queue_holes,
     queue_holes_of_frame,
 )
+from jobs.read.indexed.tables import redolog_gaps
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
 from jobs.sources.formats import (
     CONSUMEQUEUE_FORMAT,
@@ -314,16 +315,18 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
         extremes = extremes_of_frame(anchored_frame(mine, stores).where("anchor")) if brokers else []
         holes = queue_holes_of_frame(mine, stores) if brokers else []
     ends = dispatch_ends(stores)
-    driver_tables = None
+    driver_tables = redolog_units = None
     if any(s.statetable_files or s.redolog_files for s in stores):
         if sum(s.tx_table_bytes for s in stores) <= DRIVER_READ_BYTES:
             tables = driver_tables = [driver_table(fmt, opts_for(fmt)) for fmt in (STATETABLE_FORMAT,
                                                                                    REDOLOG_FORMAT)]
         else:
-            tables = [f.select("broker", "commitlog_offset", "size").toArrow() for f in (statetable, redolog)]
+            tables = [f.select("broker", "index", "commitlog_offset", "size").toArrow()
+                      for f in (statetable, redolog)]
         for b, end in units_end(tables).items():
             if b in brokers:
                 ends[b] = max(ends.get(b, end), end)
+        redolog_units = tables[1]
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
@@ -336,7 +339,7 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     seen = {(q["broker"], q["topic"], q["queue_id"]) for q in [*extremes, *holes]}
     gaps = (queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes)
             + empty_queue_gaps(stores, seen)
-            + checkpoint_gaps(stores, ends)) if stores else []
+            + checkpoint_gaps(stores, ends) + redolog_gaps(stores, redolog_units, ends)) if stores else []
     return IndexedPlan(gaps, units, driver_tables, choices)
 
 

@@ -45,6 +45,7 @@ from jobs.read.full import (
 )
 from jobs.read.indexed.gaps import (
     GAP_FILE_END,
+    ORDINARY_GAPS,
     gap_anomalies,
     gap_cells,
     gap_scan_keeps,
@@ -62,6 +63,7 @@ from jobs.read.indexed.lookup import (
     lookup_items,
     probe_fetch,
     probe_items,
+    scanned_keys,
 )
 from jobs.read.indexed.plan import DRIVER_READ_BYTES, index_units, plan_indexed
 from jobs.read.indexed.tails import idle_ranges, idle_tail_anomalies
@@ -150,6 +152,8 @@ class _Plan:
     units: UnitRecords          # the records at the transaction queues' units, read by the driver
     commitlog_dirs: dict        # broker -> its CommitLog directory (MISSING_FILE findings)
     choices: dict               # jobs.read.indexed.plan.read_choices: which brokers are read whole
+    stores: list                # the stores' StoreInfo (a second lookup round's tasks)
+    keyed: list                 # brokers whose COMMIT records are looked up in their IndexFiles
 
 
 def plan_read(spec: ReadSpec, cores: int = 1, max_rows: int = 1 << 62) -> Optional[_Plan]:
@@ -189,7 +193,9 @@ def plan_read(spec: ReadSpec, cores: int = 1, max_rows: int = 1 << 62) -> Option
     gap_rows, idle = indexed_gap_rows(plan, indexed, unindexed)
     items += [GapCell(*cell) for cell in gap_cells(gap_rows, info, spec.split_bytes)]
     items += side
-    return _Plan(items, side_opts.sources, gap_rows, idle, units, commitlog_dirs(info), plan.choices)
+    keyed = [s.broker for s in looked_up if uses_index_files(s)]
+    return _Plan(items, side_opts.sources, gap_rows, idle, units, commitlog_dirs(info), plan.choices, info,
+                 keyed)
 
 
 def _by_broker(positions: pa.Table) -> Dict[str, set]:
@@ -217,6 +223,9 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     if got is None:
         return None
     tables = job_tables(got, _KINDS)
+    scanned = _outside_idle(tables["gap_records"], plan.gap_rows)
+    if not _second_round(sc, plan, scanned, tables, cores, max_rows):
+        return None
     units = plan.units
     fetched_findings = pa.Table.from_batches(units.anomalies, schema=_KINDS["anomalies"])
     lost = sorted(set(units.lost) | set(zip(tables["lost"].column("broker").to_pylist(),
@@ -228,7 +237,7 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
         pa.Table.from_batches([batch for _, batch in missing], schema=_KINDS["anomalies"])])
     fetched = pa.concat_tables([pa.Table.from_batches(units.records, schema=RECORD_SCHEMA),
                                 tables["commitlog"]])
-    clog = _union_records(fetched, _outside_idle(tables["gap_records"], plan.gap_rows))
+    clog = _union_records(fetched, scanned)
     anomalies = _distinct(tables["anomalies"]) if plan.gap_rows else tables["anomalies"]
     extra = gap_anomalies(plan.gap_rows)
     if plan.idle:
@@ -247,6 +256,28 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     if timings is not None:
         timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
     return None if read.rows > max_rows else read
+
+
+def _second_round(sc, plan: _Plan, scanned: pa.Table, tables: Dict[str, pa.Table], cores: int,
+                  max_rows: int) -> bool:
+    """Look up the keys of the halves that only the scans of damage gaps (not ``ORDINARY_GAPS``: a queue hole,
+    a missing queue head, ...) found (``lookup.scanned_keys``): their COMMIT records may lie after the scanned
+    range (an ordinary gap's halves have units, or a scan reaching the CommitLog's end reads their COMMITs).
+    One more job, its records, findings and lost offsets added to ``tables``; none when there is no such
+    key.  False when a task read more than its bound."""
+    damage = [(g[0], g[1], g[2]) for g in plan.gap_rows if g[0] in plan.keyed and g[3] not in ORDINARY_GAPS]
+    more = scanned_keys(_within(scanned, damage), plan.keyed, plan.units.keys) if damage else {}
+    items = lookup_items(plan.stores, more, cores) if more else []
+    if not items:
+        return True
+    groups = _balanced(items, max(1, min(len(items), 3 * cores)))
+    got = collect_job(sc, groups, len(groups), _ReadTask(plan.sources, max_rows))
+    if got is None:
+        return False
+    again = job_tables(got, _KINDS)
+    for kind in ("commitlog", "hit_anomalies", "lost"):
+        tables[kind] = pa.concat_tables([tables[kind], again[kind]])
+    return True
 
 
 def _balanced(items: list, n: int) -> list:
@@ -292,6 +323,18 @@ def _new_rows(extra: pa.Table, seen: pa.Table) -> pa.Table:
             have.add(k)
             keep.append(i)
     return extra.take(pa.array(keep, pa.int64()))
+
+
+def _within(records: pa.Table, ranges: list) -> pa.Table:
+    """The rows of ``records`` whose offset lies in one of ``ranges`` ((broker, start, end) tuples)."""
+    if not records.num_rows:
+        return records
+    inside = pa.array([False] * records.num_rows)
+    off, broker = records.column("physical_offset"), records.column("broker")
+    for b, lo, hi in ranges:
+        hit = pc.and_(pc.equal(broker, b), pc.and_(pc.greater_equal(off, lo), pc.less(off, hi)))
+        inside = pc.or_(inside, pc.fill_null(hit, False))
+    return records.filter(inside)
 
 
 def _outside_idle(records: pa.Table, gap_rows: list) -> pa.Table:
