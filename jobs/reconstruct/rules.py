@@ -350,7 +350,10 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     window_hi = (op_rec[0], op_rec[1] & rb_absent)          # null: open to the end of the log
     none = np.full(G, -1, np.int64)
     lost = damaged.first_overlap(first_any, window_hi) if len(damaged) else none
-    by_state = (rb_absent | open_ended) & (lost >= 0)
+    own = _unlinked_half(g, is_copy & (c["mechanism"] == HALF_Q) & pok, s["real_topic"], i["real_qid"],
+                         i["physical_offset"], i["total_size"])
+    own_only = (rb_absent | open_ended) & own[1] & (lost < 0)
+    by_state = ((rb_absent | open_ended) & (lost >= 0)) | own_only
     unknown = rb_absent & by_state
     # flags reached by absence on a state read from a record: the op of a COMMIT (written after it, at any
     # later time) and the op of the newest copy (after that copy) could lie in a lost range after them
@@ -374,8 +377,8 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     redo_unsure = ((st_rests | codes["REDOLOG_COMMITLOG_DISAGREE"] | codes["STATETABLE_REDOLOG_DISAGREE"]
                     | redo_missing) & bool(damaged.redolog))
     uncertain = by_state | cwo_unsure | rc_unsure | st_unsure | redo_unsure
-    why = np.select([by_state & unknown, by_state, cwo_unsure, rc_unsure, st_unsure, redo_unsure],
-                    [0, 1, 2, 3, 4, 5], -1)
+    why = np.select([own_only & unknown, own_only, by_state & unknown, by_state, cwo_unsure, rc_unsure,
+                     st_unsure, redo_unsure], [6, 7, 0, 1, 2, 3, 4, 5], -1)
     lost_at = np.select([(why >= 0) & (why <= 1), why == 2, why == 3], [lost, lost_op, lost_rc], -1)
     codes[UNCERTAIN] = uncertain
     fg, fc_codes = [], []
@@ -424,8 +427,22 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     out = pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
     if findings is not None and uncertain.any():
         findings.append(_uncertain_findings(broker, key, state, uncertain & keep, why, first_any, op_rec,
-                                            (cwo_lo, newest_phys), lost_at, damaged))
+                                            (cwo_lo, newest_phys), lost_at, damaged, own))
     return out.filter(pa.array(keep)) if not keep.all() else out
+
+
+def _unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_qid: Nullable,
+                   phys: Nullable, size: Nullable) -> Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Per transaction the ``([start, end), present)`` CommitLog range of its first half-queue copy that lacks
+    REAL_TOPIC or REAL_QID.  TransactionalMessageBridge.parseHalfMessageInner sets both on every half it puts
+    and renewHalfMessageInner copies them to every re-put copy (4.3+, 5.x), so such a copy's properties were
+    damaged after the write: what finds a half by ``REAL_TOPIC#UNIQ_KEY`` (its re-put copies, an indexed
+    read's COMMIT lookup) may not have reached this transaction, and a state reached by absence is unsure."""
+    has_rt = np.asarray(real_topic.is_valid()) if len(real_topic) else np.zeros(0, bool)
+    row = g.pick(half_copy & ~(has_rt & real_qid[1]), phys[0])
+    start, ok = _at_rows(row, phys)
+    ts = _at_rows(row, size)
+    return (start, start + np.where(ts[1], np.maximum(ts[0], 1), 1)), ok
 
 
 def _redolog_units_lost(missing: np.ndarray, first_phys: Nullable, is_st: np.ndarray,
@@ -454,11 +471,14 @@ def _redolog_units_lost(missing: np.ndarray, first_phys: Nullable, is_st: np.nda
 
 def _uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, why: np.ndarray,
                         lo: Nullable, op_rec: Nullable, after: Tuple[Nullable, Nullable], hit: np.ndarray,
-                        damaged: DamagedRanges) -> pa.Table:
+                        damaged: DamagedRanges, own: Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]
+                        ) -> pa.Table:
     """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the inference (``why``: 0 rollback
     from an op, 1 PREPARED / DISCARDED, 2 COMMIT_WITHOUT_OP, 3 RESOLVED_COPY_PENDING_CHECK, 4 statetable,
-    5 redolog), the window its missing record must lie in and the damage inside it (AUDIT_ANOMALIES rows;
-    ``physical_offset`` / ``length`` the CommitLog range, null for a statetable / redolog file)."""
+    5 redolog, 6 / 7 as 0 / 1 when the damage is the transaction's own half copy without REAL_TOPIC /
+    REAL_QID: ``own``, see ``_unlinked_half``), the window its missing record must lie in and the damage
+    inside it (AUDIT_ANOMALIES rows; ``physical_offset`` / ``length`` the CommitLog range, null for a
+    statetable / redolog file)."""
     rows = np.nonzero(on)[0]
     n, k, w = len(rows), hit[rows], why[rows]
     text = (lambda v, ok: pc.fill_null(pc.cast(to_arrow(v[rows], ok[rows]), pa.string()), "?"))
@@ -491,11 +511,25 @@ def _uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nd
             st_s, ": the redolog unit this state or redolog flag rests on may be in damaged redolog bytes: "
             + damaged.redolog, "")),
     ]
+    unlinked = pc.binary_join_element_wise(
+        "its half copy at CommitLog offset ", text(own[0][0], own[1]), " lacks REAL_TOPIC or REAL_QID, which "
+        "TransactionalMessageBridge.parseHalfMessageInner sets on every half: its properties were damaged "
+        "after the write, so a record that finds it by REAL_TOPIC#UNIQ_KEY (its COMMIT record in an indexed "
+        "read, its re-put copies) may not be linked to it", "")
+    variants += [
+        (6, pc.binary_join_element_wise(
+            "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
+            " resolves it but no COMMIT record was linked; ", unlinked, "")),
+        (7, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", unlinked, "")),
+    ]
     for code, txt in variants:
         detail = pc.if_else(pa.array(w == code), txt, detail)
-    in_log = k >= 0
-    start = np.where(in_log, damaged.start[np.where(in_log, k, 0)] if len(damaged) else 0, 0)
-    end = np.where(in_log, damaged.end[np.where(in_log, k, 0)] if len(damaged) else 0, 0)
+    mine = (w == 6) | (w == 7)
+    in_log = (k >= 0) | mine
+    start = np.where(k >= 0, damaged.start[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
+    end = np.where(k >= 0, damaged.end[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
+    start = np.where(mine, own[0][0][rows], start)
+    end = np.where(mine, own[0][1][rows], end)
     cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
             "source": pa.array(["reconstruct"] * n, pa.string()),
             "physical_offset": pa.array(start, pa.int64(), mask=~in_log),
