@@ -194,7 +194,8 @@ def scenario_rows():
         half(b, 100, 1, "U1", ct=1),
         half(b, 200, 2, "U1", pgroup="OTHER"),
         half(b, 300, 3, "U1", topic="T2"),
-        tf.commitlog_row(b, 400, H, props={"PGROUP": "PG", "REAL_TOPIC": "T"}, queue_offset=4),
+        # (parseHalfMessageInner sets REAL_TOPIC and REAL_QID on every half)
+        tf.commitlog_row(b, 400, H, props={"PGROUP": "PG", "REAL_TOPIC": "T", "REAL_QID": 1}, queue_offset=4),
         # a COMMIT-typed retry copy of a committed message: not a commit record
         tf.commitlog_row(
             b,
@@ -276,7 +277,9 @@ def scenario_rows():
         prepared(b, 4000, 0, tt="COMMIT", pto=1000),
         prepared(b, 5000, 1, tt="ROLLBACK", pto=2000),
         prepared(b, 8000, 1, tt="COMMIT", pto=7000),
-        prepared(b, 9000, 4, tt="ROLLBACK", pto=7000),
+        # after the record of the statetable's newest unit (9999): a redolog not yet dispatched that far, not
+        # one that lost units (damage.redolog_units_lost)
+        prepared(b, 10500, 4, tt="ROLLBACK", pto=7000),
     ]
     sts += [
         st_unit(b, 0, 1000, "COMMIT"),

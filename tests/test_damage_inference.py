@@ -222,3 +222,29 @@ def test_only_the_first_settled_record_after_each_torn_end_can_stop_its_range():
     assert first_at_or_after(settled, [250, 260, 600, 950]) == [300, 700]        # 950: none after it
     assert first_at_or_after(settled, [100]) == [100]                             # at the end itself
     assert first_at_or_after(pa.array([], pa.int64()), [1]) == []
+
+
+def test_redolog_units_lost_only_before_the_statetables_newest_unit():
+    """A transaction record without a redolog unit shows lost units only before the record of the
+    statetable's newest unit (3.1.4 dispatches the statetable and redolog units in CommitLog order)."""
+    import numpy as np
+
+    from jobs.reconstruct.damage import EMPTY, redolog_gap, with_redolog_gap
+    from jobs.reconstruct.evidence import COPY, END, HALF_Q, PREP_R, REDO_E, REDO_P, ST
+
+    def gap(rows):
+        role, mech, off = (np.array(x, np.int64) for x in zip(*rows, strict=True))
+        return redolog_gap(role, mech, (off, np.ones(len(off), bool)))
+
+    base = [(COPY, PREP_R, 100), (REDO_P, 0, 100), (ST, 0, 100), (END, 0, 300), (REDO_E, 0, 300)]
+    assert gap(base).lowest is None and not with_redolog_gap(EMPTY, gap(base)).redolog
+    assert gap([r for r in base if r[0] != ST]) is None                      # no statetable: nothing to say
+    late = base + [(COPY, PREP_R, 500), (REDO_P, 0, 500), (ST, 0, 500), (END, 0, 700)]  # after st_max: not yet
+    assert (gap(late).st_max, gap(late).lowest, gap(late).n) == (500, 700, 1)
+    assert not with_redolog_gap(EMPTY, gap(late)).redolog
+    lost = late + [(ST, 0, 900)]
+    text = with_redolog_gap(EMPTY, gap(lost)).redolog
+    assert text.startswith("REDOLOG_UNITS_MISSING: 1 transaction record(s)") and "offset 700" in text
+    assert gap(base + [(COPY, HALF_Q, 50)]).lowest is None                  # a half copy is not a 3.x record
+    kept = with_redolog_gap(EMPTY.__class__(EMPTY.start, EMPTY.end, (), "", "REDOLOG_ZEROED"), gap(lost))
+    assert kept.redolog == "REDOLOG_ZEROED"                                  # a decoder finding stands

@@ -35,7 +35,7 @@ def _rewrite(path: Path, data: bytes) -> None:
 
 
 @pytest.fixture(scope="module")
-def audits(spark, tmp_path_factory):
+def roots(tmp_path_factory):
     base = tmp_path_factory.mktemp("tableranges")
     roots = {}
     for name in ("intact",) + DAMAGED:
@@ -46,6 +46,11 @@ def audits(spark, tmp_path_factory):
     _rewrite(base / "tail" / REDOLOG, redo[:60 * 20])
     _rewrite(base / "zeroed" / REDOLOG, bytes(len(redo)))
     _rewrite(base / "stcut" / STATETABLE, (V314 / STATETABLE).read_bytes()[:32])
+    return roots
+
+
+@pytest.fixture(scope="module")
+def audits(spark, roots):
     return audit_both_modes(spark, roots, ("transactions", "anomalies"))
 
 
@@ -86,3 +91,23 @@ def test_both_modes_agree_on_table_damage(audits):
     def view(got):
         return {(t["broker"], t["transaction_key"]): (t["state"], sorted(t["flags"])) for t in got["transactions"]}
     assert view(audits["full"]) == view(audits["indexed"])
+
+
+@pytest.mark.spark
+def test_lost_redolog_units_are_one_fact_per_broker(spark, roots, audits, monkeypatch):
+    """The distributed reduce over 8 partitions of transactions flags the same transactions, with the same
+    REDOLOG_UNITS_MISSING text, as the driver's reduce of the whole broker: whether the redolog lost units is
+    decided over all of a broker's evidence, not per partition."""
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct import distributed
+    from jobs.reconstruct.spark import reconstruct
+
+    monkeypatch.setattr(distributed, "reduce_tasks", lambda n_rows, cores: 8)
+    brokers = ["tail", "zeroed"]
+    frames = load_store_frames(spark, [roots[b] for b in brokers], mode="full", brokers=brokers)
+    result = reconstruct(frames, None, path="distributed", materialize=True)
+    assert result.reduce_tasks == 8
+    for table in ("transactions", "anomalies"):
+        got = sorted(map(repr, getattr(result, table).toArrow().to_pylist()))
+        want = sorted(repr(r) for r in audits["full"][table] if r["broker"] in brokers)
+        assert len(got) == len(want) and got == want, table

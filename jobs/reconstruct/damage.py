@@ -40,6 +40,10 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
 
 3.x statetable / redolog damage (``TABLE_KINDS`` findings of those files) is kept per file, in words: the
 units are not CommitLog positions, and a flag or state that rests on a unit of a damaged table is uncertain.
+A redolog that lost units although its decoder found nothing wrong (cut at a unit boundary, its newest or all
+units zeroed) shows in the CommitLog instead: ``RedologGap`` / ``redolog_units_lost``, one fact per broker
+over all its evidence (whichever path reduced it), so that every transaction of the broker sees the same
+damage.
 
 Not lost ranges: record-level damage at the end of a DLedger log's uncommitted tail (at or past the
 DLEDGER_UNCOMMITTED offset, with no whole entry after it: a crash's torn entries, which
@@ -59,13 +63,14 @@ record, not a lost range.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.reconstruct.evidence import COPY, END, PREP_R, REDO_E, REDO_P, ST
 from jobs.reconstruct.groups import Nullable
 from txlog_io.commitlog_layout import TX_SYSTEM_TOPICS
 
@@ -122,6 +127,56 @@ class DamagedRanges:
 
 
 EMPTY = DamagedRanges(np.zeros(0, np.int64), np.zeros(0, np.int64), ())
+
+
+@dataclass(frozen=True)
+class RedologGap:
+    """One 3.x broker's transaction records without a redolog unit, against its statetable: ``st_max`` the
+    CommitLog offset of the statetable's newest unit, ``lowest`` the smallest offset of a transaction record
+    (a PREPARED record, a COMMIT / ROLLBACK record) no redolog unit points at (None: none), ``n`` how many such
+    offsets.  Each is a min / max / count over (broker, CommitLog offset) groups, so a Spark aggregation
+    (jobs/reconstruct/distributed.py) and :func:`redolog_gap` give the same."""
+
+    st_max: int
+    lowest: Optional[int]
+    n: int
+
+
+def redolog_gap(role: np.ndarray, mechanism: np.ndarray, offset: Nullable) -> Optional[RedologGap]:
+    """A broker's ``RedologGap`` from its evidence rows (``role``, ``mechanism``, ``physical_offset``); None
+    without a statetable unit.  Records: PREPARED_RECORD copies and END rows; units: REDO_P and REDO_E rows
+    (a redolog unit's ``physical_offset`` is the CommitLog offset of the record it was appended for)."""
+    pv, pok = offset
+    st = (role == ST) & pok
+    if not st.any():
+        return None
+    rec = (((role == COPY) & (mechanism == PREP_R)) | (role == END)) & pok
+    unit = ((role == REDO_P) | (role == REDO_E)) & pok
+    at = np.unique(pv[rec])
+    missing = at[~np.isin(at, pv[unit])]
+    return RedologGap(int(pv[st].max()), int(missing[0]) if len(missing) else None, int(len(missing)))
+
+
+def redolog_units_lost(gap: Optional[RedologGap]) -> str:
+    """What shows that a 3.x redolog lost units although its decoder found nothing wrong: a transaction record
+    without a redolog unit before the record of the statetable's newest unit.  RocketMQ 3.1.4 dispatches
+    records one by one in CommitLog order (DefaultMessageStore.DispatchMessageService.doDispatch: the
+    statetable unit of a PREPARED record -- TransactionStateService.appendPreparedTransaction --, then the
+    redolog unit of every PREPARED, COMMIT and ROLLBACK record -- getTranRedoLog().putMessagePostionInfoWrapper),
+    so every record before one with a statetable unit has its redolog unit.  "" when nothing shows it."""
+    if gap is None or gap.lowest is None or gap.lowest >= gap.st_max:
+        return ""
+    return (f"REDOLOG_UNITS_MISSING: {gap.n} transaction record(s) have no redolog unit, the lowest at CommitLog "
+            f"offset {gap.lowest}, before the record of the statetable's newest unit ({gap.st_max}); the redolog "
+            "is appended for every record in CommitLog order, so its units there are gone")
+
+
+def with_redolog_gap(damaged: DamagedRanges, gap: Optional[RedologGap]) -> DamagedRanges:
+    """``damaged`` with the redolog's lost units (:func:`redolog_units_lost`) when its decoder found none."""
+    if damaged.redolog:
+        return damaged
+    text = redolog_units_lost(gap)
+    return replace(damaged, redolog=text) if text else damaged
 
 #: 3.x statetable / redolog findings whose units may be gone: units zeroed before a later unit (RocketMQ's
 #: load stops at the zero unit), a file cut, missing or of the wrong length, and a unit with impossible values
@@ -291,5 +346,5 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
                          redo_damage, head_lost)
 
 
-__all__ = ["DamagedRanges", "EMPTY", "LOST_KINDS", "PAST_END", "PastEnd", "TABLE_KINDS", "damaged_ranges",
+__all__ = ["DamagedRanges", "EMPTY", "RedologGap", "redolog_gap", "redolog_units_lost", "with_redolog_gap", "LOST_KINDS", "PAST_END", "PastEnd", "TABLE_KINDS", "damaged_ranges",
            "past_end_of", "past_end_ranges", "torn_ends", "units_past_end"]

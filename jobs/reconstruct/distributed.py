@@ -20,7 +20,9 @@ The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each ru
    (``partitioned.reduce_chunks``).
 3. **Per broker, small** -- the facts (counts, bounds, consume offsets) are summed per partition (in the
    evidence pass) and merged on the driver; with the decoder findings (collected: they grow with damage, not with the broker) they
-   give each broker's profile, params and lost CommitLog ranges, shipped to the tasks with the functions.  The
+   give each broker's profile, params and lost CommitLog ranges, shipped to the tasks with the functions; a
+   3.x broker's redolog units lost without a decoder finding are one aggregation over its evidence rows
+   (``_redolog_gaps``, a job only for brokers with statetable units).  The
    findings no transaction owns go their own way: the consume-queue comparison shuffled by (broker,
    CommitLog offset), orphan ops from the linked OP rows without an id, missing op bodies by an anti-join;
    the consume-queue findings that name evidence rows are joined back to them as ``problems`` bits before
@@ -43,8 +45,8 @@ from pyspark.sql import functions as F
 
 from jobs.reconstruct import partitioned as part
 from jobs.reconstruct import rules as txrules
-from jobs.reconstruct.damage import PastEnd, damaged_ranges
-from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF
+from jobs.reconstruct.damage import PastEnd, RedologGap, damaged_ranges, with_redolog_gap
+from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF, PREP_R, REDO_E, REDO_P, ST
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
 from jobs.reconstruct.reducer import (
     CQ_RECORD_SRC,
@@ -154,6 +156,27 @@ def _past_end(wide: DataFrame, brokers, final: Optional[pa.Table] = None) -> Dic
     return {b: of(b) for b in brokers}
 
 
+def _redolog_gaps(ev: DataFrame, brokers: List[str]) -> Dict[str, RedologGap]:
+    """broker -> ``damage.RedologGap`` over all its unlinked evidence rows, for the 3.x ``brokers`` (those with
+    statetable units): one Spark job, grouped by (broker, CommitLog offset) and then by broker, the same
+    min / max / count as ``damage.redolog_gap`` over a whole broker."""
+    if not brokers:
+        return {}
+    c = F.col
+    role = c("role")
+    rec = ((role == COPY) & (c("mechanism") == PREP_R)) | (role == END)
+    unit, st = role.isin(REDO_P, REDO_E), role == ST
+    at = (ev.where(c("broker").isin(*brokers) & c("physical_offset").isNotNull() & (rec | unit | st))
+          .groupBy("broker", "physical_offset")
+          .agg(F.max(rec).alias("_r"), F.max(unit).alias("_u"), F.max(st).alias("_s")))
+    gone = c("_r") & ~c("_u")
+    rows = at.groupBy("broker").agg(F.max(F.when(c("_s"), c("physical_offset"))).alias("st_max"),
+                                    F.min(F.when(gone, c("physical_offset"))).alias("lowest"),
+                                    F.count(F.when(gone, F.lit(1))).alias("n")).collect()
+    return {r["broker"]: RedologGap(int(r["st_max"]), r["lowest"], int(r["n"]))
+            for r in rows if r["st_max"] is not None}
+
+
 def _context(facts: Dict[str, dict], findings: Dict[str, pa.Table], params, profile_override,
              critical_within_ms: int, past_end: Dict[str, PastEnd]) -> Tuple[part.Context, List[dict]]:
     profiles = {b: txrules.profile_row(b, f, override_for(profile_override, b)) for b, f in facts.items()}
@@ -246,6 +269,12 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     has_cq = any(f.pop(part.CQ_UNITS, 0) for f in facts.values())
     ctx, profile_rows = _context(facts, findings, params, profile_override, critical_within_ms,
                                  _past_end(wide, facts, final))
+    legacy = [b for b, bc in ctx.brokers.items()
+              if bc.facts.get("n_st") and bc.damaged is not None and not bc.damaged.redolog]
+    for broker, gap in _redolog_gaps(ev, legacy).items():
+        d = ctx.brokers[broker].damaged
+        if d is not None:
+            ctx.brokers[broker].damaged = with_redolog_gap(d, gap)
 
     cores = int(spark.sparkContext.defaultParallelism or 1)
     # the union of the link's parts has the partitions of all of them: as many as a shuffle has, each task

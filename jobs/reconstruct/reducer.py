@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from jobs.reconstruct import rules as txrules
 from jobs.reconstruct import split as txsplit
-from jobs.reconstruct.damage import damaged_ranges, past_end_of
+from jobs.reconstruct.damage import damaged_ranges, past_end_of, redolog_gap, with_redolog_gap
 from jobs.reconstruct.evidence import (
     COPY,
     DISCARD,
@@ -532,8 +532,10 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     findings.extend(missing_bodies)
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
-            "damaged": damaged_ranges(anomalies, past_end_of(records_read(cl, settled),
-                                                             sub["consumequeue"] if has_cq else None))}
+            "damaged": with_redolog_gap(
+                damaged_ranges(anomalies, past_end_of(records_read(cl, settled),
+                                                      sub["consumequeue"] if has_cq else None)),
+                redolog_gap(ev.c["role"], ev.c["mechanism"], ev.i["physical_offset"]))}
 
 
 def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:

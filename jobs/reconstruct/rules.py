@@ -12,7 +12,6 @@ number of transactions.  The work lists filter the transaction table by column a
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -368,10 +367,8 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     # table flags -- set, or not set because the unit they compare is gone -- of a transaction with no unit
     # in the damaged table, and a state read from the tables alone
     st_rests = legacy & ~has_first & (n_commit + n_rb == 0)
+    # (a redolog that lost units without a decoder finding is a broker fact: damage.with_redolog_gap)
     redo_missing = legacy & ((has_first & (n_rp == 0)) | g.any(is_end & pok & ~end_in_redo))
-    if not damaged.redolog and redo_missing.any():
-        damaged = replace(damaged, redolog=_redolog_units_lost(redo_missing, first_phys, is_st, is_end, pv,
-                                                               pok, end_in_redo))
     st_unsure = ((st_rests | codes["STATETABLE_MISSING_PREPARED"] | codes["STATETABLE_REDOLOG_DISAGREE"]
                   | (legacy & (n_st == 0))) & bool(damaged.statetable))
     redo_unsure = ((st_rests | codes["REDOLOG_COMMITLOG_DISAGREE"] | codes["STATETABLE_REDOLOG_DISAGREE"]
@@ -443,30 +440,6 @@ def _unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_
     start, ok = _at_rows(row, phys)
     ts = _at_rows(row, size)
     return (start, start + np.where(ts[1], np.maximum(ts[0], 1), 1)), ok
-
-
-def _redolog_units_lost(missing: np.ndarray, first_phys: Nullable, is_st: np.ndarray,
-                        is_end: np.ndarray, pv: np.ndarray, pok: np.ndarray, end_in_redo: np.ndarray) -> str:
-    """What shows that a 3.x redolog lost units although its decoder found nothing wrong (a file cut at a unit
-    boundary, its newest units zeroed, every unit zeroed): a transaction record without a redolog unit that
-    lies before the record of the statetable's newest unit.  RocketMQ 3.1.4 dispatches records one by one in
-    CommitLog order (DefaultMessageStore.DispatchMessageService.doDispatch: the statetable unit of a PREPARED
-    record -- TransactionStateService.appendPreparedTransaction --, then the redolog unit of every PREPARED,
-    COMMIT and ROLLBACK record -- getTranRedoLog().putMessagePostionInfoWrapper), so every record before
-    one with a statetable unit has its redolog unit.  "" when nothing shows it."""
-    st = is_st & pok
-    if not st.any():
-        return ""
-    st_max = int(pv[st].max())
-    prepared = missing & first_phys[1] & (first_phys[0] < st_max)
-    ends = is_end & pok & ~end_in_redo & (pv < st_max)
-    n = int(prepared.sum()) + int(ends.sum())
-    if not n:
-        return ""
-    lowest = min(first_phys[0][prepared].tolist() + pv[ends].tolist())
-    return (f"REDOLOG_UNITS_MISSING: {n} transaction record(s) from CommitLog offset {lowest} have no redolog "
-            f"unit although they lie before the record of the statetable's newest unit ({st_max}); the "
-            "redolog is appended for every record in CommitLog order, so its units there are gone")
 
 
 def _uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, why: np.ndarray,
