@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional
 
 LOG4J2_CONF = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 #: free space below which a local directory counts as full: the context copies the job's files (the
@@ -99,6 +99,17 @@ def local_dir_problem(root: str) -> Optional[str]:
     return None
 
 
+def _jvm_dirs(jvm, get_conf: Callable[[str], Optional[str]]) -> dict:
+    """The inputs of :func:`configured_local_dirs` a JVM holds: ``spark.local.dir`` (``get_conf(key)``, a
+    Spark configuration's value or None) and ``jvm``'s ``java.io.tmpdir`` system property, the empty ones
+    left out; nothing without a JVM (``jvm`` None)."""
+    if jvm is None:
+        return {}
+    conf = {"spark.local.dir": get_conf("spark.local.dir") or "",
+            "java.io.tmpdir": jvm.java.lang.System.getProperty("java.io.tmpdir")}
+    return {k: v for k, v in conf.items() if v}
+
+
 def _launcher_conf(extra: Mapping[str, str]) -> dict:
     """``spark.local.dir`` and ``java.io.tmpdir`` as the driver JVM sees them: from ``extra``, and under
     spark-submit (the JVM already runs) from its system properties."""
@@ -107,10 +118,7 @@ def _launcher_conf(extra: Mapping[str, str]) -> dict:
         from pyspark import SparkConf, SparkContext
 
         SparkContext._ensure_initialized()               # connects to the launcher's gateway, starts nothing
-        conf.setdefault("spark.local.dir", SparkConf().get("spark.local.dir", None) or "")
-        jvm = SparkContext._jvm
-        if jvm is not None:
-            conf["java.io.tmpdir"] = jvm.java.lang.System.getProperty("java.io.tmpdir")
+        conf = {**_jvm_dirs(SparkContext._jvm, SparkConf().get), **conf}
     return {k: v for k, v in conf.items() if v}
 
 
@@ -128,11 +136,11 @@ def check_local_dirs(extra: Mapping[str, str]) -> None:
 def local_dirs_of(spark) -> List[str]:
     """The local directories of the running session's driver (for naming them in an error)."""
     try:
-        conf = {"spark.local.dir": spark.sparkContext.getConf().get("spark.local.dir", "") or "",
-                "java.io.tmpdir": spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir")}
+        sc = spark.sparkContext
+        conf = _jvm_dirs(sc._jvm, sc.getConf().get)
     except Exception:  # noqa: BLE001 - the session may be gone: name the defaults
         conf = {}
-    return configured_local_dirs({k: v for k, v in conf.items() if v})
+    return configured_local_dirs(conf)
 
 
 def no_space_line(exc: BaseException) -> Optional[str]:

@@ -88,6 +88,29 @@ def test_local_dirs_are_taken_in_sparks_order(monkeypatch):
     assert session.configured_local_dirs({}) == ["/y1", "/y2"]
 
 
+def test_local_dirs_come_from_the_jvm_before_and_after_the_context_starts(spark, monkeypatch):
+    """``_launcher_conf`` (through the launcher's gateway, as under spark-submit) and ``local_dirs_of`` (a
+    running session) read ``spark.local.dir`` and ``java.io.tmpdir`` from the driver JVM the same way."""
+    for k in ("CONTAINER_ID", "LOCAL_DIRS", "SPARK_EXECUTOR_DIRS", "SPARK_LOCAL_DIRS"):
+        monkeypatch.delenv(k, raising=False)
+    props = spark.sparkContext._jvm.java.lang.System
+    saved = {k: props.getProperty(k) for k in ("java.io.tmpdir", "spark.local.dir")}
+    assert saved["spark.local.dir"] is None and not spark.sparkContext.getConf().get("spark.local.dir", None)
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "0")         # the gateway exists: the launcher branch starts nothing
+    try:
+        props.setProperty("java.io.tmpdir", "/jt-probe")
+        assert session.local_dirs_of(spark) == ["/jt-probe"]
+        assert session._launcher_conf({}) == {"java.io.tmpdir": "/jt-probe"}
+        props.setProperty("spark.local.dir", "/sl1,/sl2")  # a system property the launcher's SparkConf loads
+        assert session._launcher_conf({}) == {"spark.local.dir": "/sl1,/sl2", "java.io.tmpdir": "/jt-probe"}
+        assert session._launcher_conf({"spark.local.dir": "/x"}) == {"spark.local.dir": "/x",
+                                                                     "java.io.tmpdir": "/jt-probe"}
+        assert session.local_dirs_of(spark) == ["/sl1", "/sl2"]   # getConf() loads the spark.* properties too
+    finally:
+        props.setProperty("java.io.tmpdir", saved["java.io.tmpdir"])
+        props.clearProperty("spark.local.dir")
+
+
 class _Session:
     def stop(self):
         pass

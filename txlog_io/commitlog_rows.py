@@ -143,15 +143,15 @@ def check_rows(u8: np.ndarray, pos: np.ndarray, file_pos: np.ndarray, path: str,
     crc_ok, status, actual = np.empty(n, np.bool_), np.empty(n, np.int8), np.empty(n, np.int64)
     # one compiled pass over every record; the per-finding passes below run only for what it found
     found = C.record_checks(u8, pos, f, file_pos, base, verify_crc, C.CRC_MARKER, crc_ok, status, actual)
-    ok = f[K.F_OK] != 0 if found & C.FOUND_BAD_LENGTHS else None
+    ok: Optional[np.ndarray] = None
     if found:
-        anomalies = _findings(found, u8, pos, file_pos, f, ok if ok is not None else f[K.F_OK] != 0, crc_ok,
-                              status, actual, path, base)
+        ok = f[K.F_OK] != 0
+        anomalies = _findings(found, u8, pos, file_pos, f, ok, crc_ok, status, actual, path, base)
     if topics is not None or tx_relevant:
         names, off = topics if topics is not None else _TX_TOPICS
         keep = K.relevant(u8, f, names, off, tx_relevant)
     else:
-        keep = ok                     # None: every record is well-formed
+        keep = ok if found & C.FOUND_BAD_LENGTHS else None   # None: every record is well-formed
     if keep is not None and not keep.all():
         sel = np.flatnonzero(keep)
         f, pos, file_pos, crc_ok = f[:, sel], pos[sel], file_pos[sel], crc_ok[sel]

@@ -56,15 +56,6 @@ def crc32_zlib(u8, start, length):
     return np.int64(_crc32(np.uint32(0), u8[start:].ctypes.data, np.uint64(length)) & 0x7FFFFFFF)
 
 
-@njit
-def body_crcs(u8, starts, lengths):
-    """UtilAll.crc32 of every body (masked to 31 bits, 0 for an empty body)."""
-    out = np.zeros(starts.size, np.int64)
-    for k in range(starts.size):
-        out[k] = crc32_zlib(u8, starts[k], lengths[k])
-    return out
-
-
 CRC_MARKER = np.frombuffer(b"__CRC32#\x01", np.uint8).copy()
 PROP_CRC_RESERVED = 20
 
@@ -75,7 +66,9 @@ FOUND_BAD_LENGTHS, FOUND_PHYS, FOUND_BODY_CRC, FOUND_PROP_CRC, FOUND_ZERO_TAIL =
 
 @njit(inline="always")
 def prop_crc_at(u8, p, total, props_at, marker):
-    """``prop_crcs`` of one well-formed record at ``p``: (status, computed CRC)."""
+    """5.2+ ``__CRC32#`` trailing property (CommitLog.doAppend) of one well-formed record at ``p``: (status
+    0 = none, 1 = matches, 2 = does not match; the CRC computed over the record bytes before the 20 reserved
+    ones, 0 with status 0)."""
     if total < PROP_CRC_RESERVED:
         return 0, np.int64(0)
     t = p + total - PROP_CRC_RESERVED
@@ -100,24 +93,11 @@ def prop_crc_at(u8, p, total, props_at, marker):
 
 
 @njit
-def prop_crcs(u8, pos, totals, ok, props_at, marker):
-    """5.2+ ``__CRC32#`` trailing property (CommitLog.doAppend): per record 0 = none, 1 = matches, 2 = does not
-    match; plus the CRC computed over the record bytes before the 20 reserved ones."""
-    n = pos.size
-    status = np.zeros(n, np.int8)
-    actual = np.zeros(n, np.int64)
-    for k in range(n):
-        if ok[k]:
-            status[k], actual[k] = prop_crc_at(u8, pos[k], totals[k], props_at[k], marker)
-    return status, actual
-
-
-@njit
 def record_checks(u8, pos, f, file_pos, base, verify_crc, marker, crc_ok, status, actual):
     """Every record-level check of a chunk in one pass over the field matrix ``f`` of the records at ``pos``
     (``file_pos``: their file positions): lengths that add up (``F_OK``), stored PHYSICALOFFSET == base +
     file position, the body CRC when ``verify_crc`` (``crc_ok[k]``; true without it), the ``__CRC32#``
-    property (``status`` / ``actual`` as ``prop_crcs``) and non-empty properties ending in a zero byte
+    property (``status`` / ``actual`` as ``prop_crc_at``) and non-empty properties ending in a zero byte
     (``commitlog_rows.zero_tail_findings``).  Returns the ``FOUND_*`` bits of what any record showed, so a
     clean chunk (the usual one) costs the caller no per-check array pass."""
     found = 0
