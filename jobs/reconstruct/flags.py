@@ -157,6 +157,9 @@ FLAGS: dict = {
     ),
 }
 
+#: the flag (and finding code) of a state or flag that rests on bytes nobody read
+UNCERTAIN = "STATE_UNCERTAIN_DAMAGED_RANGE"
+
 ANOMALY_ONLY = frozenset({"OP_WITHOUT_HALF", "OP_BODY_UNPARSABLE", "OP_BODY_MISSING"})
 
 #: recovery_worklist actions, most important first (a transaction's ``action`` is the first that applies).

@@ -72,6 +72,15 @@ def str_rank(arr: pa.Array) -> Nullable:
     return np.where(ok, r, 0), ok
 
 
+def at_rows(rows: np.ndarray, col: Nullable) -> Nullable:
+    """Per group value of a picked row (-1: none -> null)."""
+    v, ok = col
+    safe = np.where(rows < 0, 0, rows)
+    if len(v) == 0:
+        return np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
+    return np.where(rows < 0, 0, v[safe]), (rows >= 0) & ok[safe]
+
+
 def take(arr: pa.Array, idx: np.ndarray) -> pa.Array:
     """``arr[idx]`` with null where idx < 0."""
     return arr.take(pa.array(np.where(idx < 0, 0, idx), pa.int64(), mask=idx < 0)) if len(arr) else \
@@ -198,5 +207,5 @@ def list_of_strings(groups: np.ndarray, codes: np.ndarray, names: Sequence[str],
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
 
 
-__all__ = ["Groups", "ints", "where", "coalesce", "strings", "to_arrow", "str_rank", "take", "key_ids", "member",
+__all__ = ["Groups", "ints", "where", "coalesce", "strings", "to_arrow", "str_rank", "take", "at_rows", "key_ids", "member",
            "lookup_ids", "list_of_strings", "I64_MIN", "I64_MAX", "Nullable"]

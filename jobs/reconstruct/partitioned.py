@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.reconstruct import rules as txrules
+from jobs.reconstruct import worklists
 from jobs.reconstruct.damage import DamagedRanges
 from jobs.reconstruct.evidence import (
     CODE_FIELDS,
@@ -326,8 +327,8 @@ def reduce_chunks(batches: Iterable[pa.RecordBatch], ctx: Context) -> Iterator[p
             uncertain: list = []        # STATE_UNCERTAIN_DAMAGED_RANGE findings, one per flagged transaction
             tx = txrules.transactions(broker, ev, bc.facts, bc.profile, bc.params, problems, bc.damaged,
                                       findings=uncertain)
-            outs = {"transactions": tx, "check_back": txrules.check_back(tx, ctx.critical_within_ms),
-                    "recovery": txrules.recovery(tx)}
+            outs = {"transactions": tx, "check_back": worklists.check_back(tx, ctx.critical_within_ms),
+                    "recovery": worklists.recovery(tx)}
             if uncertain:
                 outs["anomalies"] = pa.concat_tables(uncertain)
             out = output_union(outs)

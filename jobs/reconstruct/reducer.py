@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from jobs.reconstruct import rules as txrules
 from jobs.reconstruct import split as txsplit
+from jobs.reconstruct import worklists
 from jobs.reconstruct.damage import damaged_ranges, past_end_of, redolog_gap, with_redolog_gap
 from jobs.reconstruct.evidence import (
     COPY,
@@ -438,8 +439,8 @@ def _reduce(table, brokers, params, profile_override, critical_within_ms, has_op
     tx = pa.concat_tables(tx_tables) if tx_tables else TRANSACTIONS.arrow_schema().empty_table()
     return {
         "transactions": tx,
-        "check_back": txrules.check_back(tx, critical_within_ms),
-        "recovery": txrules.recovery(tx),
+        "check_back": worklists.check_back(tx, critical_within_ms),
+        "recovery": worklists.recovery(tx),
         "anomalies": _arrow(findings, AUDIT_ANOMALIES),
         "profiles": _arrow(list(profiles.values()), PROFILES_TABLE),
     }

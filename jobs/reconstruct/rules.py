@@ -1,5 +1,6 @@
-"""Per-transaction rules of the reconstruction (Spark-free): profile detection, state, deadline, flags, and
-the check-back / recovery work-list rows.  The one implementation of the rules documented in
+"""Per-transaction rules of the reconstruction (Spark-free): profile detection, state, deadline and flags
+(the work lists built from them: jobs/reconstruct/worklists.py; the findings of a state resting on lost
+bytes: jobs/reconstruct/uncertain.py).  The one implementation of the rules documented in
 jobs/reconstruct/spark.py (module docstring), jobs/reconstruct/flags.py (FLAGS, RECOVERY_ACTIONS) and schemas/audit.py; follows
 the store-format reference sections 7, 8, 10 and 11 (TransactionalMessageServiceImpl.check, needSkip /
 needDiscard; AbstractTransactionalMessageCheckListener.sendCheckMessage for the check-back header fields).
@@ -7,7 +8,7 @@ needDiscard; AbstractTransactionalMessageCheckListener.sendCheckMessage for the 
 ``transactions`` reduces one broker's linked evidence (jobs/txevidence.Evidence) to its transaction rows in
 column operations: the rows are grouped by transaction id once (jobs/txgroups.Groups) and every rule is an
 expression over per-group arrays, so the cost is a few sorts of the evidence plus linear passes, whatever the
-number of transactions.  The work lists filter the transaction table by column and format only their rows.
+number of transactions.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from jobs.reconstruct.evidence import (
     Evidence,
     _np,
 )
-from jobs.reconstruct.flags import FLAGS, RECOVERY_ACTIONS
+from jobs.reconstruct.flags import FLAGS, UNCERTAIN
 from jobs.reconstruct.groups import (
     Groups,
     Nullable,
+    at_rows,
     coalesce,
     ints,
     list_of_strings,
@@ -53,10 +55,7 @@ from jobs.reconstruct.groups import (
 )
 from jobs.reconstruct.params import (
     COMMITTED,
-    DISCARD_TOPIC,
     DISCARDED,
-    HALF_QUEUE,
-    HALF_TOPIC,
     P_3X,
     P_40,
     P_43,
@@ -68,15 +67,8 @@ from jobs.reconstruct.params import (
     UNKNOWN_DAMAGED,
     AuditParams,
 )
-from schemas.audit import AUDIT_ANOMALIES, CHECK_BACK, RECOVERY, TRANSACTIONS
-
-_ST_CODES = ("STATETABLE_MISSING_PREPARED", "STATETABLE_INDEX_MISMATCH", "STATETABLE_COMMITLOG_DISAGREE",
-             "STATETABLE_REDOLOG_DISAGREE")
-_EV_CODES = ("CORRUPT_RECORD", "CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE", "PREPARED_RECORD_MISSING",
-             "EVIDENCE_NOT_COMMITTED")
-UNCERTAIN = "STATE_UNCERTAIN_DAMAGED_RANGE"
-_EXPIRED_CODES = ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", "PAST_DEADLINE")
-
+from jobs.reconstruct.uncertain import uncertain_findings, unlinked_half
+from schemas.audit import TRANSACTIONS
 
 # ------------------------------------------------------------------------------------------------------------
 # profiles
@@ -146,15 +138,6 @@ def _least(a: Nullable, b: Nullable) -> Nullable:
     return np.where(both, np.minimum(a[0], b[0]), np.where(a[1], a[0], b[0])), a[1] | b[1]
 
 
-def _at_rows(rows: np.ndarray, col: Nullable) -> Nullable:
-    """Per group value of a picked row (-1: none -> null)."""
-    v, ok = col
-    safe = np.where(rows < 0, 0, rows)
-    if len(v) == 0:
-        return np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
-    return np.where(rows < 0, 0, v[safe]), (rows >= 0) & ok[safe]
-
-
 def _str_max_row(g: Groups, mask: np.ndarray, s: pa.Array) -> np.ndarray:
     rank, ok = str_rank(s)
     return g.pick(mask & ok, ~rank)
@@ -187,11 +170,11 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     fc = g.pick(is_copy & pok, pv)
     nc = g.pick(is_copy & pok, ~pv, ~rowid)
     has_first = fc >= 0
-    first_phys, first_qo = _at_rows(fc, i["physical_offset"]), _at_rows(fc, i["queue_offset"])
-    first_ts, first_ct = _at_rows(fc, i["store_timestamp"]), _at_rows(fc, i["check_times"])
-    first_tpqo, imm = _at_rows(fc, i["tran_prepared_qo"]), _at_rows(fc, i["immunity_s"])
-    newest_phys, newest_qo = _at_rows(nc, i["physical_offset"]), _at_rows(nc, i["queue_offset"])
-    newest_ts, newest_ct_col = _at_rows(nc, i["store_timestamp"]), _at_rows(nc, i["check_times"])
+    first_phys, first_qo = at_rows(fc, i["physical_offset"]), at_rows(fc, i["queue_offset"])
+    first_ts, first_ct = at_rows(fc, i["store_timestamp"]), at_rows(fc, i["check_times"])
+    first_tpqo, imm = at_rows(fc, i["tran_prepared_qo"]), at_rows(fc, i["immunity_s"])
+    newest_phys, newest_qo = at_rows(nc, i["physical_offset"]), at_rows(nc, i["queue_offset"])
+    newest_ts, newest_ct_col = at_rows(nc, i["store_timestamp"]), at_rows(nc, i["check_times"])
     fc_mech = np.where(has_first, c["mechanism"][np.where(has_first, fc, 0)] if N else 0, 0)
 
     mech_v, mech_ok = g.max((c["mechanism"].astype(np.int64), c["mechanism"] > 0), is_copy)
@@ -204,7 +187,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     def first_or_any_str(name):
         return pc.coalesce(take(s[name], fc), take(s[name], _str_max_row(g, core, s[name])))
 
-    fq = _at_rows(fc, i["real_qid"])
+    fq = at_rows(fc, i["real_qid"])
     real_qid = np.where(fq[1], fq[0], g.max(i["real_qid"], core)[0]), fq[1] | g.max(i["real_qid"], core)[1]
 
     commits = g.sorted_sets(i["physical_offset"], commit_end)
@@ -215,7 +198,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     disc_off = g.max(i["physical_offset"], is_disc)
     disc_msg = take(s["msg_id"], g.pick(is_disc & pok, ~pv))
     st_row = g.pick(is_st & i["queue_offset"][1], ~i["queue_offset"][0])
-    st_index, st = _at_rows(st_row, i["queue_offset"]), take(s["st_state"], st_row)
+    st_index, st = at_rows(st_row, i["queue_offset"]), take(s["st_state"], st_row)
     pto_v, pto_ok = i["pto"]
     missing = is_end & pto_ok & (c["has_target"] == 0)
     end_pto = g.min(i["pto"], is_end)
@@ -349,7 +332,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     window_hi = (op_rec[0], op_rec[1] & rb_absent)          # null: open to the end of the log
     none = np.full(G, -1, np.int64)
     lost = damaged.first_overlap(first_any, window_hi) if len(damaged) else none
-    own = _unlinked_half(g, is_copy & (c["mechanism"] == HALF_Q) & pok, s["real_topic"], i["real_qid"],
+    own = unlinked_half(g, is_copy & (c["mechanism"] == HALF_Q) & pok, s["real_topic"], i["real_qid"],
                          i["physical_offset"], i["total_size"])
     own_only = (rb_absent | open_ended) & own[1] & (lost < 0)
     by_state = ((rb_absent | open_ended) & (lost >= 0)) | own_only
@@ -423,94 +406,9 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     schema = TRANSACTIONS.arrow_schema()
     out = pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
     if findings is not None and uncertain.any():
-        findings.append(_uncertain_findings(broker, key, state, uncertain & keep, why, first_any, op_rec,
+        findings.append(uncertain_findings(broker, key, state, uncertain & keep, why, first_any, op_rec,
                                             (cwo_lo, newest_phys), lost_at, damaged, own))
     return out.filter(pa.array(keep)) if not keep.all() else out
-
-
-def _unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_qid: Nullable,
-                   phys: Nullable, size: Nullable) -> Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]:
-    """Per transaction the ``([start, end), present)`` CommitLog range of its first half-queue copy that lacks
-    REAL_TOPIC or REAL_QID.  TransactionalMessageBridge.parseHalfMessageInner sets both on every half it puts
-    and renewHalfMessageInner copies them to every re-put copy (4.3+, 5.x), so such a copy's properties were
-    damaged after the write: what finds a half by ``REAL_TOPIC#UNIQ_KEY`` (its re-put copies, an indexed
-    read's COMMIT lookup) may not have reached this transaction, and a state reached by absence is unsure."""
-    has_rt = np.asarray(real_topic.is_valid()) if len(real_topic) else np.zeros(0, bool)
-    row = g.pick(half_copy & ~(has_rt & real_qid[1]), phys[0])
-    start, ok = _at_rows(row, phys)
-    ts = _at_rows(row, size)
-    return (start, start + np.where(ts[1], np.maximum(ts[0], 1), 1)), ok
-
-
-def _uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, why: np.ndarray,
-                        lo: Nullable, op_rec: Nullable, after: Tuple[Nullable, Nullable], hit: np.ndarray,
-                        damaged: DamagedRanges, own: Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]
-                        ) -> pa.Table:
-    """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the inference (``why``: 0 rollback
-    from an op, 1 PREPARED / DISCARDED, 2 COMMIT_WITHOUT_OP, 3 RESOLVED_COPY_PENDING_CHECK, 4 statetable,
-    5 redolog, 6 / 7 as 0 / 1 when the damage is the transaction's own half copy without REAL_TOPIC /
-    REAL_QID: ``own``, see ``_unlinked_half``), the window its missing record must lie in and the damage
-    inside it (AUDIT_ANOMALIES rows; ``physical_offset`` / ``length`` the CommitLog range, null for a
-    statetable / redolog file)."""
-    rows = np.nonzero(on)[0]
-    n, k, w = len(rows), hit[rows], why[rows]
-    text = (lambda v, ok: pc.fill_null(pc.cast(to_arrow(v[rows], ok[rows]), pa.string()), "?"))
-    names = np.asarray(damaged.what + ("",), dtype=object)
-    what = pa.array(names[np.where(k >= 0, k, len(names) - 1)], pa.string())
-    lo_s, op_s, cwo_s, copy_s = text(*lo), text(*op_rec), text(*after[0]), text(*after[1])
-    st_s = pa.array(state[rows], pa.string())
-    detail = pa.array([None] * n, pa.string())
-    variants = [
-        (0, pc.binary_join_element_wise(
-            "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
-            " resolves it but no COMMIT record was read; EndTransactionProcessor writes the COMMIT record before "
-            "the op, so it would lie between the half record at ", lo_s, " and ", op_s,
-            ", where CommitLog bytes were not readable: ", what, "")),
-        (1, pc.binary_join_element_wise(
-            st_s, ": no op, COMMIT or ROLLBACK record was read after the first half/prepared record at ", lo_s,
-            ", and CommitLog bytes after it were not readable: ", what, "; its resolution may have been there",
-            "")),
-        (2, pc.binary_join_element_wise(
-            "COMMIT_WITHOUT_OP not asserted: no op record names the copy committed at CommitLog offset ", cwo_s,
-            ", but the op is written after the COMMIT record (EndTransactionProcessor, at any later time when "
-            "batched) and CommitLog bytes after it were not readable: ", what, "")),
-        (3, pc.binary_join_element_wise(
-            "RESOLVED_COPY_PENDING_CHECK rests on a missing op: no op record names the newest copy at CommitLog "
-            "offset ", copy_s, ", and CommitLog bytes after it were not readable: ", what, "")),
-        (4, pc.binary_join_element_wise(
-            st_s, ": the statetable unit this state or statetable flag rests on may be in damaged statetable "
-            "bytes: " + damaged.statetable, "")),
-        (5, pc.binary_join_element_wise(
-            st_s, ": the redolog unit this state or redolog flag rests on may be in damaged redolog bytes: "
-            + damaged.redolog, "")),
-    ]
-    unlinked = pc.binary_join_element_wise(
-        "its half copy at CommitLog offset ", text(own[0][0], own[1]), " lacks REAL_TOPIC or REAL_QID, which "
-        "TransactionalMessageBridge.parseHalfMessageInner sets on every half: its properties were damaged "
-        "after the write, so a record that finds it by REAL_TOPIC#UNIQ_KEY (its COMMIT record in an indexed "
-        "read, its re-put copies) may not be linked to it", "")
-    variants += [
-        (6, pc.binary_join_element_wise(
-            "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
-            " resolves it but no COMMIT record was linked; ", unlinked, "")),
-        (7, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", unlinked, "")),
-    ]
-    for code, txt in variants:
-        detail = pc.if_else(pa.array(w == code), txt, detail)
-    mine = (w == 6) | (w == 7)
-    in_log = (k >= 0) | mine
-    start = np.where(k >= 0, damaged.start[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
-    end = np.where(k >= 0, damaged.end[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
-    start = np.where(mine, own[0][0][rows], start)
-    end = np.where(mine, own[0][1][rows], end)
-    cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
-            "source": pa.array(["reconstruct"] * n, pa.string()),
-            "physical_offset": pa.array(start, pa.int64(), mask=~in_log),
-            "transaction_key": key.take(pa.array(rows, pa.int64())),
-            "length": pa.array(end - start, pa.int64(), mask=~in_log), "detail": detail}
-    schema = AUDIT_ANOMALIES.arrow_schema()
-    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
-                                schema=schema)
 
 
 def _optional_list(v: np.ndarray, on: np.ndarray) -> pa.Array:
@@ -520,151 +418,4 @@ def _optional_list(v: np.ndarray, on: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(v[on], pa.int64()))
 
 
-# ------------------------------------------------------------------------------------------------------------
-# work lists
-# ------------------------------------------------------------------------------------------------------------
-
-def flag_rows(flags: pa.Array, codes) -> np.ndarray:
-    """Per row of a list<string> column: whether it holds one of ``codes``."""
-    if isinstance(flags, pa.ChunkedArray):
-        flags = flags.combine_chunks()
-    out = np.zeros(len(flags), bool)
-    if len(flags):
-        hit = _np(pc.is_in(pc.list_flatten(flags), pa.array(list(codes), pa.string())))
-        out[np.asarray(pc.list_parent_indices(flags))[hit]] = True
-    return out
-
-
-def check_back(transactions: pa.Table, critical_within_ms: int = 60000) -> pa.Table:
-    """CHECK_BACK rows, ranked: priority, deadline ascending (nulls last), age descending, broker,
-    transaction key (see jobs.reconstruct.spark.check_back_worklist)."""
-    t = transactions
-    fl = t.column("flags")
-    unknown = _np(pc.equal(t.column("state"), UNKNOWN_DAMAGED))
-    cand = (((_np(pc.equal(t.column("state"), PREPARED)) & flag_rows(fl, ("PREPARED_PAST_TIMEOUT",))
-              & ~flag_rows(fl, ("AT_CHECK_MAX", "AGE_PAST_FILE_RESERVED_TIME", *_ST_CODES))) | unknown)
-            & valid(t.column("newest_copy_commitlog_offset")) & valid(t.column("producer_group")))
-    t = t.filter(pa.array(cand))
-    fl = t.column("flags")
-    dl, as_of = ints(t.column("deadline_ms")), ints(t.column("as_of_ms"))
-    critical = flag_rows(fl, ("PAST_DEADLINE",)) | (dl[1] & as_of[1]
-                                                    & (dl[0] - as_of[0] <= critical_within_ms))
-    unknown = _np(pc.equal(t.column("state"), UNKNOWN_DAMAGED))
-    prio = np.where(critical, 0, np.where(flag_rows(fl, ("PREPARED_NEVER_CHECKED",)) | unknown, 1, 2))
-    age = ints(t.column("age_ms"))
-    order = pc.sort_indices(pa.table({
-        "p": prio, "dn": ~dl[1], "d": dl[0], "an": ~age[1], "a": -age[0],
-        "b": pc.fill_null(t.column("broker"), ""), "k": pc.fill_null(t.column("transaction_key"), "")}),
-        sort_keys=[(k, "ascending") for k in ("p", "dn", "d", "an", "a", "b", "k")])
-    t = t.take(order)
-    prio = prio[np.asarray(order)]
-    half = pa.array(_np(pc.equal(t.column("mechanism"), HALF_QUEUE)))
-    col = t.column
-    cols = {
-        "urgency_rank": pa.array(np.arange(1, t.num_rows + 1), pa.int32()),
-        "priority": pa.array(np.array(["CRITICAL", "HIGH", "NORMAL"], dtype=object)[prio], pa.string()),
-        "request_topic": pc.if_else(half, HALF_TOPIC, col("real_topic")),
-        "commitlog_offset": col("newest_copy_commitlog_offset"),
-        "tran_state_table_offset": pc.if_else(half, col("newest_copy_queue_offset"), pc.coalesce(
-            col("statetable_index"), col("newest_copy_queue_offset"))),
-        "offset_msg_id": col("newest_copy_msg_id"),
-        "msg_id": pc.coalesce(col("uniq_key"), col("newest_copy_msg_id")),
-        "check_times": col("newest_copy_check_times"),
-    }
-    schema = CHECK_BACK.arrow_schema()
-    return pa.Table.from_arrays([(cols[f.name] if f.name in cols else col(f.name)).cast(f.type)
-                                 for f in schema], schema=schema)
-
-
-def _filtered_join(flags: pa.Array, codes, sep: str) -> pa.Array:
-    """Per row: its flags that are in ``codes``, in their order, joined by ``sep``."""
-    flat = pc.list_flatten(flags)
-    keep = _np(pc.is_in(flat, pa.array(list(codes), pa.string())))
-    parent = np.asarray(pc.list_parent_indices(flags))[keep]
-    offsets = np.zeros(len(flags) + 1, np.int32)
-    np.cumsum(np.bincount(parent, minlength=len(flags)), out=offsets[1:])
-    lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat.filter(pa.array(keep)))
-    return pc.binary_join(lists, sep)
-
-
-def _joined(lists) -> pa.Array:
-    return pc.binary_join(pc.cast(lists, pa.list_(pa.string())), ",")
-
-
-def recovery(transactions: pa.Table) -> pa.Table:
-    """RECOVERY rows (see jobs.reconstruct.spark.recovery_worklist and jobs.reconstruct.flags.RECOVERY_ACTIONS)."""
-    t = transactions
-    fl, state = t.column("flags"), t.column("state")
-    # COMMITTED / ROLLED_BACK stand on a record that was read: only a flag of theirs rests on lost bytes
-    read_state = _np(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])))
-    on = {
-        "CHECK_BACK_DAMAGED": flag_rows(fl, (UNCERTAIN,)) & ~read_state,
-        "REBUILD_STATETABLE": flag_rows(fl, _ST_CODES),
-        "REVIEW_CONFLICTING_ENDS": flag_rows(fl, ("CONFLICTING_ENDS",)),
-        "REVIEW_DUPLICATE_COMMIT": flag_rows(fl, ("DUPLICATE_COMMIT",)),
-        "MARK_DONE": (_np(pc.is_in(state, pa.array([COMMITTED, ROLLED_BACK])))
-                      & _np(pc.equal(t.column("mechanism"), HALF_QUEUE))
-                      & (np.asarray(pc.list_value_length(t.column("open_copy_offsets"))) > 0)),
-        "RESUME_DISCARDED": _np(pc.equal(state, DISCARDED)) & valid(t.column("discard_msg_id")),
-        "REDRIVE_EXPIRED": _np(pc.equal(state, PREPARED)) & flag_rows(fl, _EXPIRED_CODES),
-        "REVIEW_EVIDENCE": flag_rows(fl, _EV_CODES) | (flag_rows(fl, (UNCERTAIN,)) & read_state),
-    }
-    assert list(on) == list(RECOVERY_ACTIONS)
-    cand = np.logical_or.reduce(list(on.values())) if len(t) else np.zeros(0, bool)
-    keep = pa.array(cand)
-    t = t.filter(keep)
-    on = {a: m[cand] for a, m in on.items()}
-    n = t.num_rows
-    col = t.column
-    fl = col("flags").combine_chunks() if n else pa.array([], pa.list_(pa.string()))
-    names = list(RECOVERY_ACTIONS)
-    g = np.concatenate([np.nonzero(m)[0] for m in on.values()]) if n else np.zeros(0, np.int64)
-    codes = np.concatenate([np.full(int(m.sum()), k) for k, m in enumerate(on.values())]) if n else g
-    actions = list_of_strings(g, codes, names, n)
-    first = np.full(n, len(names))
-    for k, m in reversed(list(enumerate(on.values()))):
-        first = np.where(m, k, first)
-    commits = _joined(col("commit_offsets"))
-    text = {
-        "CHECK_BACK_DAMAGED": pc.binary_join_element_wise(
-            col("state"), " rests on CommitLog bytes that could not be read (finding ", UNCERTAIN,
-            "): ask the producer for the outcome", ""),
-        "REBUILD_STATETABLE": pc.binary_join_element_wise("statetable: ", _filtered_join(fl, _ST_CODES, ", "),
-                                                          ""),
-        "REVIEW_CONFLICTING_ENDS": pc.binary_join_element_wise(
-            "COMMIT record(s) ", commits, " and rollback evidence (ROLLBACK records [",
-            _joined(col("rollback_offsets")), "], ops ", _joined(col("op_half_offsets")), ")", ""),
-        "REVIEW_DUPLICATE_COMMIT": pc.binary_join_element_wise(
-            pc.cast(pc.list_value_length(col("commit_offsets")), pa.string()),
-            " COMMIT records (CommitLog offsets ", commits, ")", ""),
-        "MARK_DONE": pc.binary_join_element_wise(
-            col("state"), ", but half offsets ", _joined(col("open_copy_offsets")),
-            " have no op and the check service will visit them", ""),
-        "RESUME_DISCARDED": pc.binary_join_element_wise(
-            f"discarded to {DISCARD_TOPIC} (offset ",
-            pc.fill_null(pc.cast(col("discard_commitlog_offset"), pa.string()), "null"),
-            ") with no commit or op", ""),
-        "REDRIVE_EXPIRED": pc.binary_join_element_wise("PREPARED and ",
-                                                       _filtered_join(fl, _EXPIRED_CODES, ", "), ""),
-        "REVIEW_EVIDENCE": pc.binary_join_element_wise("evidence: ", _filtered_join(fl, _EV_CODES + (UNCERTAIN,),
-                                                                                     ", "), ""),
-    }
-    parts = [pc.if_else(pa.array(on[a]), text[a], pa.nulls(n, pa.string())) for a in names]
-    reason = pc.binary_join_element_wise(*parts, "; ", null_handling="skip")
-    resume = pa.array(first == names.index("RESUME_DISCARDED"))
-    mark = pa.array(on["MARK_DONE"])
-    empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.int64()))
-    cols = {
-        "action": pa.array(np.array(names + [None], dtype=object)[first], pa.string()),
-        "actions": actions, "reason": reason, "flags": fl,
-        "mark_done_half_offsets": pc.if_else(mark, col("open_copy_offsets"), empty),
-        "resume_topic": pc.if_else(resume, DISCARD_TOPIC, pa.nulls(n, pa.string())),
-        "resume_msg_id": pc.if_else(resume, col("discard_msg_id"), pa.nulls(n, pa.string())),
-        "producer_group": col("producer_group"),
-    }
-    schema = RECOVERY.arrow_schema()
-    return pa.Table.from_arrays([(cols[f.name] if f.name in cols else col(f.name)).cast(f.type)
-                                 for f in schema], schema=schema)
-
-
-__all__ = ["detect", "evidence", "profile_row", "transactions", "check_back", "recovery", "flag_rows"]
+__all__ = ["detect", "evidence", "profile_row", "transactions"]

@@ -1,0 +1,105 @@
+"""The findings of a state or flag that rests on bytes nobody read (Spark-free): one
+STATE_UNCERTAIN_DAMAGED_RANGE row per flagged transaction, naming the inference, the window its missing record
+must lie in and the damage inside it (jobs/reconstruct/rules.py decides which transactions are flagged,
+jobs/reconstruct/damage.py gives the lost ranges; docs/robustness.md states the rule per inference), and the
+half copies whose damaged properties leave a transaction unlinked (``unlinked_half``)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.reconstruct.damage import DamagedRanges
+from jobs.reconstruct.flags import UNCERTAIN
+from jobs.reconstruct.groups import Groups, Nullable, at_rows, to_arrow
+from schemas.audit import AUDIT_ANOMALIES
+
+
+def unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_qid: Nullable,
+                   phys: Nullable, size: Nullable) -> Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Per transaction the ``([start, end), present)`` CommitLog range of its first half-queue copy that lacks
+    REAL_TOPIC or REAL_QID.  TransactionalMessageBridge.parseHalfMessageInner sets both on every half it puts
+    and renewHalfMessageInner copies them to every re-put copy (4.3+, 5.x), so such a copy's properties were
+    damaged after the write: what finds a half by ``REAL_TOPIC#UNIQ_KEY`` (its re-put copies, an indexed
+    read's COMMIT lookup) may not have reached this transaction, and a state reached by absence is unsure."""
+    has_rt = np.asarray(real_topic.is_valid()) if len(real_topic) else np.zeros(0, bool)
+    row = g.pick(half_copy & ~(has_rt & real_qid[1]), phys[0])
+    start, ok = at_rows(row, phys)
+    ts = at_rows(row, size)
+    return (start, start + np.where(ts[1], np.maximum(ts[0], 1), 1)), ok
+
+
+def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, why: np.ndarray,
+                        lo: Nullable, op_rec: Nullable, after: Tuple[Nullable, Nullable], hit: np.ndarray,
+                        damaged: DamagedRanges, own: Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]
+                        ) -> pa.Table:
+    """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the inference (``why``: 0 rollback
+    from an op, 1 PREPARED / DISCARDED, 2 COMMIT_WITHOUT_OP, 3 RESOLVED_COPY_PENDING_CHECK, 4 statetable,
+    5 redolog, 6 / 7 as 0 / 1 when the damage is the transaction's own half copy without REAL_TOPIC /
+    REAL_QID: ``own``, see ``unlinked_half``), the window its missing record must lie in and the damage
+    inside it (AUDIT_ANOMALIES rows; ``physical_offset`` / ``length`` the CommitLog range, null for a
+    statetable / redolog file)."""
+    rows = np.nonzero(on)[0]
+    n, k, w = len(rows), hit[rows], why[rows]
+    text = (lambda v, ok: pc.fill_null(pc.cast(to_arrow(v[rows], ok[rows]), pa.string()), "?"))
+    names = np.asarray(damaged.what + ("",), dtype=object)
+    what = pa.array(names[np.where(k >= 0, k, len(names) - 1)], pa.string())
+    lo_s, op_s, cwo_s, copy_s = text(*lo), text(*op_rec), text(*after[0]), text(*after[1])
+    st_s = pa.array(state[rows], pa.string())
+    detail = pa.array([None] * n, pa.string())
+    variants = [
+        (0, pc.binary_join_element_wise(
+            "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
+            " resolves it but no COMMIT record was read; EndTransactionProcessor writes the COMMIT record before "
+            "the op, so it would lie between the half record at ", lo_s, " and ", op_s,
+            ", where CommitLog bytes were not readable: ", what, "")),
+        (1, pc.binary_join_element_wise(
+            st_s, ": no op, COMMIT or ROLLBACK record was read after the first half/prepared record at ", lo_s,
+            ", and CommitLog bytes after it were not readable: ", what, "; its resolution may have been there",
+            "")),
+        (2, pc.binary_join_element_wise(
+            "COMMIT_WITHOUT_OP not asserted: no op record names the copy committed at CommitLog offset ", cwo_s,
+            ", but the op is written after the COMMIT record (EndTransactionProcessor, at any later time when "
+            "batched) and CommitLog bytes after it were not readable: ", what, "")),
+        (3, pc.binary_join_element_wise(
+            "RESOLVED_COPY_PENDING_CHECK rests on a missing op: no op record names the newest copy at CommitLog "
+            "offset ", copy_s, ", and CommitLog bytes after it were not readable: ", what, "")),
+        (4, pc.binary_join_element_wise(
+            st_s, ": the statetable unit this state or statetable flag rests on may be in damaged statetable "
+            "bytes: " + damaged.statetable, "")),
+        (5, pc.binary_join_element_wise(
+            st_s, ": the redolog unit this state or redolog flag rests on may be in damaged redolog bytes: "
+            + damaged.redolog, "")),
+    ]
+    unlinked = pc.binary_join_element_wise(
+        "its half copy at CommitLog offset ", text(own[0][0], own[1]), " lacks REAL_TOPIC or REAL_QID, which "
+        "TransactionalMessageBridge.parseHalfMessageInner sets on every half: its properties were damaged "
+        "after the write, so a record that finds it by REAL_TOPIC#UNIQ_KEY (its COMMIT record in an indexed "
+        "read, its re-put copies) may not be linked to it", "")
+    variants += [
+        (6, pc.binary_join_element_wise(
+            "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
+            " resolves it but no COMMIT record was linked; ", unlinked, "")),
+        (7, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", unlinked, "")),
+    ]
+    for code, txt in variants:
+        detail = pc.if_else(pa.array(w == code), txt, detail)
+    mine = (w == 6) | (w == 7)
+    in_log = (k >= 0) | mine
+    start = np.where(k >= 0, damaged.start[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
+    end = np.where(k >= 0, damaged.end[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
+    start = np.where(mine, own[0][0][rows], start)
+    end = np.where(mine, own[0][1][rows], end)
+    cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
+            "source": pa.array(["reconstruct"] * n, pa.string()),
+            "physical_offset": pa.array(start, pa.int64(), mask=~in_log),
+            "transaction_key": key.take(pa.array(rows, pa.int64())),
+            "length": pa.array(end - start, pa.int64(), mask=~in_log), "detail": detail}
+    schema = AUDIT_ANOMALIES.arrow_schema()
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
+
+
+__all__ = ["uncertain_findings", "unlinked_half"]
