@@ -7,8 +7,9 @@ The same shape as full mode's one-job read (jobs/read/full.py), for ``--mode ind
   units (read here, in threads, with the op bodies: rows the reducer needs), their halves'
   ``REAL_TOPIC#UNIQ_KEY`` keys, the units of the real topics a 3.x store's records name (its PREPARED /
   COMMIT records are in those topics), the ranges no index covers (``indexed_gap_rows``);
-* **one ``RDD.mapPartitions`` job** whose tasks each take a few work items: a group of IndexFiles searched for
-  the keys, the COMMIT records at the offsets found fetched in the same task (``indexed_lookup.LookupAt``),
+* **one ``RDD.mapPartitions`` job** (in the driver's threads when the items read at most
+  ``full_read.small_read_bytes``: no Spark job) whose tasks each take a few work items: a group of IndexFiles
+  searched for the keys, the COMMIT records at the offsets found fetched in the same task (``indexed_lookup.LookupAt``),
   a slice of the real topics' units probed (``indexed_lookup.ProbeAt``: non-NOT records kept), a
   gap-scan cell (``decode_log_range(tx_relevant=True)`` filtered as the DataFrame plan's ``_ScanCells``), or a
   partition of the ``rocketmq_anomalies`` plan for the other decoders (full_read's ``_units`` / ``_store``:
@@ -39,8 +40,11 @@ from jobs.read.full import (
     LocalRead,
     ReadTask,
     collect_job,
+    driver_job,
+    item_bytes,
     job_tables,
     record_rows,
+    small_read_bytes,
     split_op_bodies,
 )
 from jobs.read.indexed.gaps import (
@@ -66,6 +70,7 @@ from jobs.read.indexed.lookup import (
 from jobs.read.indexed.plan import DRIVER_READ_BYTES, index_units, plan_indexed
 from jobs.read.indexed.tails import idle_ranges, idle_tail_anomalies
 from jobs.read.spec import ReadSpec
+from jobs.session import driver_cpus
 from jobs.read.stores import commitlog_dirs, has_transaction_index, infos, missing_file_findings
 from jobs.sources.formats import (
     ANOMALIES_FORMAT,
@@ -212,7 +217,11 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
         return None
     t1 = time.monotonic()
     groups = _balanced(plan.items, max(1, min(len(plan.items), 3 * cores)))
-    got = collect_job(sc, groups, len(groups), _ReadTask(plan.sources, max_rows))
+    task = _ReadTask(plan.sources, max_rows)
+    # a small read runs in the driver's threads, the groups as the job's tasks would (full_read.driver_job)
+    in_driver = sum(_read_bytes(p) for p in plan.items) <= small_read_bytes(sc)
+    got = (driver_job(groups, min(cores, driver_cpus()), task) if in_driver
+           else collect_job(sc, groups, len(groups), task))
     t2 = time.monotonic()
     if got is None:
         return None
@@ -243,10 +252,25 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=anomalies,
                      scan_findings=tables["scan_findings"], consumequeue=tables["consumequeue"],
                      statetable=tables["statetable"], redolog=tables["redolog"],
-                     consumer_offsets=tables["consumer_offsets"], read_choices=plan.choices)
+                     consumer_offsets=tables["consumer_offsets"], read_choices=plan.choices,
+                     in_driver=in_driver)
     if timings is not None:
         timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
     return None if read.rows > max_rows else read
+
+
+def _read_bytes(p) -> int:
+    """The file bytes work item ``p`` reads at most: an IndexFile group's files, a gap cell's range, a KiB
+    per probed offset, a unit-file or store item's (``full_read.item_bytes``)."""
+    from txlog_io.indexfile import file_size_for
+
+    if isinstance(p, LookupAt):
+        return sum(file_size_for(slots, entries) for _, _, slots, entries in p.files)
+    if isinstance(p, GapCell):
+        return p.end - p.start
+    if isinstance(p, ProbeAt):
+        return len(p.offsets) * 1024
+    return item_bytes(p)
 
 
 def _balanced(items: list, n: int) -> list:
