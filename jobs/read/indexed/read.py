@@ -70,8 +70,8 @@ from jobs.read.indexed.lookup import (
 from jobs.read.indexed.plan import DRIVER_READ_BYTES, index_units, plan_indexed
 from jobs.read.indexed.tails import idle_ranges, idle_tail_anomalies
 from jobs.read.spec import ReadSpec
-from jobs.session import driver_cpus
 from jobs.read.stores import commitlog_dirs, has_transaction_index, infos, missing_file_findings
+from jobs.session import driver_cpus
 from jobs.sources.formats import (
     ANOMALIES_FORMAT,
     COMMITLOG_FORMAT,
