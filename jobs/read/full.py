@@ -96,8 +96,8 @@ CONTINUATION_DRIVER_BYTES = 1 << 30
 #: a sparse file's unwritten tail included) runs in the driver's threads too, on a local master: the
 #: executor's cores are the driver's, so the job only adds its fixed cost and the Python workers' round
 #: trips.  The small audits every schedule and CI run pays had this read as their only Spark job (0.4-0.9 s
-#: of a ~1 s audit); a 1 GiB CommitLog file holding 588 MB of records plus its queue files (1.19 GB of
-#: items) read in 1.1-1.5 s in the driver, 4.3-4.6 s as the job (local[2], load 8)
+#: of a ~1 s audit); 1.62 GB of records in 2.27 GB of items read in 2.8-2.9 s in the driver, 5.2-7.1 s
+#: as the job (local[2], load 11; docs/ARCHITECTURE.md)
 SMALL_READ_DRIVER_BYTES = 2 << 30
 #: the same bound on a cluster master, where the job's tasks may spread over more cores than the driver's
 CLUSTER_READ_DRIVER_BYTES = 256 << 20
