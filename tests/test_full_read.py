@@ -229,3 +229,29 @@ def test_audit_on_the_forced_distributed_path_writes_the_driver_tables(spark, st
     where = {w for w, _ in receipts.seen}       # the spy saw the driver's receipts: file metadata, the report
     assert "DataFrame.collect" in where and "report read_batches" in where, where
     assert sum(n for w, n in receipts.seen if w == "report read_batches") >= N_BOUNDED
+
+
+READ_TABLES = ("commitlog", "op_bodies", "anomalies", "scan_findings", "consumequeue", "statetable", "redolog",
+               "consumer_offsets")
+
+
+def test_a_small_read_in_the_driver_equals_the_job(spark, stores, monkeypatch):
+    """A read up to small_read_bytes runs its tasks in the driver's threads, no Spark job (counted by Spark's
+    status store); forced into the job (bound 0) the same tasks give the same tables, row order included."""
+    from jobs.bench.sparkjobs import job_mark, jobs_since
+    from jobs.read import full
+
+    spec = _options(stores[:8])            # the fixtures and four generated stores
+    assert full.small_read_bytes(spark.sparkContext) == full.SMALL_READ_DRIVER_BYTES
+    reads = {}
+    for label, bound in (("driver", full.SMALL_READ_DRIVER_BYTES), ("job", 0)):
+        monkeypatch.setattr(full, "SMALL_READ_DRIVER_BYTES", bound)
+        mark = job_mark(spark)
+        reads[label] = full.read_local(spark, spec, 10 ** 9)
+        assert len(jobs_since(spark, mark)) == (label == "job"), label
+        assert reads[label].in_driver == (label == "driver")
+    assert reads["driver"].commitlog.num_rows > 100 and reads["driver"].anomalies.num_rows > 0
+    for name in READ_TABLES:
+        assert getattr(reads["driver"], name).equals(getattr(reads["job"], name)), name
+    monkeypatch.setattr(full, "SMALL_READ_DRIVER_BYTES", 10 ** 12)
+    assert full.read_local(spark, spec, 1) is None          # over the rows' bound in the driver too

@@ -177,3 +177,24 @@ def test_indexed_audit_reads_in_one_job_with_the_fallbacks_tables(spark, damaged
                          for name, t in summary.tables.items() if name != "audit_runs"}
     assert tables["local"] == tables["fallback"]
     assert any("INDEX_INCOMPLETE" in repr(r) for r in tables["local"]["audit_anomalies"])
+
+
+def test_a_small_indexed_read_in_the_driver_equals_the_job(spark, stores, monkeypatch):
+    """The indexed read's groups run in the driver's threads up to full_read.small_read_bytes (no Spark job),
+    else as the job's tasks: the same tables, row order included (3.x stores' probes among them)."""
+    from test_full_read import READ_TABLES
+
+    from jobs.bench.sparkjobs import job_mark, jobs_since
+    from jobs.read import full
+    from jobs.read.indexed import read as indexed_read
+
+    reads = {}
+    for label, bound in (("driver", full.SMALL_READ_DRIVER_BYTES), ("job", 0)):
+        monkeypatch.setattr(full, "SMALL_READ_DRIVER_BYTES", bound)
+        mark = job_mark(spark)
+        reads[label] = indexed_read.read_indexed_local(spark, _options(stores), 10 ** 9)
+        assert len(jobs_since(spark, mark)) == (label == "job"), label
+        assert reads[label].in_driver == (label == "driver")
+    assert reads["driver"].commitlog.num_rows > 100
+    for name in READ_TABLES:
+        assert getattr(reads["driver"], name).equals(getattr(reads["job"], name)), name

@@ -23,7 +23,8 @@ decoders over the same partitions; tested against it in tests/test_full_read.py)
 
 An incremental run's continuation reads little (the CommitLog from its resume offset, the unit files): up to
 ``CONTINUATION_DRIVER_BYTES`` the same tasks run in the driver's threads instead (:func:`driver_job`), no
-Spark job.
+Spark job; so does any read of a small store (up to ``SMALL_READ_DRIVER_BYTES`` on a local master, less on a
+cluster: :func:`small_read_bytes`), where the job's fixed cost was most of the audit's time.
 
 Bound: a task holding more than ``LOCAL_MAX_ROWS`` rows returns only its count, and a read whose rows add up
 to more than that returns None: the caller then takes the DataFrame plan (executor-side reduction), at the
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.read.spec import ReadSpec
-from jobs.session import driver_cpus
+from jobs.session import driver_cpus, is_local_master
 from jobs.sources.formats import (
     ANOMALIES_FORMAT,
     CONSUMEQUEUE_FORMAT,
@@ -91,6 +92,15 @@ PACK_BYTES = READ_PACK_BYTES
 #: this many file bytes runs there, in a thread per core (the kernels release the GIL), not as a Spark job:
 #: on the 8 GiB bench the continuation's decoding is ~0.25 s of CPU, one job's fixed cost 0.5-0.9 s idle
 CONTINUATION_DRIVER_BYTES = 1 << 30
+#: any other one-job read (a fresh full or indexed audit) of at most this many work-item bytes (file bytes,
+#: a sparse file's unwritten tail included) runs in the driver's threads too, on a local master: the
+#: executor's cores are the driver's, so the job only adds its fixed cost and the Python workers' round
+#: trips.  The small audits every schedule and CI run pays had this read as their only Spark job (0.4-0.9 s
+#: of a ~1 s audit); 1.62 GB of records in 2.27 GB of items read in 2.8-2.9 s in the driver, 5.2-7.1 s
+#: as the job (local[2], load 11; docs/ARCHITECTURE.md)
+SMALL_READ_DRIVER_BYTES = 2 << 30
+#: the same bound on a cluster master, where the job's tasks may spread over more cores than the driver's
+CLUSTER_READ_DRIVER_BYTES = 256 << 20
 
 
 @dataclass
@@ -341,6 +351,14 @@ def driver_job(items: list, threads: int, task: ReadTask) -> Optional[List[tuple
     return None if any(kind == _OVERFLOW for kind, _ in got) else got
 
 
+def small_read_bytes(sc) -> int:
+    """The work-item bytes up to which a fresh one-job read runs in the driver's threads on ``sc``'s master
+    (``SMALL_READ_DRIVER_BYTES``; a cluster's at most ``CLUSTER_READ_DRIVER_BYTES``)."""
+    if is_local_master(sc.master):
+        return SMALL_READ_DRIVER_BYTES
+    return min(SMALL_READ_DRIVER_BYTES, CLUSTER_READ_DRIVER_BYTES)
+
+
 def job_tables(got: List[tuple], kinds: Dict[str, pa.Schema]) -> Dict[str, pa.Table]:
     """:func:`collect_job`'s pairs -> one table per kind of ``kinds`` (empty when no task sent it)."""
     parts: Dict[str, list] = {k: [] for k in kinds}
@@ -375,8 +393,8 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
     queues already say so (:func:`above_bound`; not for a read from ``start``).  ``start``: see :func:`plan_items`.
     ``units`` (an incremental run's): ``units.seen(findings_only_units(items))`` is called before the job,
     and the files in ``units.skip`` (broker -> paths) are not read (their findings are carried).
-    ``in_driver``: the same tasks run in the driver (:func:`driver_job`) when they read at most
-    ``CONTINUATION_DRIVER_BYTES`` (``LocalRead.in_driver``)."""
+    The same tasks run in the driver (:func:`driver_job`, ``LocalRead.in_driver``) when they read at most
+    :func:`small_read_bytes`, or ``CONTINUATION_DRIVER_BYTES`` with ``in_driver`` (a continuation)."""
     t0 = time.monotonic()
     if start is None and above_bound(spec, max_rows):
         return None
@@ -388,7 +406,8 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
         items = _skipping(items, units.skip)
     task = ReadTask(sources, max_rows)
     items = pack_items(items, cores)
-    driver = in_driver and sum(item_bytes(p) for p in items) <= CONTINUATION_DRIVER_BYTES
+    bound = CONTINUATION_DRIVER_BYTES if in_driver else small_read_bytes(sc)
+    driver = sum(item_bytes(p) for p in items) <= bound
     got = (driver_job(items, min(cores, driver_cpus()), task) if driver
            else collect_job(sc, items, len(items), task))
     t1 = time.monotonic()
@@ -409,4 +428,4 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
     return None if read.rows > max_rows else read
 
 
-__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items", "above_bound"]
+__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items", "above_bound", "small_read_bytes"]

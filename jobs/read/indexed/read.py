@@ -7,8 +7,9 @@ The same shape as full mode's one-job read (jobs/read/full.py), for ``--mode ind
   units (read here, in threads, with the op bodies: rows the reducer needs), their halves'
   ``REAL_TOPIC#UNIQ_KEY`` keys, the units of the real topics a 3.x store's records name (its PREPARED /
   COMMIT records are in those topics), the ranges no index covers (``indexed_gap_rows``);
-* **one ``RDD.mapPartitions`` job** whose tasks each take a few work items: a group of IndexFiles searched for
-  the keys, the COMMIT records at the offsets found fetched in the same task (``indexed_lookup.LookupAt``),
+* **one ``RDD.mapPartitions`` job** (in the driver's threads when the items read at most
+  ``full_read.small_read_bytes``: no Spark job) whose tasks each take a few work items: a group of IndexFiles
+  searched for the keys, the COMMIT records at the offsets found fetched in the same task (``indexed_lookup.LookupAt``),
   a slice of the real topics' units probed (``indexed_lookup.ProbeAt``: non-NOT records kept), a
   gap-scan cell (``decode_log_range(tx_relevant=True)`` filtered as the DataFrame plan's ``_ScanCells``), or a
   partition of the ``rocketmq_anomalies`` plan for the other decoders (full_read's ``_units`` / ``_store``:
@@ -39,8 +40,11 @@ from jobs.read.full import (
     LocalRead,
     ReadTask,
     collect_job,
+    driver_job,
+    item_bytes,
     job_tables,
     record_rows,
+    small_read_bytes,
     split_op_bodies,
 )
 from jobs.read.indexed.gaps import (
@@ -69,6 +73,7 @@ from jobs.read.indexed.plan import DRIVER_READ_BYTES, index_units, plan_indexed
 from jobs.read.indexed.tails import idle_ranges, idle_tail_anomalies
 from jobs.read.spec import ReadSpec
 from jobs.read.stores import commitlog_dirs, has_transaction_index, infos, missing_file_findings
+from jobs.session import driver_cpus
 from jobs.sources.formats import (
     ANOMALIES_FORMAT,
     COMMITLOG_FORMAT,
@@ -218,13 +223,17 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
         return None
     t1 = time.monotonic()
     groups = _balanced(plan.items, max(1, min(len(plan.items), 3 * cores)))
-    got = collect_job(sc, groups, len(groups), _ReadTask(plan.sources, max_rows))
+    task = _ReadTask(plan.sources, max_rows)
+    # a small read runs in the driver's threads, the groups as the job's tasks would (full_read.driver_job)
+    in_driver = sum(_read_bytes(p) for p in plan.items) <= small_read_bytes(sc)
+    got = (driver_job(groups, min(cores, driver_cpus()), task) if in_driver
+           else collect_job(sc, groups, len(groups), task))
     t2 = time.monotonic()
     if got is None:
         return None
     tables = job_tables(got, _KINDS)
     scanned = _outside_idle(tables["gap_records"], plan.gap_rows)
-    if not _second_round(sc, plan, scanned, tables, cores, max_rows):
+    if not _second_round(sc, plan, scanned, tables, cores, max_rows, in_driver):
         return None
     units = plan.units
     fetched_findings = pa.Table.from_batches(units.anomalies, schema=_KINDS["anomalies"])
@@ -252,32 +261,50 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     read = LocalRead(commitlog=clog, op_bodies=op_bodies, anomalies=anomalies,
                      scan_findings=tables["scan_findings"], consumequeue=tables["consumequeue"],
                      statetable=tables["statetable"], redolog=tables["redolog"],
-                     consumer_offsets=tables["consumer_offsets"], read_choices=plan.choices)
+                     consumer_offsets=tables["consumer_offsets"], read_choices=plan.choices,
+                     in_driver=in_driver)
     if timings is not None:
         timings.update({"read.plan": t1 - t0, "read.job": t2 - t1, "read.arrow": time.monotonic() - t2})
     return None if read.rows > max_rows else read
 
 
 def _second_round(sc, plan: _Plan, scanned: pa.Table, tables: Dict[str, pa.Table], cores: int,
-                  max_rows: int) -> bool:
+                  max_rows: int, in_driver: bool) -> bool:
     """Look up the keys of the halves that only the scans of damage gaps (not ``ORDINARY_GAPS``: a queue hole,
     a missing queue head, ...) found (``lookup.scanned_keys``): their COMMIT records may lie after the scanned
     range (an ordinary gap's halves have units, or a scan reaching the CommitLog's end reads their COMMITs).
-    One more job, its records, findings and lost offsets added to ``tables``; none when there is no such
-    key.  False when a task read more than its bound."""
+    One more job (in the driver's threads when the first round ran there: ``in_driver``), its records,
+    findings and lost offsets added to ``tables``; none when there is no such key.  False when a task read
+    more than its bound."""
     damage = [(g[0], g[1], g[2]) for g in plan.gap_rows if g[0] in plan.keyed and g[3] not in ORDINARY_GAPS]
     more = scanned_keys(_within(scanned, damage), plan.keyed, plan.units.keys) if damage else {}
     items = lookup_items(plan.stores, more, cores) if more else []
     if not items:
         return True
     groups = _balanced(items, max(1, min(len(items), 3 * cores)))
-    got = collect_job(sc, groups, len(groups), _ReadTask(plan.sources, max_rows))
+    task = _ReadTask(plan.sources, max_rows)
+    got = (driver_job(groups, min(cores, driver_cpus()), task) if in_driver
+           else collect_job(sc, groups, len(groups), task))
     if got is None:
         return False
     again = job_tables(got, _KINDS)
     for kind in ("commitlog", "hit_anomalies", "lost"):
         tables[kind] = pa.concat_tables([tables[kind], again[kind]])
     return True
+
+
+def _read_bytes(p) -> int:
+    """The file bytes work item ``p`` reads at most: an IndexFile group's files, a gap cell's range, a KiB
+    per probed offset, a unit-file or store item's (``full_read.item_bytes``)."""
+    from txlog_io.indexfile import file_size_for
+
+    if isinstance(p, LookupAt):
+        return sum(file_size_for(slots, entries) for _, _, slots, entries in p.files)
+    if isinstance(p, GapCell):
+        return p.end - p.start
+    if isinstance(p, ProbeAt):
+        return len(p.offsets) * 1024
+    return item_bytes(p)
 
 
 def _balanced(items: list, n: int) -> list:
