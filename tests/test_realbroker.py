@@ -283,6 +283,19 @@ def test_audit_discards_and_work_lists_equal_the_truth(realbroker_runs, version,
     assert (cb["producer_group"] == "PID_RB_TX").all() and (cb["real_topic"] == "TopicRbTx").all()
 
 
+def _checkpoint_left_as_bak(finding, store) -> bool:
+    """Whether ``finding`` is the MISSING_FILE of a DLedger ``checkpoint`` that is in fact gone while its
+    ``.bak`` is there.  Seen on a 5.3.3 DLedger broker whose shutdown hook completed ("Shutdown hook over"):
+    DLedger rewrites the checkpoint by writing ``checkpoint.tmp``, copying the old one to ``.bak``, deleting
+    ``checkpoint`` and renaming the tmp file (IOUtils.string2File), and the flush service's last write and the
+    shutdown's can interleave so that only the ``.bak`` is left.  The audit reads the ``.bak`` (as the file's
+    own fallback does) and names the missing file: a true finding about the store, not damage."""
+    path = os.path.join(str(store), finding["file"] or "")      # (a relative file is under the store)
+    return (finding["code"] == "MISSING_FILE" and os.path.basename(path) == "checkpoint"
+            and os.path.basename(os.path.dirname(path)).startswith("dledger-")
+            and not os.path.exists(path) and os.path.isfile(path + ".bak"))
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("version,scenario", [c for c in CASES if c[1].endswith("clean")],
                          ids=[broker_name(*c) for c in CASES if c[1].endswith("clean")])
@@ -294,7 +307,10 @@ def test_audit_of_a_cleanly_stopped_broker_has_no_findings(realbroker_runs, vers
     name = broker_name(version, scenario)
     run = _run(realbroker_runs, name)
     a = _audit(realbroker_runs, mode, name)
-    assert a["audit_anomalies"].empty, a["audit_anomalies"][["code", "detail"]].to_string()
+    found = a["audit_anomalies"]
+    raced = (found.apply(lambda f: _checkpoint_left_as_bak(f, run.store), axis=1) if not found.empty
+             else found.index == 0)
+    assert found[~raced].empty, found[["code", "detail"]].to_string()
     rec = a["recovery_worklist"]
     by_uniq = {x.uniq: x for x in run.truth.values()}
     allowed = {"DISCARDED": "RESUME_DISCARDED", "PREPARED": "REDRIVE_EXPIRED"}
