@@ -12,7 +12,7 @@ from jobs.reconstruct.reducer import input_table
 from jobs.reconstruct.settle import consume_offsets, final_input
 from jobs.reconstruct.settle import settle as settle_rows
 from schemas.state import STATE_FINAL, STATE_OP_BODIES, STATE_RECORDS
-from tests.test_settle import DISC, FILE, OLD, B, T0, _bodies, _offsets, _plain, _records, _reduce, _sorted
+from tests.test_settle import DISC, FILE, OLD, T0, _bodies, _offsets, _plain, _records, _reduce, _sorted
 
 INERT = OLD + [_plain(1100, "%RETRY%CID_" + "g" * 130, T0 + 4, magic=2),
                _plain(1200, "SCHEDULE_TOPIC_XXXX", T0 + 40, kind="COMMIT"),

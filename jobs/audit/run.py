@@ -437,8 +437,9 @@ class FinalReopened(Exception):
 
 def settled_check(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructed) -> None:
     """For an incremental run carrying settled transactions: raise FinalReopened when this run's reduction
-    names one of them (jobs.reconstruct.settle.reopened); else, when reduced on the driver, hand the
-    reduction to the state writer (``plan.incremental.reduced``), which settles more."""
+    names one of them (jobs.reconstruct.settle.reopened); else hand the reduction to the state writer
+    (``plan.incremental.reduced``), which settles more: the driver's Arrow outputs, or the distributed
+    reduction's transactions and linked evidence (settled on the executors)."""
     from jobs.reconstruct.local import final_of
     from jobs.reconstruct.settle import consume_offsets
 

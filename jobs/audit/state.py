@@ -60,7 +60,8 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
     """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
     ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver; with
     ``plan.fresh`` (the run read through :func:`read_local`) they are on the driver already (the frames are
-    None).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog
+    None); else the frames are settled on the executors when the reduction ran distributed
+    (:func:`_settle_frames`).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog
     scan findings frame."""
     from pyspark.sql import functions as F
 

@@ -314,9 +314,10 @@ def _final(passed: DataFrame, cand: DataFrame, owner: DataFrame, dropped_records
     txs = passed.where(c("kind") == 1).select("broker", "tx", *_LIST_COLUMNS)
     rows = (txs.join(cand.withColumnRenamed("_tx", "tx"), ["broker", "tx"])
             .join(cq, ["broker", "tx"], "left"))
-    mine = [(b, x) for b, x in sorted(brokers.items()) if x.hco is not None and x.oco is not None]
-    hco = F.create_map(*[e for b, x in mine for e in (F.lit(b), F.lit(int(x.hco)).cast("long"))])
-    oco = F.create_map(*[e for b, x in mine for e in (F.lit(b), F.lit(int(x.oco)).cast("long"))])
+    mine = [(b, int(x.hco), int(x.oco)) for b, x in sorted(brokers.items())
+            if x.hco is not None and x.oco is not None]
+    hco = F.create_map(*[e for b, h, _ in mine for e in (F.lit(b), F.lit(h).cast("long"))])
+    oco = F.create_map(*[e for b, _, o in mine for e in (F.lit(b), F.lit(o).cast("long"))])
     extra = {"cq_records": F.coalesce(c("cq_records"), F.array().cast(cq_type)),
              "half_consume_offset": hco[c("broker")], "op_consume_offset": oco[c("broker")]}
     return rows.select(*[(extra[f.name] if f.name in extra else c(f.name)).cast(f.dataType).alias(f.name)
