@@ -104,7 +104,7 @@ def settling(spark, tmp_path_factory):
             yield
 
     return _grow(spark, tmp, "4.6-4.9", "crashy", 45, every=25, one_job=None, run_with=last_run_distributed,
-                 repeat_last=2)
+                 repeat_last=2, keep_states=True)
 
 
 def test_settling_store_equals_full_run_by_run(settling):
@@ -138,6 +138,42 @@ def test_settled_rows_reach_a_reduction_on_executors(settling):
     assert "read.job" not in g.phases[last], sorted(g.phases[last])
     assert g.infos[last]["continued"] and g.infos[last]["fallback"] is None, g.infos[last]
     assert g.headers[-1]["finals"] > 0, g.headers[-1]
+
+
+@pytest.fixture(scope="module")
+def settling_on_executors(spark, tmp_path_factory):
+    """The settling fixture's store and snapshots with every run read through the DataFrame plan and reduced
+    on the distributed path, so every state is written (and settled) from the executors."""
+    import jobs.reconstruct.spark
+
+    tmp = tmp_path_factory.mktemp("incr-settling-executors")
+
+    @contextlib.contextmanager
+    def distributed(k, n):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
+            yield
+
+    return _grow(spark, tmp, "4.6-4.9", "crashy", 45, every=25, one_job=False, run_with=distributed,
+                 keep_states=True)
+
+
+def test_settled_on_executors_as_on_the_driver(settling, settling_on_executors):
+    """States written from the executors settle (settled rows appear, their records leave the carried ones):
+    after every run each carries what the driver-written state of the same run carries (records, op bodies,
+    settled rows, header), and the last run equals the full audit table by table."""
+    g, e = settling, settling_on_executors
+    last = f"s{len(e.states) - 1}"
+    _assert_equal_to_full(e, last)
+    assert all(e.infos[f"s{k}"]["fallback"] is None for k in range(1, len(e.states))), e.infos
+    assert max(h["finals"] for h in e.headers) > 0, e.headers      # every state was written by the executors
+    for run_id, state in e.carried.items():
+        want = g.carried[run_id]
+        for table, rows in state.items():
+            assert rows == want[table], f"{run_id} {table}: executors {len(rows)} rows vs driver {len(want[table])}"
+        settled = {o for r in state["audit_state_final"] for o in r["record_offsets"]}
+        assert not settled & {r["physical_offset"] for r in state["audit_state_records"]}, run_id
+    assert e.carried[last]["audit_state_final"], "no settled rows"
 
 
 def test_carried_rows_after_an_empty_part_reach_the_executors(spark):
@@ -219,13 +255,14 @@ class _Grown:
 
 
 def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as_of=None, run_with=None,
-          repeat_last=0) -> _Grown:
+          repeat_last=0, keep_states=False) -> _Grown:
     """Audit the snapshots of a generated growing store (one every ``every`` transactions, default a third)
     and its final state with ``--incremental``, then the final state in full.  ``one_job``: every run read
     through jobs.read.full's one job (its ``read.job`` phase), False: through the DataFrame plan, None:
     either.  ``as_of``: one per run (default AS_OF for all).  ``run_with(k, n)``: a context manager run k of
     n runs in (the full audit runs without).  ``repeat_last``: the final state is audited that many more times (each run continues the state the
-    one before settled)."""
+    one before settled).  ``keep_states``: each run's state tables are kept (``_state_tables``) as
+    ``carried[run id]``."""
     from refbroker.generate import generate
 
     gen = generate(profile, scenario, n_tx, 7, tmp_path / "gen", snapshot_every=every or n_tx // 3,
@@ -236,7 +273,7 @@ def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as
     conf = _conf(tmp_path)
     live = tmp_path / "live" / "b1"
     out = tmp_path / "out"
-    read_from, segments, headers, infos, phases, final_segments = [], [], [], {}, {}, {}
+    read_from, segments, headers, infos, phases, final_segments, carried = [], [], [], {}, {}, {}, {}
     as_of = as_of or [AS_OF] * len(states)
     for k, state in enumerate(states):
         if k == 0 or state != states[k - 1]:
@@ -257,6 +294,8 @@ def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as
         segments.append(_final_segments(out, f"s{k}"))
         final_segments[f"s{k}"] = segments[-1]
         headers.append(_header_row(out, f"s{k}"))
+        if keep_states:
+            carried[f"s{k}"] = _state_tables(out)
     assert max(read_from, default=0) > 0, read_from     # some run did not read the CommitLog below it again
     full_out = tmp_path / "full"
     _audit(spark, full_out, [("b1", live)], "full", conf, as_of=as_of[len(states) - 1])
@@ -266,7 +305,7 @@ def _grow(spark, tmp_path, profile, scenario, n_tx, every=None, one_job=True, as
     last = f"s{len(states) - 1}"
     assert set(read_rows(str(out / "audit_state")).column("run_id").to_pylist()) == {last}
     return _Grown(out=out, full_out=full_out, states=states, segments=segments, headers=headers, infos=infos,
-                  phases=phases, final_segments=final_segments)
+                  phases=phases, final_segments=final_segments, carried=carried)
 
 
 def _assert_equal_to_full(g: _Grown, run_id: str) -> None:
@@ -302,6 +341,35 @@ def _header_row(out, run_id) -> dict:
     from jobs.delta.tables import read_table as read_rows
 
     return read_rows(os.path.join(str(out), "audit_state"), run_id=run_id).to_pylist()[0]
+
+
+#: what a state carries: its header's columns that do not name the run or the path, and the rows of the
+#: records, op bodies and settled transactions (whichever run's segment holds them)
+_HEADER_COMPARED = ("broker", "resume_offset", "resume_file", "records", "finals", "final_facts_json",
+                    "below_files_json", "commitlog_end")
+
+
+def _state_tables(out) -> dict:
+    """The state the newest run left (every row of the state tables: the older runs' are retracted), rows
+    without their run id, sorted; list cells sorted (an order the settle does not define)."""
+    from jobs.delta.tables import read_table as read_rows
+
+    got = {}
+    for table in ("audit_state_records", "audit_state_op_bodies", "audit_state_final"):
+        t = read_rows(os.path.join(str(out), table))
+        rows = [] if t is None else [{k: _portable(v) for k, v in r.items() if k not in ("run_id", "run_date")}
+                                     for r in t.to_pylist()]
+        got[table] = sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+    header = read_rows(os.path.join(str(out), "audit_state")).to_pylist()
+    got["audit_state"] = sorted(({k: r[k] for k in _HEADER_COMPARED} for r in header), key=repr)
+    return got
+
+
+def _portable(v):
+    """A state cell without where the store was (paths below the live store) or an order of list items."""
+    if isinstance(v, list):
+        return sorted((_portable(x) for x in v), key=repr)
+    return v.split("/live/", 1)[-1] if isinstance(v, str) else v
 
 
 def _final_runs(out) -> set:

@@ -255,7 +255,12 @@ def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
     path = plan.reconstruct_path
     if path == "auto":
         path = "driver" if inputs.n_records + inputs.n_anomalies <= LOCAL_MAX_ROWS else "distributed"
-    result = reconstruct(frames, plan.params, plan.override, materialize=True, path=path, timings=phases)
+    # an incremental run's state settles by the distributed path's linked evidence (jobs.audit.state): it
+    # stays persisted until the run ends
+    result = reconstruct(frames, plan.params, plan.override, materialize=True, path=path, timings=phases,
+                         keep_linked=plan.incremental is not None)
+    if result.linked is not None:
+        persist.frames.append(result.linked)
     arrow = result.arrow                          # None: reduced on the executors
     # Arrow outputs stay Arrow: a DataFrame of them (createDataFrame, ~0.3 s each on the 8 GiB bench) only
     # for the bodies join
@@ -433,8 +438,9 @@ class FinalReopened(Exception):
 
 def settled_check(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructed) -> None:
     """For an incremental run carrying settled transactions: raise FinalReopened when this run's reduction
-    names one of them (jobs.reconstruct.settle.reopened); else, when reduced on the driver, hand the
-    reduction to the state writer (``plan.incremental.reduced``), which settles more."""
+    names one of them (jobs.reconstruct.settle.reopened); else hand the reduction to the state writer
+    (``plan.incremental.reduced``), which settles more: the driver's Arrow outputs, or the distributed
+    reduction's transactions and linked evidence (settled on the executors)."""
     from jobs.reconstruct.local import final_of
     from jobs.reconstruct.settle import consume_offsets
 
@@ -464,6 +470,9 @@ def settled_check(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructe
     if rec.arrow is not None:
         inc.reduced = {"transactions": rec.arrow["transactions"], "profiles": rec.arrow["profiles"],
                        "consumer_offsets": co}
+    elif getattr(rec.result, "linked", None) is not None:       # reduced distributed: settled on the executors
+        inc.reduced = {"transactions": rec.transactions, "profiles": rec.result.profiles.toArrow(),
+                       "consumer_offsets": co, "linked": rec.result.linked, "tasks": rec.result.reduce_tasks}
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
     """Write this run's ``audit_state*`` tables (one commit each; the run's earlier rows replaced) -> their
     ``delta_sink.WriteResult``s.  ``local``: the rows are few, collect and write them from the driver; with
     ``plan.fresh`` (the run read through :func:`read_local`) they are on the driver already (the frames are
-    None).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog
+    None); else the frames are settled on the executors when the reduction ran distributed
+    (:func:`_settle_frames`).  Skipped (empty list) when the run cannot be continued (indexed mode, DLedger) or has no CommitLog
     scan findings frame."""
     from pyspark.sql import functions as F
 
@@ -74,7 +75,7 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
     carried = plan.carried or {}
     plan.segments = {s.broker: [[plan.run_id, None]] for s in layout_info}
     records_written = None
-    settled, new_final, settled_facts, last = None, None, {}, None
+    settled, new_final, settled_facts, last, settled_frames, spark_found = None, None, {}, None, None, None
     if fresh is not None or local:
         # few rows (the reduction ran on the driver): Arrow on the driver (the one-job read's own rows, else
         # one collect per table), counted and written by the driver -- no Spark write jobs (those cost more
@@ -120,6 +121,16 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
         findings = union(findings, STATE_FINDINGS, "findings")
         if op_bodies is not None:
             op_bodies = union(op_bodies, STATE_OP_BODIES, "op_bodies")
+        # the resume offsets come from every record, settled or not; the CommitLog findings (they grow with
+        # damage, not with the broker) say where in its cell the state resumes, as on the driver
+        last = {r["broker"]: r["last"] for r in records.groupBy("broker").agg(
+            F.max("physical_offset").alias("last")).collect()}
+        spark_found = findings.where(F.col("source") == "commitlog").select(
+            "broker", "file", "source", "position").toArrow()
+        settled_frames = _settle_frames(plan, records, op_bodies, spark_found, layout_info, last, split)
+        if settled_frames is not None:
+            records, op_bodies = settled_frames.records, settled_frames.op_bodies
+            new_final, settled_facts = settled_frames.final, settled_frames.facts
         stats = {r["broker"]: (r["last"], r["n"]) for r in records.groupBy("broker").agg(
             F.max("physical_offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
         n_findings = {r["broker"]: r["n"] for r in findings.groupBy("broker").agg(
@@ -127,7 +138,7 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
     if last is not None:        # the resume offsets come from every record, settled or not
         stats = {b: (at, stats.get(b, (None, 0))[1]) for b, at in last.items()}
     units = plan.units.prints if fresh is not None and plan.units is not None else {}
-    found = findings if isinstance(findings, pa.Table) else None
+    found = findings if isinstance(findings, pa.Table) else spark_found
     final_written, final_info = _final_state(plan, [s.broker for s in layout_info], new_final, settled_facts)
     headers = [dict(_header(s, stats.get(s.broker, (None, 0)), n_findings.get(s.broker, 0), split, plan.hash,
                             units.get(s.broker, {}), plan.segments[s.broker], found), **final_info[s.broker])
@@ -148,6 +159,8 @@ def write_now(spark, plan: Plan, spec: ReadSpec, records, op_bodies, findings, l
             df = df.combine_chunks()
         outs.append(delta_sink.write_table(df, plan.out, table, plan.run_id, parts, spark,
                                            run_date=run_date, writer=writer))
+    if settled_frames is not None:
+        settled_frames.unpersist()
     plan.state_written = True
     return outs
 
@@ -167,11 +180,20 @@ def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], findin
     record again, its resume record gone, is redone in full by ``settle.reopened``).  ``findings``: the
     state's findings (a broker with CommitLog decoder findings keeps its records that are evidence of
     nothing)."""
-    from jobs.reconstruct.settle import consume_offsets, settle
+    from jobs.reconstruct.settle import settle
 
     reduced = plan.reduced
-    if reduced is None:
+    if reduced is None or not isinstance(reduced["transactions"], pa.Table):
         return None
+    bases, bound, legacy, damaged, offsets = _settle_inputs(reduced, layout_info, last, split, findings)
+    return settle(records, op_bodies, reduced["transactions"], offsets, bound, bases, legacy, damaged)
+
+
+def _settle_inputs(reduced: dict, layout_info, last: Dict[str, int], split: int, findings: Optional[pa.Table]):
+    """(broker -> CommitLog file bases, broker -> resume offset, legacy brokers, damaged brokers, consume
+    offsets): settle.settle's arguments besides the rows, for the driver's settle and the executors'."""
+    from jobs.reconstruct.settle import consume_offsets
+
     bases, bound = {}, {}
     for s in layout_info:
         files = sorted(s.commitlog_files, key=lambda f: f[1])
@@ -187,16 +209,34 @@ def _settle(plan: Plan, records: pa.Table, op_bodies: Optional[pa.Table], findin
     else:
         in_commitlog = pc.fill_null(pc.equal(findings.column("source"), "commitlog"), False)
         damaged = pc.unique(findings.filter(in_commitlog).column("broker")).to_pylist()
-    return settle(records, op_bodies, reduced["transactions"], consume_offsets(reduced.get("consumer_offsets")),
-                  bound, bases, legacy, damaged)
+    return bases, bound, legacy, damaged, consume_offsets(reduced.get("consumer_offsets"))
 
 
-def _final_state(plan: Plan, brokers, new_final: Optional[pa.Table], new_facts: Dict[str, dict]):
+def _settle_frames(plan: Plan, records, op_bodies, findings: pa.Table, layout_info, last: Dict[str, int],
+                   split: int):
+    """jobs.reconstruct.settle_frames.settle_frames of the state's frames against a reduction that ran
+    distributed (``plan.reduced`` with its linked evidence), under the conditions of :func:`_settle`; None
+    when the run was not reduced so."""
+    from jobs.reconstruct.settle_frames import BrokerSettle, settle_frames
+
+    reduced = plan.reduced
+    if reduced is None or reduced.get("linked") is None:
+        return None
+    bases, bound, legacy, damaged, offsets = _settle_inputs(reduced, layout_info, last, split, findings)
+    brokers = {}
+    for b, resume in bound.items():
+        hco, oco = offsets.get(b, (None, None))
+        brokers[b] = BrokerSettle(int(resume), [int(x) for x in bases.get(b, ())], hco, oco,
+                                  settles=b not in legacy and hco is not None and oco is not None,
+                                  discarded=b not in damaged, inert=b not in legacy and b not in damaged)
+    return settle_frames(records, op_bodies, reduced["transactions"], reduced["linked"], brokers,
+                         int(reduced.get("tasks") or 1))
+
+
+def _final_state(plan: Plan, brokers, new_final, new_facts: Dict[str, dict]):
     """(STATE_FINAL rows this run writes, broker -> its header's final_* columns): the carried settled rows
     stay in their segments (runs), this run's own are a new one; past MAX_SEGMENTS every row is written
-    again as one."""
-    import pyarrow.compute as pc
-
+    again as one.  ``new_final``: Arrow, or a DataFrame when settled on the executors."""
     from jobs.reconstruct.reducer import merge_facts_into
 
     carried = (plan.carried or {}).get("final")
@@ -205,19 +245,34 @@ def _final_state(plan: Plan, brokers, new_final: Optional[pa.Table], new_facts: 
     prev = {b: list(plan.prev_final_segments.get(b, [])) for b in brokers} if plan.continuing else \
         {b: [] for b in brokers}
     compact = any(len(v) + 1 > MAX_SEGMENTS for v in prev.values())
-    written = pa.concat_tables([carried, new]) if compact else new
+    if isinstance(new, pa.Table):
+        written = pa.concat_tables([carried, new]) if compact else new
+    else:
+        written = new.unionByName(arrow_frame(new.sparkSession, carried, schema=STATE_FINAL.spark_schema())) \
+            if compact and carried.num_rows else new
     plan.final_segments = {b: [plan.run_id] if compact else prev[b] + [plan.run_id] for b in brokers}
     facts_prev = (plan.carried or {}).get("final_facts") or {}
     info = {}
-    every = pa.concat_tables([carried, new])
+    counts = _final_counts(carried)
+    for b, n in _final_counts(new).items():
+        counts[b] = counts.get(b, 0) + n
     for b in brokers:
         facts = {k: dict(v) for k, v in facts_prev.get(b, {}).items()}
         for k, v in new_facts.get(b, {}).items():
             merge_facts_into(facts.setdefault(k, {}), v)
-        n = int(pc.sum(pc.equal(every.column("broker"), b)).as_py() or 0) if every.num_rows else 0
         info[b] = {"final_segments_json": json.dumps(plan.final_segments[b]),
-                   "final_facts_json": json.dumps(facts, sort_keys=True), "finals": n}
+                   "final_facts_json": json.dumps(facts, sort_keys=True), "finals": counts.get(b, 0)}
     return written, info
+
+
+def _final_counts(final) -> Dict[str, int]:
+    """broker -> rows of ``final`` (Arrow, or a DataFrame: one small aggregate job)."""
+    if isinstance(final, pa.Table):
+        if not final.num_rows:
+            return {}
+        agg = final.group_by("broker").aggregate([([], "count_all")])
+        return dict(zip(agg.column("broker").to_pylist(), agg.column("count_all").to_pylist(), strict=True))
+    return {r["broker"]: int(r["count"]) for r in final.groupBy("broker").count().collect()}
 
 
 def _segments(plan: Plan, brokers) -> Dict[str, list]:

@@ -77,14 +77,18 @@ def reduce_tasks(n_rows: int, cores: int) -> int:
 
 class Distributed:
     """The outputs of one distributed reduce: ``out`` (RECON_OUTPUT rows, lazy), ``reduce_tasks``, and the
-    intermediates it persisted (``unpersist()`` once ``out`` is materialized)."""
+    intermediates it persisted (``unpersist()`` once ``out`` is materialized); ``linked`` the linked evidence
+    (persisted, every row with its transaction id ``tx``: what jobs/reconstruct/settle_frames.py settles by)."""
 
-    def __init__(self, out: DataFrame, tasks: int, persisted: List[DataFrame]):
-        self.out, self.reduce_tasks, self.persisted = out, tasks, persisted
+    def __init__(self, out: DataFrame, tasks: int, persisted: List[DataFrame],
+                 linked: Optional[DataFrame] = None):
+        self.out, self.reduce_tasks, self.persisted, self.linked = out, tasks, persisted, linked
 
-    def unpersist(self) -> None:
+    def unpersist(self, keep_linked: bool = False) -> None:
+        """Unpersist the intermediates (but ``linked`` with ``keep_linked``: the caller unpersists it)."""
         for df in self.persisted:
-            df.unpersist()
+            if not (keep_linked and df is self.linked):
+                df.unpersist()
         self.persisted = []
 
 
@@ -343,7 +347,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     profiles = pa.Table.from_pylist(profile_rows, schema=PROFILES_TABLE.arrow_schema())
     out = out.unionByName(_as_output(arrow_frame(spark, profiles, schema=PROFILES_TABLE.spark_schema()),
                                      "profiles"))
-    return Distributed(out, tasks, persisted)
+    return Distributed(out, tasks, persisted, linked)
 
 
 __all__ = ["reduce_distributed", "reduce_tasks", "link", "Distributed", "ROWS_PER_TASK"]

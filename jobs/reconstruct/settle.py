@@ -161,17 +161,23 @@ def settle(records: pa.Table, op_bodies: Optional[pa.Table], transactions: pa.Ta
 
 def _drop_inert(rec: pa.Table, resume: int, bases: np.ndarray) -> Tuple[pa.Table, Dict[str, dict]]:
     """(``rec`` without its records that are evidence of nothing below ``resume``, {file base: their facts})."""
-    if not rec.num_rows or not len(bases):
-        return rec, {}
-    phys = rec.column("physical_offset")
-    idx = np.searchsorted(bases, np.asarray(pc.fill_null(phys, -1).to_numpy(zero_copy_only=False)), "right") - 1
-    inert = (~evidence_mask(rec) & _np(pc.is_valid(rec.column("topic")))
-             & ~_np(pc.equal(rec.column("topic"), OP_TOPIC))
-             & _np(pc.less(phys, resume)) & (idx >= 0))
+    inert = inert_mask(rec, resume, bases)
     if not inert.any():
         return rec, {}
     gone = rec.filter(pa.array(inert))
-    return rec.filter(pa.array(~inert)), _file_facts(gone, _op_rows(gone, None), bases)
+    return rec.filter(pa.array(~inert)), file_facts(gone, _op_rows(gone, None), bases)
+
+
+def inert_mask(rec: pa.Table, resume: int, bases: np.ndarray) -> np.ndarray:
+    """The rows of ``rec`` (STATE_RECORDS) that are evidence of no transaction, below ``resume`` in a file
+    of ``bases`` (row-local: the distributed settle computes it per batch)."""
+    if not rec.num_rows or not len(bases):
+        return np.zeros(rec.num_rows, bool)
+    phys = rec.column("physical_offset")
+    idx = np.searchsorted(bases, np.asarray(pc.fill_null(phys, -1).to_numpy(zero_copy_only=False)), "right") - 1
+    return (~evidence_mask(rec) & _np(pc.is_valid(rec.column("topic")))
+            & ~_np(pc.equal(rec.column("topic"), OP_TOPIC))
+            & _np(pc.less(phys, resume)) & (idx >= 0))
 
 
 def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
@@ -181,7 +187,7 @@ def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
     return rec.filter(is_op).select(list(OP_BODY_COLUMNS))
 
 
-def _candidates(txs: pa.Table, discarded: bool) -> np.ndarray:
+def candidates(txs: pa.Table, discarded: bool) -> np.ndarray:
     """Rows of ``txs`` whose state and flags may settle: COMMITTED / ROLLED_BACK, and DISCARDED when
     ``discarded`` (the broker has no CommitLog decoder finding: a DISCARDED state rests on the absence of a
     later END anywhere after its first record); flags only among FINAL_FLAGS; PREPARED never."""
@@ -202,8 +208,8 @@ def _candidates(txs: pa.Table, discarded: bool) -> np.ndarray:
 def _settle_broker(rec: pa.Table, ops: Optional[pa.Table], txs: pa.Table, hco: int, oco: int, resume: int,
                    bases: np.ndarray, discarded: bool = True):
     """One broker: (records kept, op bodies kept, STATE_FINAL rows, {file base: facts}) or None (nothing
-    settles).  ``discarded``: whether DISCARDED transactions may settle (:func:`_candidates`)."""
-    cand = np.nonzero(_candidates(txs, discarded))[0]
+    settles).  ``discarded``: whether DISCARDED transactions may settle (:func:`candidates`)."""
+    cand = np.nonzero(candidates(txs, discarded))[0]
     if not len(cand) or not len(bases):
         return None
     op_rows = _op_rows(rec, ops)
@@ -215,25 +221,13 @@ def _settle_broker(rec: pa.Table, ops: Optional[pa.Table], txs: pa.Table, hco: i
     enc = pc.dictionary_encode(ev.s["tx"])
     code = np.asarray(pc.fill_null(enc.indices, -1)).astype(np.int64)
     n_tx = len(enc.dictionary)
-    phys, phys_ok = ev.i["physical_offset"]
-    qo, qo_ok = ev.i["queue_offset"]
-    role = ev.c["role"]
-    half = (role == COPY) & (ev.c["mechanism"] == HALF_Q)
-    is_op = role == OP
-    row_bad = (~phys_ok | (phys >= resume) | (half & (~qo_ok | (qo >= hco))) | (is_op & (~qo_ok | (qo >= oco))))
-    file_idx = np.searchsorted(bases, phys, "right") - 1
-    has = code >= 0
-    bad = np.ones(n_tx, bool)
     ids = uniq_tx(*(txs.column(n).combine_chunks().take(pa.array(cand, pa.int64()))
                     for n in ("uniq_key", "producer_group", "real_topic")))
     at = np.asarray(pc.fill_null(pc.index_in(ids, value_set=enc.dictionary), -1)).astype(np.int64)
-    bad[at[at >= 0]] = False
-    lo = np.full(n_tx, np.iinfo(np.int64).max)
-    hi = np.full(n_tx, -1)
-    np.minimum.at(lo, code[has], file_idx[has])
-    np.maximum.at(hi, code[has], file_idx[has])
-    bad |= (lo != hi) | (lo < 0)
-    bad[np.unique(code[has & row_bad])] = True
+    bad, file_idx = tx_bad(ev, code, n_tx, at[at >= 0], hco, oco, resume, bases)
+    has = code >= 0
+    phys, phys_ok = ev.i["physical_offset"]
+    role = ev.c["role"]
     good_rows = has & ~bad[np.where(has, code, 0)]
     if not good_rows.any():
         return None
@@ -255,8 +249,36 @@ def _settle_broker(rec: pa.Table, ops: Optional[pa.Table], txs: pa.Table, hco: i
         kept_ops, gone_ops = _rebodied(ops.filter(pa.array(~ops_drop)), bodies), ops.filter(pa.array(ops_drop))
     else:
         kept_rec = _rebodied(kept_rec, bodies)
-    final = _final_rows(txs, cand, at, bad, ev, code, good_rows, bases, file_idx, gone, hco, oco)
-    return kept_rec, kept_ops, final, _file_facts(gone, _op_rows(gone, gone_ops), bases)
+    final = _final_rows(txs, cand, at, bad, ev, code, good_rows, bases, file_idx, gone, hco, oco,
+                        enc.dictionary)
+    return kept_rec, kept_ops, final, file_facts(gone, _op_rows(gone, gone_ops), bases)
+
+
+def tx_bad(ev: Evidence, code: np.ndarray, n_tx: int, cand: np.ndarray, hco: int, oco: int, resume: int,
+           bases: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(per transaction code 0..n_tx-1 of linked evidence ``ev`` (``code`` per row, -1: none): True when it
+    does NOT settle, per row: the index of its CommitLog file in ``bases``).  ``cand``: the codes whose
+    transaction row may settle (:func:`candidates`); every other code is bad.  A candidate settles when all
+    its rows lie in one CommitLog file, below ``resume``, every half copy's queue offset below ``hco`` and
+    every op's below ``oco`` (the module docstring).  Whole transactions: the rows of a code must all be in
+    ``ev`` (the distributed settle calls it per chunk of whole transactions)."""
+    phys, phys_ok = ev.i["physical_offset"]
+    qo, qo_ok = ev.i["queue_offset"]
+    role = ev.c["role"]
+    half = (role == COPY) & (ev.c["mechanism"] == HALF_Q)
+    is_op = role == OP
+    row_bad = (~phys_ok | (phys >= resume) | (half & (~qo_ok | (qo >= hco))) | (is_op & (~qo_ok | (qo >= oco))))
+    file_idx = np.searchsorted(bases, phys, "right") - 1
+    has = code >= 0
+    bad = np.ones(n_tx, bool)
+    bad[cand] = False
+    lo = np.full(n_tx, np.iinfo(np.int64).max)
+    hi = np.full(n_tx, -1)
+    np.minimum.at(lo, code[has], file_idx[has])
+    np.maximum.at(hi, code[has], file_idx[has])
+    bad |= (lo != hi) | (lo < 0)
+    bad[np.unique(code[has & row_bad])] = True
+    return bad, file_idx
 
 
 def _kept_pieces(ev: Evidence, keep_rows: np.ndarray, mixed: np.ndarray) -> Dict[int, str]:
@@ -284,16 +306,37 @@ def _rebodied(t: pa.Table, bodies: Dict[int, str]) -> pa.Table:
     return t.set_column(i, t.schema.field(i), pa.array(new, typ))
 
 
-def _lists(group: np.ndarray, values: pa.Array, n: int) -> pa.ListArray:
-    """values grouped into n lists by ``group`` (0..n-1), input order within a list."""
-    order = np.argsort(group, kind="stable")
+def _lists(group: np.ndarray, values: pa.Array, n: int, by: Optional[np.ndarray] = None) -> pa.ListArray:
+    """values grouped into n lists by ``group`` (0..n-1), each list in the order of ``by`` (default: the
+    values themselves; the distributed settle sorts its lists the same way)."""
+    by = np.asarray(values.to_numpy(zero_copy_only=False)) if by is None else by
+    order = np.lexsort((by, group)) if len(group) else np.zeros(0, np.int64)
     counts = np.bincount(group, minlength=n)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(order, pa.int64())))
 
 
+def tx_lists(ev: Evidence, g: np.ndarray, sel: np.ndarray, n: int, bases: np.ndarray,
+             file_idx: np.ndarray) -> Dict[str, pa.Array]:
+    """The STATE_FINAL columns of n settled transactions that come from their evidence rows alone:
+    ``sel`` the rows of ``ev`` that are theirs, ``g`` (on those rows) their transaction 0..n-1; ``file_idx``
+    per row (:func:`tx_bad`).  Lists in ascending order."""
+    phys = ev.i["physical_offset"][0]
+    hi = np.full(n, -1, np.int64)
+    np.maximum.at(hi, g[sel], phys[sel])
+    fbase = np.zeros(n, np.int64)
+    fbase[g[sel]] = bases[file_idx[sel]]
+    copy = sel & (ev.c["role"] == COPY)
+    half = copy & (ev.c["mechanism"] == HALF_Q)
+    pairs = np.unique(np.stack([g[sel], phys[sel]], axis=1), axis=0) if sel.any() else np.zeros((0, 2), np.int64)
+    return {"file_base": pa.array(fbase, pa.int64()), "max_offset": pa.array(hi, pa.int64()),
+            "copy_offsets": _lists(g[copy], pa.array(phys[copy], pa.int64()), n),
+            "half_offsets": _lists(g[half], pa.array(ev.i["queue_offset"][0][half], pa.int64()), n),
+            "record_offsets": _lists(pairs[:, 0], pa.array(pairs[:, 1], pa.int64()), n)}
+
+
 def _final_rows(txs, cand, at, bad, ev: Evidence, code, good_rows, bases, file_idx, gone: pa.Table,
-                hco: int, oco: int) -> pa.Table:
+                hco: int, oco: int, tx_ids: pa.Array) -> pa.Table:
     settled = (at >= 0) & ~bad[np.where(at >= 0, at, 0)]
     rows, tcode = cand[settled], at[settled]
     n = len(rows)
@@ -303,20 +346,14 @@ def _final_rows(txs, cand, at, bad, ev: Evidence, code, good_rows, bases, file_i
     phys = ev.i["physical_offset"][0]
     g = slot[np.where(good_rows, code, 0)]
     sel = good_rows & (g >= 0)
-    hi = np.full(n, -1, np.int64)
-    np.maximum.at(hi, g[sel], phys[sel])
-    fbase = np.zeros(n, np.int64)
-    fbase[g[sel]] = bases[file_idx[sel]]
-    copy = sel & (ev.c["role"] == COPY)
-    half = copy & (ev.c["mechanism"] == HALF_Q)
-    copy_offsets = _lists(g[copy], pa.array(phys[copy], pa.int64()), n)
-    pairs = np.unique(np.stack([g[sel], phys[sel]], axis=1), axis=0) if sel.any() else np.zeros((0, 2), np.int64)
-    record_offsets = _lists(pairs[:, 0], pa.array(pairs[:, 1], pa.int64()), n)
-    half_offsets = _lists(g[half], pa.array(ev.i["queue_offset"][0][half], pa.int64()), n)
-    # each dropped record of a transaction topic goes to one settled transaction (the first that has it)
+    extra = tx_lists(ev, g, sel, n, bases, file_idx)
+    # each dropped record of a transaction topic goes to one settled transaction: of those that have it, the
+    # one with the smallest transaction id (so the distributed settle picks the same one)
+    rank = np.empty(n, np.int64)
+    rank[np.asarray(pc.sort_indices(tx_ids.take(pa.array(tcode, pa.int64()))), np.int64)] = np.arange(n)
     owner_rows = np.nonzero(sel)[0]
     off_of = phys[owner_rows]
-    order = np.lexsort((g[owner_rows], off_of))
+    order = np.lexsort((rank[g[owner_rows]], off_of))
     first = order[np.r_[True, off_of[order][1:] != off_of[order][:-1]]] if len(order) else order
     owner = dict(zip(off_of[first].tolist(), g[owner_rows][first].tolist(), strict=True))
     cq = gone.filter(pc.fill_null(pc.is_in(gone.column("topic"), pa.array(_CQ_TOPICS)), False)).select(
@@ -326,26 +363,26 @@ def _final_rows(txs, cand, at, bad, ev: Evidence, code, good_rows, bases, file_i
     cq_owner = cq_owner[cq_owner >= 0]
     struct = pa.StructArray.from_arrays([cq.column(f).combine_chunks() for f in _CQ_FIELDS], list(_CQ_FIELDS))
     schema = STATE_FINAL.arrow_schema()
-    extra = {"file_base": pa.array(fbase, pa.int64()), "max_offset": pa.array(hi, pa.int64()),
-             "copy_offsets": copy_offsets, "half_offsets": half_offsets, "record_offsets": record_offsets,
-             "cq_records": _lists(cq_owner, struct, n),
-             "half_consume_offset": pa.array([hco] * n, pa.int64()),
-             "op_consume_offset": pa.array([oco] * n, pa.int64())}
+    extra.update({"cq_records": _lists(cq_owner, struct, n,
+                                       np.asarray(cq.column("physical_offset").to_numpy(zero_copy_only=False))),
+                  "half_consume_offset": pa.array([hco] * n, pa.int64()),
+                  "op_consume_offset": pa.array([oco] * n, pa.int64())})
     return pa.Table.from_arrays([extra[f.name].cast(f.type) if f.name in extra else out.column(f.name)
                                  for f in schema], schema=schema)
 
 
-def _file_facts(gone: pa.Table, op_rows: pa.Table, bases: np.ndarray) -> Dict[str, dict]:
-    """{file base: reducer._facts of the dropped records in that file}."""
+def file_facts(gone: pa.Table, op_rows: pa.Table, bases: np.ndarray) -> Dict[str, dict]:
+    """{file base: reducer._facts of the dropped records ``gone`` and op rows ``op_rows`` in that file}
+    (sums, minima and maxima: the facts of parts merge into those of the whole, ``merge_facts_into``)."""
     out: Dict[str, dict] = {}
-    if not gone.num_rows:
+    if not gone.num_rows and not op_rows.num_rows:
         return out
     empty = _BySrc(RECON_INPUT.arrow_schema().empty_table())
     idx = np.searchsorted(bases, np.asarray(gone.column("physical_offset").to_numpy(zero_copy_only=False)),
                           "right") - 1
     op_idx = (np.searchsorted(bases, np.asarray(op_rows.column("physical_offset").to_numpy(zero_copy_only=False)),
                               "right") - 1) if op_rows.num_rows else np.zeros(0, np.int64)
-    for k in np.unique(idx).tolist():
+    for k in np.union1d(np.unique(idx), np.unique(op_idx)).tolist():
         cl = gone.filter(pa.array(idx == k))
         out[str(int(bases[k]))] = _facts(cl, cl, op_rows.filter(pa.array(op_idx == k)), empty)
     return out
@@ -487,6 +524,6 @@ def fact_changes(final: pa.Table, profiles: Mapping[str, str],
     return why
 
 
-__all__ = ["settle", "Settled", "consume_offsets", "final_input", "final_transactions", "final_keys",
+__all__ = ["settle", "Settled", "tx_bad", "tx_lists", "inert_mask", "file_facts", "candidates", "consume_offsets", "final_input", "final_transactions", "final_keys",
            "reduced_keys", "self_keys", "reopened", "fact_changes", "discard_damage", "discarded_brokers", "FACTS_SRC",
            "CQ_RECORD_SRC", "ORPHAN_CODES", "CQ_CODES", "FINAL_FLAGS", "LOST_SOURCES"]

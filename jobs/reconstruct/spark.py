@@ -123,8 +123,10 @@ class AuditResult:
 
     def __init__(self, frames: Optional[Dict[str, DataFrame]] = None,
                  arrow: Optional[Dict[str, pa.Table]] = None, spark=None, path: str = "driver",
-                 reduce_tasks: int = 1):
+                 reduce_tasks: int = 1, linked: Optional[DataFrame] = None):
         self._frames = dict(frames or {})
+        #: the distributed path's linked evidence, still persisted, when asked for (``keep_linked``)
+        self.linked = linked
         self.arrow = arrow
         self._spark = spark
         #: the path the reduction took (PATHS but auto) and how many reduce tasks (or driver threads) it ran
@@ -258,6 +260,7 @@ def reconstruct(
     critical_within_ms: int = 60000,
     timings: Optional[Dict[str, float]] = None,
     path: Optional[str] = None,
+    keep_linked: bool = False,
 ) -> AuditResult:
     """Frames (a mapping or an object with attributes; see the module doc) -> AuditResult.
 
@@ -270,7 +273,8 @@ def reconstruct(
     ``local`` (when ``path`` is None or auto): True = driver, False = broker.  ``materialize`` (executor
     paths): compute the outputs now as a local checkpoint, so that each output read does not run the
     reduction again.  ``timings``: receives the seconds of ``reconstruct.collect`` / ``.reduce`` / ``.frames``
-    (driver path) or ``.executors``.
+    (driver path) or ``.executors``.  ``keep_linked`` (distributed path, ``materialize``): the linked
+    evidence stays persisted as ``AuditResult.linked`` (the caller unpersists it).
     """
     t = timings if timings is not None else {}
     t0 = time.monotonic()
@@ -288,13 +292,14 @@ def reconstruct(
     carried = _frame(frames, "carried")     # Arrow RECON_INPUT rows (an incremental run's carried state)
     final = _frame(frames, "final")         # Arrow STATE_FINAL rows (its settled transactions)
     return reduce_frame(wide, path, params, profile_override, op_bodies_given, materialize, critical_within_ms,
-                        carried, t, t0, final)
+                        carried, t, t0, final, keep_linked)
 
 
 def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_override=None,
                  op_bodies_given: bool = True, materialize: bool = True, critical_within_ms: int = 60000,
                  carried: Optional[pa.Table] = None, timings: Optional[Dict[str, float]] = None,
-                 t0: Optional[float] = None, final: Optional[pa.Table] = None) -> AuditResult:
+                 t0: Optional[float] = None, final: Optional[pa.Table] = None,
+                 keep_linked: bool = False) -> AuditResult:
     """RECON_INPUT rows (``wide``, plus ``carried`` Arrow rows) reduced on ``path`` (driver, broker or
     distributed); see :func:`reconstruct`.  ``final``: carried settled transactions (``reduce_input``); with
     them the broker path is taken as distributed."""
@@ -322,14 +327,16 @@ def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_o
         dist, tasks = None, None
     else:
         raise ValueError(f"unknown reconstruct path {path!r}")
+    linked = None
     if materialize:
         out = out.localCheckpoint(eager=True)
         if dist is not None:
-            dist.unpersist()
+            linked = dist.linked if keep_linked else None
+            dist.unpersist(keep_linked)
     if tasks is None and materialize:       # one task per broker
         tasks = out.where(F.col("out") == "profiles").count()
     t["reconstruct.executors"] = time.monotonic() - t0
-    return AuditResult(frames=_split(out), path=path, reduce_tasks=tasks)
+    return AuditResult(frames=_split(out), path=path, reduce_tasks=tasks, linked=linked)
 
 
 def reduce_arrow(spark, table: pa.Table, path: str, params: ParamsArg = None, profile_override=None,

@@ -126,7 +126,8 @@ class Plan:
     prev_final_facts: Dict[str, dict] = field(default_factory=dict)
     #: broker -> this run's state's settled-transaction segments (set by jobs.audit.state.write_state)
     final_segments: Dict[str, list] = field(default_factory=dict)
-    #: the reduction's transactions (Arrow, the driver's reduction): what jobs.audit.state settles
+    #: the reduction's transactions, profiles and consume offsets (Arrow from the driver's reduction; from
+    #: the distributed one the transactions and linked evidence as DataFrames): what jobs.audit.state settles
     reduced: Optional[object] = None
 
     @property
