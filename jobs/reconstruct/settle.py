@@ -83,7 +83,7 @@ from jobs.reconstruct.reducer import (
 from schemas.recon import OP_BODY_COLUMNS, RECON_INPUT
 from schemas.state import STATE_FINAL
 
-_CQ_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
+CQ_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
 _CQ_FIELDS = ("topic", "physical_offset", "queue_id", "queue_offset", "total_size")
 #: output codes of findings that name a settled transaction's record or half (reduced_keys)
 ORPHAN_CODES = ("OP_WITHOUT_HALF", "EVIDENCE_IN_DELETED_RANGE")
@@ -165,7 +165,7 @@ def _drop_inert(rec: pa.Table, resume: int, bases: np.ndarray) -> Tuple[pa.Table
     if not inert.any():
         return rec, {}
     gone = rec.filter(pa.array(inert))
-    return rec.filter(pa.array(~inert)), file_facts(gone, _op_rows(gone, None), bases)
+    return rec.filter(pa.array(~inert)), file_facts(gone, op_rows_for(gone, None), bases)
 
 
 def inert_mask(rec: pa.Table, resume: int, bases: np.ndarray) -> np.ndarray:
@@ -180,7 +180,8 @@ def inert_mask(rec: pa.Table, resume: int, bases: np.ndarray) -> np.ndarray:
             & _np(pc.less(phys, resume)) & (idx >= 0))
 
 
-def _op_rows(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
+def op_rows_for(rec: pa.Table, ops: Optional[pa.Table]) -> pa.Table:
+    """The op rows (OP_BODY_COLUMNS) of ``rec``: the given ``ops``, else ``rec``'s own op records with a body."""
     if ops is not None:
         return ops.select(list(OP_BODY_COLUMNS))
     is_op = pc.and_(pc.fill_null(pc.equal(rec.column("topic"), OP_TOPIC), False), pc.is_valid(rec.column("body")))
@@ -212,7 +213,7 @@ def _settle_broker(rec: pa.Table, ops: Optional[pa.Table], txs: pa.Table, hco: i
     cand = np.nonzero(candidates(txs, discarded))[0]
     if not len(cand) or not len(bases):
         return None
-    op_rows = _op_rows(rec, ops)
+    op_rows = op_rows_for(rec, ops)
     ev = Evidence.concat([record_evidence(rec), op_rows_evidence(op_rows)])
     link_ends(ev)
     ev = link_ops(ev)
@@ -251,7 +252,7 @@ def _settle_broker(rec: pa.Table, ops: Optional[pa.Table], txs: pa.Table, hco: i
         kept_rec = _rebodied(kept_rec, bodies)
     final = _final_rows(txs, cand, at, bad, ev, code, good_rows, bases, file_idx, gone, hco, oco,
                         enc.dictionary)
-    return kept_rec, kept_ops, final, file_facts(gone, _op_rows(gone, gone_ops), bases)
+    return kept_rec, kept_ops, final, file_facts(gone, op_rows_for(gone, gone_ops), bases)
 
 
 def tx_bad(ev: Evidence, code: np.ndarray, n_tx: int, cand: np.ndarray, hco: int, oco: int, resume: int,
@@ -356,7 +357,7 @@ def _final_rows(txs, cand, at, bad, ev: Evidence, code, good_rows, bases, file_i
     order = np.lexsort((rank[g[owner_rows]], off_of))
     first = order[np.r_[True, off_of[order][1:] != off_of[order][:-1]]] if len(order) else order
     owner = dict(zip(off_of[first].tolist(), g[owner_rows][first].tolist(), strict=True))
-    cq = gone.filter(pc.fill_null(pc.is_in(gone.column("topic"), pa.array(_CQ_TOPICS)), False)).select(
+    cq = gone.filter(pc.fill_null(pc.is_in(gone.column("topic"), pa.array(CQ_TOPICS)), False)).select(
         list(_CQ_FIELDS))
     cq_owner = np.asarray([owner.get(o, -1) for o in cq.column("physical_offset").to_pylist()], np.int64)
     cq = cq.filter(pa.array(cq_owner >= 0))

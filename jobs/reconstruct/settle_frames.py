@@ -273,7 +273,7 @@ def _facts(gone: DataFrame, gone_ops: Optional[DataFrame], brokers: Dict[str, Br
         out = []
         for b in batches:
             for broker, sub in by_broker(pa.Table.from_batches([b])):
-                ops = st._op_rows(sub, None if ops_in_records else empty_ops)
+                ops = st.op_rows_for(sub, None if ops_in_records else empty_ops)
                 out += rows(broker, st.file_facts(sub, ops, bases[broker]))
         if out:
             yield pa.RecordBatch.from_pylist(out, schema=pa.schema([(f.name, pa.string()) for f in _FACTS]))
@@ -302,7 +302,7 @@ def _final(passed: DataFrame, cand: DataFrame, owner: DataFrame, dropped_records
     tuples of the dropped records it owns (ascending offsets) + the consume offsets it settled under."""
     c = F.col
     cq_fields = ("topic", "physical_offset", "queue_id", "queue_offset", "total_size")
-    cq = (dropped_records.where(c("topic").isin(*st._CQ_TOPICS)).join(owner, ["broker", "physical_offset"])
+    cq = (dropped_records.where(c("topic").isin(*st.CQ_TOPICS)).join(owner, ["broker", "physical_offset"])
           .groupBy("broker", "tx")
           .agg(F.array_sort(F.collect_list(F.struct(*(["physical_offset"] + [f for f in cq_fields
                                                                             if f != "physical_offset"]))))
