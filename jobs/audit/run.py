@@ -116,7 +116,7 @@ class _Persisted:
             return None
         from pyspark import StorageLevel
 
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        df = df.persist(StorageLevel.DISK_ONLY)      # streamed back, never re-cached (distributed._persist)
         self.frames.append(df)
         return df
 

@@ -93,7 +93,12 @@ class Distributed:
 
 
 def _persist(df: DataFrame, persisted: List[DataFrame]) -> DataFrame:
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    """``df`` persisted on disk only.  Its blocks grow with the broker, and with a level that uses memory
+    Spark reads a block that went to disk back into ONE heap buffer of the block's size to cache it again
+    (BlockManager.maybeCacheDiskBytesInMemory, when ``level.useMemory``): in local mode that buffer comes out
+    of the driver's heap outside the unified pool's accounting (3 M transactions, 2 GiB driver: OutOfMemoryError
+    there, docs/ARCHITECTURE.md).  A DISK_ONLY block is streamed."""
+    df = df.persist(StorageLevel.DISK_ONLY)
     persisted.append(df)
     return df
 

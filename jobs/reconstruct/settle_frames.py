@@ -103,7 +103,7 @@ def settle_frames(records: DataFrame, op_bodies: Optional[DataFrame], transactio
     persisted: List[DataFrame] = []
 
     def keep(df: DataFrame) -> DataFrame:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        df = df.persist(StorageLevel.DISK_ONLY)      # streamed back, never re-cached (distributed._persist)
         persisted.append(df)
         return df
 
