@@ -193,6 +193,20 @@ def build_session(app_name: str = "txaudit", master: Optional[str] = None,
     return builder.getOrCreate()
 
 
+def persist_on_disk(df, into: list):
+    """``df`` persisted DISK_ONLY and appended to ``into`` (the caller unpersists them).  The persisted
+    intermediates of an audit grow with the broker, and with a level that uses memory Spark reads a block
+    that went to disk back into ONE heap buffer of the block's size to cache it again
+    (BlockManager.maybeCacheDiskBytesInMemory, only when ``level.useMemory``): in local mode that buffer
+    comes out of the driver's heap outside the unified pool's accounting (3 M transactions, 2 GiB driver:
+    OutOfMemoryError there, docs/ARCHITECTURE.md).  A DISK_ONLY block is streamed."""
+    from pyspark import StorageLevel
+
+    df = df.persist(StorageLevel.DISK_ONLY)
+    into.append(df)
+    return df
+
+
 def arrow_frame(spark, table, schema=None):
     """``spark.createDataFrame`` of a pyarrow Table without its empty record batches: PySpark 4.2's Arrow
     conversion ends the table at the first zero-row batch (every row after it is silently lost), and

@@ -83,6 +83,7 @@ from jobs.delta import outfs
 from jobs.delta import sink as delta_sink
 from jobs.delta.sink import RUNS_TABLE, named_table
 from jobs.read.inputs import op_bodies_for, relevant_records
+from jobs.session import persist_on_disk
 
 #: partition columns of every output but audit_runs (the sink appends run_id)
 _TX_PARTS = ("run_date", "broker")
@@ -106,7 +107,7 @@ def _phase(phases: Dict[str, float], name: str, spark=None):
 
 
 class _Persisted:
-    """DataFrames persisted by a run (``MEMORY_AND_DISK``), unpersisted when it ends."""
+    """DataFrames persisted by a run (``session.persist_on_disk``), unpersisted when it ends."""
 
     def __init__(self) -> None:
         self.frames: List = []
@@ -114,11 +115,7 @@ class _Persisted:
     def __call__(self, df):
         if df is None:
             return None
-        from pyspark import StorageLevel
-
-        df = df.persist(StorageLevel.DISK_ONLY)      # streamed back, never re-cached (distributed._persist)
-        self.frames.append(df)
-        return df
+        return persist_on_disk(df, self.frames)
 
     def release(self) -> None:
         for df in self.frames:

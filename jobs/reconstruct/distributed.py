@@ -39,7 +39,6 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -55,7 +54,7 @@ from jobs.reconstruct.reducer import (
     first_at_or_after,
     settled_offsets,
 )
-from jobs.session import arrow_frame
+from jobs.session import arrow_frame, persist_on_disk
 from schemas.audit import AUDIT_ANOMALIES, TRANSACTIONS
 from schemas.audit import PROFILES as PROFILES_TABLE
 from schemas.recon import RECON_EVIDENCE, RECON_EVIDENCE_PASS, RECON_OUTPUT
@@ -92,17 +91,6 @@ class Distributed:
         self.persisted = []
 
 
-def _persist(df: DataFrame, persisted: List[DataFrame]) -> DataFrame:
-    """``df`` persisted on disk only.  Its blocks grow with the broker, and with a level that uses memory
-    Spark reads a block that went to disk back into ONE heap buffer of the block's size to cache it again
-    (BlockManager.maybeCacheDiskBytesInMemory, when ``level.useMemory``): in local mode that buffer comes out
-    of the driver's heap outside the unified pool's accounting (3 M transactions, 2 GiB driver: OutOfMemoryError
-    there, docs/ARCHITECTURE.md).  A DISK_ONLY block is streamed."""
-    df = df.persist(StorageLevel.DISK_ONLY)
-    persisted.append(df)
-    return df
-
-
 def _evidence_and_facts(wide: DataFrame, op_bodies_given: bool,
                         persisted: List[DataFrame]) -> Tuple[DataFrame, Dict[str, dict], Dict[str, pa.Table]]:
     """(unlinked evidence rows, persisted; {broker: merged facts}; {broker: its decoder findings as Arrow}).
@@ -117,7 +105,7 @@ def _evidence_and_facts(wide: DataFrame, op_bodies_given: bool,
         yield from part.evidence_and_facts(it, TaskContext.get().partitionId(), op_bodies_given)
 
     c = F.col
-    both = _persist(wide.mapInArrow(to_rows, RECON_EVIDENCE_PASS.spark_schema()), persisted)
+    both = persist_on_disk(wide.mapInArrow(to_rows, RECON_EVIDENCE_PASS.spark_schema()), persisted)
     rows = both.where(c("facts_json").isNotNull()).select("broker", "facts_json").collect()
     merged = part.merge_facts(r.asDict() for r in rows)
     ev = both.where(c("facts_json").isNull()).select(*_EV)
@@ -289,7 +277,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     # the union of the link's parts has the partitions of all of them: as many as a shuffle has, each task
     # reading several (every Python step over the rows costs a worker round trip per partition)
     narrow = max(cores, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    linked = _persist(link(ev).coalesce(narrow), persisted)
+    linked = persist_on_disk(link(ev).coalesce(narrow), persisted)
     n_rows = linked.count()
     if tasks is None:
         tasks = reduce_tasks(n_rows, cores)
@@ -309,7 +297,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
                             & c("topic").isin(*TX_SYSTEM_TOPICS))
                  .select("src", "broker", "topic", "physical_offset", "commitlog_offset", "queue_id",
                          "queue_offset", "total_size", "size"))
-        cqf = _persist(cq_in.repartition(tasks, c("broker"), key).sortWithinPartitions(c("broker"), key)
+        cqf = persist_on_disk(cq_in.repartition(tasks, c("broker"), key).sortWithinPartitions(c("broker"), key)
                        .mapInArrow(cq, AUDIT_ANOMALIES.spark_schema()), persisted)
         anomaly_frames.append(cqf)
         bit = F.lit(0)

@@ -29,7 +29,6 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -38,6 +37,7 @@ from jobs.reconstruct import settle as st
 from jobs.reconstruct.evidence import OP, uniq_tx
 from jobs.reconstruct.partitioned import by_broker, chunks_by_key, evidence_of
 from jobs.reconstruct.reducer import merge_facts_into
+from jobs.session import persist_on_disk
 from schemas.audit import TRANSACTIONS
 from schemas.recon import OP_BODY_COLUMNS, RECON_EVIDENCE
 from schemas.state import STATE_FINAL, STATE_OP_BODIES, STATE_RECORDS
@@ -103,9 +103,7 @@ def settle_frames(records: DataFrame, op_bodies: Optional[DataFrame], transactio
     persisted: List[DataFrame] = []
 
     def keep(df: DataFrame) -> DataFrame:
-        df = df.persist(StorageLevel.DISK_ONLY)      # streamed back, never re-cached (distributed._persist)
-        persisted.append(df)
-        return df
+        return persist_on_disk(df, persisted)
 
     settling = sorted(b for b, x in brokers.items() if x.settles and x.hco is not None and x.oco is not None
                       and x.bases)
