@@ -351,6 +351,14 @@ def driver_job(items: list, threads: int, task: ReadTask) -> Optional[List[tuple
     return None if any(kind == _OVERFLOW for kind, _ in got) else got
 
 
+def run_tasks(sc, items: list, task, in_driver: bool) -> Optional[List[tuple]]:
+    """``task`` over ``items``, one task each: in the driver's threads (:func:`driver_job`, a thread per core)
+    when ``in_driver``, else as one Spark job (:func:`collect_job`)."""
+    if in_driver:
+        return driver_job(items, min(int(sc.defaultParallelism or 1), driver_cpus()), task)
+    return collect_job(sc, items, len(items), task)
+
+
 def small_read_bytes(sc) -> int:
     """The work-item bytes up to which a fresh one-job read runs in the driver's threads on ``sc``'s master
     (``SMALL_READ_DRIVER_BYTES``; a cluster's at most ``CLUSTER_READ_DRIVER_BYTES``)."""
@@ -408,8 +416,7 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
     items = pack_items(items, cores)
     bound = CONTINUATION_DRIVER_BYTES if in_driver else small_read_bytes(sc)
     driver = sum(item_bytes(p) for p in items) <= bound
-    got = (driver_job(items, min(cores, driver_cpus()), task) if driver
-           else collect_job(sc, items, len(items), task))
+    got = run_tasks(sc, items, task, driver)
     t1 = time.monotonic()
     if got is None:
         return None
@@ -428,4 +435,5 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
     return None if read.rows > max_rows else read
 
 
-__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items", "above_bound", "small_read_bytes"]
+__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items", "above_bound", "small_read_bytes",
+           "run_tasks"]

@@ -39,11 +39,10 @@ from jobs.read.full import (
     RECORD_SCHEMA,
     LocalRead,
     ReadTask,
-    collect_job,
-    driver_job,
     item_bytes,
     job_tables,
     record_rows,
+    run_tasks,
     small_read_bytes,
     split_op_bodies,
 )
@@ -73,7 +72,6 @@ from jobs.read.indexed.plan import DRIVER_READ_BYTES, index_units, plan_indexed
 from jobs.read.indexed.tails import idle_ranges, idle_tail_anomalies
 from jobs.read.spec import ReadSpec
 from jobs.read.stores import commitlog_dirs, has_transaction_index, infos, missing_file_findings
-from jobs.session import driver_cpus
 from jobs.sources.formats import (
     ANOMALIES_FORMAT,
     COMMITLOG_FORMAT,
@@ -224,10 +222,9 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     t1 = time.monotonic()
     groups = _balanced(plan.items, max(1, min(len(plan.items), 3 * cores)))
     task = _ReadTask(plan.sources, max_rows)
-    # a small read runs in the driver's threads, the groups as the job's tasks would (full_read.driver_job)
+    # a small read runs in the driver's threads, the groups as the job's tasks would (full_read.run_tasks)
     in_driver = sum(_read_bytes(p) for p in plan.items) <= small_read_bytes(sc)
-    got = (driver_job(groups, min(cores, driver_cpus()), task) if in_driver
-           else collect_job(sc, groups, len(groups), task))
+    got = run_tasks(sc, groups, task, in_driver)
     t2 = time.monotonic()
     if got is None:
         return None
@@ -283,8 +280,7 @@ def _second_round(sc, plan: _Plan, scanned: pa.Table, tables: Dict[str, pa.Table
         return True
     groups = _balanced(items, max(1, min(len(items), 3 * cores)))
     task = _ReadTask(plan.sources, max_rows)
-    got = (driver_job(groups, min(cores, driver_cpus()), task) if in_driver
-           else collect_job(sc, groups, len(groups), task))
+    got = run_tasks(sc, groups, task, in_driver)
     if got is None:
         return False
     again = job_tables(got, _KINDS)
