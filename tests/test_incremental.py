@@ -89,22 +89,55 @@ def test_incremental_equals_full(spark, tmp_path, profile, scenario, n_tx, every
 def settling(spark, tmp_path_factory):
     """One growing 4.6-4.9 store with crashes (re-put copies and re-checks after a crash, unbatched ops:
     transactions settle between runs), audited incrementally at its one snapshot and at its final state on
-    the driver, then the final state twice more: once more on the driver (continuing a state with settled rows),
-    then read through the DataFrame plan and reduced on the executors with the settled rows carried.  The
-    tests below check the runs of this one fixture."""
+    the driver, then the final state three more times: once more on the driver (continuing a state with
+    settled rows), once read through the DataFrame plan and reduced on the driver (the settled rows read as
+    a DataFrame, collected for the reduce), then read through the DataFrame plan and reduced on the executors
+    with the settled rows carried.  The tests below check the runs of this one fixture; ``final_seen``:
+    ``_watch_final`` of the two DataFrame-plan runs."""
+    import jobs.audit.run
     import jobs.reconstruct.spark
 
     tmp = tmp_path_factory.mktemp("incr-settling")
+    seen: dict = {}
 
     @contextlib.contextmanager
     def last_run_distributed(k, n):
         with pytest.MonkeyPatch.context() as mp:
             if k == n - 1:
                 mp.setattr(jobs.reconstruct.spark, "LOCAL_MAX_ROWS", 0)
+                _watch_final(mp, seen.setdefault(f"s{k}", {}))
+            elif k == n - 2:        # no one-job read: the DataFrame plan, its few rows reduced on the driver
+                mp.setattr(jobs.audit.run, "read_local", lambda *args, **kw: None)
+                _watch_final(mp, seen.setdefault(f"s{k}", {}))
             yield
 
-    return _grow(spark, tmp, "4.6-4.9", "crashy", 45, every=25, one_job=None, run_with=last_run_distributed,
-                 repeat_last=2, keep_states=True)
+    g = _grow(spark, tmp, "4.6-4.9", "crashy", 45, every=25, one_job=None, run_with=last_run_distributed,
+              repeat_last=3, keep_states=True)
+    g.final_seen = seen
+    return g
+
+
+def _watch_final(mp, got: dict) -> None:
+    """Records in ``got`` how a run's plan carries the settled rows once its DataFrame read has them
+    (``final``: the object's type) and how often they are read into one driver-side Arrow table
+    (``driver_reads``: calls of ``_carried_final``)."""
+    import jobs.read.incremental.read as incremental_read
+
+    evidence, carried_final = incremental_read.evidence, incremental_read._carried_final
+    got.update(final=None, driver_reads=0)
+
+    def watched(spark, plan, *args, **kw):
+        out = evidence(spark, plan, *args, **kw)
+        final = (plan.carried or {}).get("final")
+        got["final"] = None if final is None else type(final)
+        return out
+
+    def on_driver(plan):
+        got["driver_reads"] += 1
+        return carried_final(plan)
+
+    mp.setattr(incremental_read, "evidence", watched)
+    mp.setattr(incremental_read, "_carried_final", on_driver)
 
 
 def test_settling_store_equals_full_run_by_run(settling):
@@ -138,6 +171,39 @@ def test_settled_rows_reach_a_reduction_on_executors(settling):
     assert "read.job" not in g.phases[last], sorted(g.phases[last])
     assert g.infos[last]["continued"] and g.infos[last]["fallback"] is None, g.infos[last]
     assert g.headers[-1]["finals"] > 0, g.headers[-1]
+
+
+def test_settled_rows_collected_for_a_reduce_on_the_driver(settling):
+    """The settling fixture's run that reads through the DataFrame plan but reduces on the driver (few rows):
+    the settled rows come as a DataFrame, are collected for the reduce (jobs.read.incremental.read
+    .carried_final_arrow), the run continues without reopening and equals the full audit table by table."""
+    from pyspark.sql import DataFrame
+
+    g = settling
+    run = f"s{len(g.states) - 2}"
+    assert g.headers[-3]["finals"] > 0, g.headers[-3]
+    assert "read.job" not in g.phases[run] and "reconstruct.reduce" in g.phases[run], sorted(g.phases[run])
+    assert g.infos[run]["continued"] and g.infos[run]["fallback"] is None, g.infos[run]
+    seen = g.final_seen[run]
+    assert seen["final"] is not None and issubclass(seen["final"], DataFrame), seen
+    assert seen["driver_reads"] == 0, seen
+    _assert_equal_to_full(g, run)
+
+
+def test_settled_rows_reach_the_executors_as_a_frame(settling):
+    """On the distributed path the carried settled rows are a DataFrame the executors read, never one Arrow
+    table on the driver: the settling fixture's last run (DataFrame read, distributed reduce, continuing a
+    state with settled rows) carried them so and read none into Arrow, and equals the full audit table by
+    table."""
+    from pyspark.sql import DataFrame
+
+    g = settling
+    last = f"s{len(g.states) - 1}"
+    assert g.headers[-2]["finals"] > 0, g.headers[-2]           # the state it continues has settled rows
+    seen = g.final_seen[last]
+    assert seen["final"] is not None and issubclass(seen["final"], DataFrame), seen
+    assert seen["driver_reads"] == 0, seen
+    _assert_equal_to_full(g, last)
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +297,43 @@ def test_reopened_on_executors_as_on_the_driver(spark):
         driver = reopened(got.final, inc["transactions"], inc["anomalies"], profile, consume_offsets(offsets))
         executors = reopened_frames(AuditResult(arrow=inc, spark=spark), got.final, consume_offsets(offsets))
         assert sorted(driver) == sorted(executors) == want, (driver, executors)
+
+
+def test_settled_frame_reduces_as_the_arrow_rows(spark):
+    """Settled rows carried as a DataFrame (the DataFrame plan's, jobs.read.incremental.read.evidence): the
+    distributed reduce given only their facts as input rows (their consume-queue tuples, transactions and
+    recovery rows made batch by batch on the executors) gives every output the driver's reduce_input gives
+    with the same rows as Arrow (a settled DUPLICATE_COMMIT keeps its REVIEW_DUPLICATE_COMMIT row), and so
+    does the distributed reduce given them as Arrow; the reopened check over the frame names nobody, as
+    settle.reopened over the Arrow rows."""
+    from jobs.reconstruct.reducer import input_table
+    from jobs.reconstruct.settle import consume_offsets, final_input, reopened
+    from jobs.reconstruct.settle import settle as settle_rows
+    from jobs.reconstruct.spark import final_frame, reduce_frame, reopened_frames
+    from jobs.session import arrow_frame
+    from schemas.recon import RECON_INPUT
+    from tests.test_settle import DISC, FILE, B, _bodies, _offsets, _records, _run
+
+    records, offsets = _records(DISC), _offsets(3, 1)
+    full = _run(records, offsets)
+    got = settle_rows(records, _bodies(records), full["transactions"], consume_offsets(offsets), {B: FILE},
+                      {B: [0, FILE]})
+    assert got.final.num_rows == 2
+    want = _run(got.records, offsets, final_input(got.final, got.facts), got.final)
+    assert want["recovery"].num_rows
+    t = input_table(commitlog=got.records.drop_columns(["body"]), op_bodies=_bodies(got.records),
+                    consumer_offsets=offsets)
+    final = final_frame(spark, got.final)
+    for given, extra in ((final, final_input(None, got.facts)), (got.final, final_input(got.final, got.facts))):
+        wide = arrow_frame(spark, pa.concat_tables([t, extra.cast(t.schema)]), RECON_INPUT.spark_schema())
+        result = reduce_frame(wide, "distributed", final=given)
+        assert result.path == "distributed"
+        for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
+            rows = getattr(result, name).toArrow().to_pylist()
+            assert sorted(map(repr, rows)) == sorted(map(repr, want[name].to_pylist())), (type(given), name)
+    profile = {B: want["profiles"].column("profile")[0].as_py()}
+    assert reopened(got.final, want["transactions"], want["anomalies"], profile, consume_offsets(offsets)) == {}
+    assert reopened_frames(result, final, consume_offsets(offsets)) == {}
 
 
 def test_record_segments_compacted_and_as_of_advancing(spark, tmp_path, monkeypatch):

@@ -244,14 +244,17 @@ def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
                   layout_info=plan.layout_info)
     if inputs.op_bodies is not None:
         frames["op_bodies"] = inputs.op_bodies
-    if plan.incremental is not None:
-        from jobs.reconstruct.local import carried_input, final_of
-
-        frames["carried"] = carried_input(plan.incremental)
-        frames["final"] = final_of(plan.incremental)
     path = plan.reconstruct_path
     if path == "auto":
         path = "driver" if inputs.n_records + inputs.n_anomalies <= LOCAL_MAX_ROWS else "distributed"
+    if plan.incremental is not None:
+        from jobs.read.incremental.read import carried_final_arrow
+        from jobs.reconstruct.local import carried_input, final_of
+
+        if path == "driver":        # few inputs: the settled rows join them on the driver, as Arrow
+            carried_final_arrow(plan.incremental)
+        frames["carried"] = carried_input(plan.incremental)
+        frames["final"] = final_of(plan.incremental)
     # an incremental run's state settles by the distributed path's linked evidence (jobs.audit.state): it
     # stays persisted until the run ends
     result = reconstruct(frames, plan.params, plan.override, materialize=True, path=path, timings=phases,
@@ -450,8 +453,8 @@ def settled_check(spark, plan: AuditPlan, inputs: AuditInputs, rec: Reconstructe
         df = inputs.side.get("consumer_offsets")
         co = df.toArrow() if df is not None else None
     offsets = consume_offsets(co)
-    final = final_of(inc)
-    if final is not None and final.num_rows:
+    final = final_of(inc)       # Arrow when reduced on the driver, else a DataFrame (or no rows: Arrow)
+    if final is not None and (not isinstance(final, pa.Table) or final.num_rows):
         if rec.arrow is not None:
             from jobs.reconstruct.settle import reopened
 

@@ -236,7 +236,9 @@ def _settle_frames(plan: Plan, records, op_bodies, findings: pa.Table, layout_in
 def _final_state(plan: Plan, brokers, new_final, new_facts: Dict[str, dict]):
     """(STATE_FINAL rows this run writes, broker -> its header's final_* columns): the carried settled rows
     stay in their segments (runs), this run's own are a new one; past MAX_SEGMENTS every row is written
-    again as one.  ``new_final``: Arrow, or a DataFrame when settled on the executors."""
+    again as one.  ``new_final``: Arrow, or a DataFrame when settled on the executors; the carried rows
+    are a DataFrame when read for the executors (jobs.read.incremental.read.evidence).  With a DataFrame
+    among them the rows are counted in one aggregate over both."""
     from jobs.reconstruct.reducer import merge_facts_into
 
     carried = (plan.carried or {}).get("final")
@@ -245,17 +247,19 @@ def _final_state(plan: Plan, brokers, new_final, new_facts: Dict[str, dict]):
     prev = {b: list(plan.prev_final_segments.get(b, [])) for b in brokers} if plan.continuing else \
         {b: [] for b in brokers}
     compact = any(len(v) + 1 > MAX_SEGMENTS for v in prev.values())
-    if isinstance(new, pa.Table):
+    if isinstance(new, pa.Table) and isinstance(carried, pa.Table):
         written = pa.concat_tables([carried, new]) if compact else new
+        counts = _final_counts(carried)
+        for b, n in _final_counts(new).items():
+            counts[b] = counts.get(b, 0) + n
     else:
-        written = new.unionByName(arrow_frame(new.sparkSession, carried, schema=STATE_FINAL.spark_schema())) \
-            if compact and carried.num_rows else new
+        spark_session = (new if not isinstance(new, pa.Table) else carried).sparkSession
+        both = _union_frames(spark_session, [new, carried])
+        written = both if compact else new
+        counts = _final_counts(both)
     plan.final_segments = {b: [plan.run_id] if compact else prev[b] + [plan.run_id] for b in brokers}
     facts_prev = (plan.carried or {}).get("final_facts") or {}
     info = {}
-    counts = _final_counts(carried)
-    for b, n in _final_counts(new).items():
-        counts[b] = counts.get(b, 0) + n
     for b in brokers:
         facts = {k: dict(v) for k, v in facts_prev.get(b, {}).items()}
         for k, v in new_facts.get(b, {}).items():
@@ -263,6 +267,19 @@ def _final_state(plan: Plan, brokers, new_final, new_facts: Dict[str, dict]):
         info[b] = {"final_segments_json": json.dumps(plan.final_segments[b]),
                    "final_facts_json": json.dumps(facts, sort_keys=True), "finals": counts.get(b, 0)}
     return written, info
+
+
+def _union_frames(spark, parts: list):
+    """The union of STATE_FINAL ``parts`` (DataFrames, or Arrow tables: converted, skipped when empty)."""
+    frames = [p.select(*STATE_FINAL.names) if not isinstance(p, pa.Table)
+              else arrow_frame(spark, p, schema=STATE_FINAL.spark_schema()) for p in parts
+              if not isinstance(p, pa.Table) or p.num_rows]
+    if not frames:
+        return arrow_frame(spark, STATE_FINAL.arrow_schema().empty_table(), schema=STATE_FINAL.spark_schema())
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
 
 
 def _final_counts(final) -> Dict[str, int]:

@@ -123,6 +123,17 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+def open_input(path: str):
+    """A pyarrow random-access file of ``path`` (a local path or ``file://`` URI: the file itself; a URI: the
+    object read by ranged requests), e.g. for ``pyarrow.parquet.ParquetFile``."""
+    import pyarrow as pa
+
+    if not is_remote(path):
+        return pa.OSFile(storefs.local_path(path), "rb")
+    fs, inner = _fs(path)
+    return fs.open_input_file(inner)
+
+
 def remove(path: str) -> None:
     """Delete one file (absent: nothing)."""
     if not is_remote(path):
@@ -172,4 +183,4 @@ def open_output(path: str) -> Output:
 
 
 __all__ = ["is_remote", "root", "join", "basename", "delta_options", "exists", "isdir", "is_delta", "makedirs",
-           "listdir", "write_bytes", "read_bytes", "remove", "open_output", "Output", "DELTA_LOG"]
+           "listdir", "write_bytes", "read_bytes", "open_input", "remove", "open_output", "Output", "DELTA_LOG"]

@@ -36,7 +36,7 @@ re-put copies and checks is a few more rows in its chunk, not a task of its own.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, Window
@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 
 from jobs.reconstruct import partitioned as part
 from jobs.reconstruct import rules as txrules
+from jobs.reconstruct import worklists
 from jobs.reconstruct.damage import PastEnd, RedologGap, damaged_ranges, with_redolog_gap
 from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF, PREP_R, REDO_E, REDO_P, ST
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
@@ -55,7 +56,7 @@ from jobs.reconstruct.reducer import (
     settled_offsets,
 )
 from jobs.session import arrow_frame, persist_on_disk
-from schemas.audit import AUDIT_ANOMALIES, TRANSACTIONS
+from schemas.audit import AUDIT_ANOMALIES
 from schemas.audit import PROFILES as PROFILES_TABLE
 from schemas.recon import RECON_EVIDENCE, RECON_EVIDENCE_PASS, RECON_OUTPUT
 
@@ -115,16 +116,18 @@ def _evidence_and_facts(wide: DataFrame, op_bodies_given: bool,
     return ev, merged, {b: by_broker.get(b, empty) for b in merged}
 
 
-def _past_end(wide: DataFrame, brokers, final: Optional[pa.Table] = None) -> Dict[str, PastEnd]:
+def _past_end(wide: DataFrame, brokers, final: Union[None, pa.Table, DataFrame] = None) -> Dict[str, PastEnd]:
     """broker -> ``damage.PastEnd`` over ``wide``, run only for a broker with a torn end: one Spark job that
     joins the torn ends (a few rows, broadcast) with the broker's records and half / op / discard queue units
     and aggregates per torn end; the driver gets one row per torn end, whatever the damage.  The records of
-    carried settled transactions (``final``) count as read."""
+    carried settled transactions (``final``) count as read: Arrow ones by the first at or after each torn
+    end (``reducer.first_at_or_after``), a DataFrame's as rows of the same job (their offsets at or after
+    the lowest torn end)."""
     c = F.col
     spark = wide.sparkSession
 
     def of(b: str) -> PastEnd:
-        settled = settled_offsets(final, b)
+        settled = settled_offsets(final, b) if isinstance(final, pa.Table) else None
 
         def per_torn_end(ends) -> List[Tuple[int, int, int]]:
             lo = int(min(ends))
@@ -138,6 +141,10 @@ def _past_end(wide: DataFrame, brokers, final: Optional[pa.Table] = None) -> Dic
                 later = [(p,) for p in first_at_or_after(settled, ends)]
                 if later:
                     read_at = read_at.unionByName(spark.createDataFrame(later, "_p long"))
+            elif isinstance(final, DataFrame):
+                read_at = read_at.unionByName(
+                    final.where(c("broker") == b).select(F.explode("record_offsets").cast("long").alias("_p"))
+                    .where(c("_p") >= lo))
             # the first record read at or after each torn end (none: the end of the log)
             stops = (read_at.join(torn, c("_p") >= c("_t")).groupBy("_t").agg(F.min("_p").alias("_stop")))
             bounds = F.broadcast(torn.join(stops, "_t", "left"))
@@ -252,13 +259,35 @@ def _as_output(df: DataFrame, name: str) -> DataFrame:
                        .cast(f.dataType).alias(f.name) for f in RECON_OUTPUT.spark_schema().fields])
 
 
+def settled_outputs(final: pa.Table, as_of: Dict[str, Optional[int]]) -> pa.Table:
+    """RECON_OUTPUT rows of carried settled transactions (STATE_FINAL rows): their ``transactions`` rows at
+    ``as_of`` (broker -> its audit time, ``reducer.final_transactions``) and the ``recovery`` rows of those,
+    as the driver's reducer builds the work lists after appending them (a settled transaction has no open
+    copy: no check-back row)."""
+    tx = final_transactions(final, as_of)
+    return part.output_union({"transactions": tx, "recovery": worklists.recovery(tx)})
+
+
+class _SettledOutputs:
+    """mapInArrow body: :func:`settled_outputs` of each batch of STATE_FINAL rows."""
+
+    def __init__(self, as_of: Dict[str, Optional[int]]):
+        self.as_of = as_of
+
+    def __call__(self, batches):
+        for b in batches:
+            if b.num_rows:
+                yield from settled_outputs(pa.Table.from_batches([b]), self.as_of).to_batches()
+
+
 def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_given: bool,
                        critical_within_ms: int = 60000, tasks: Optional[int] = None,
-                       final: Optional[pa.Table] = None) -> Distributed:
+                       final: Union[None, pa.Table, DataFrame] = None) -> Distributed:
     """RECON_INPUT rows (any brokers) -> the reducer's outputs as RECON_OUTPUT rows (check_back ranked per
     chunk: rank them again).  ``tasks``: partitions of the shuffle by transaction (default: reduce_tasks of
-    the linked rows).  ``final``: carried settled transactions (``reducer.reduce_input``'s ``final``), added
-    to the transactions at each broker's as-of (they have no check-back or recovery row)."""
+    the linked rows).  ``final``: carried settled transactions (``reducer.reduce_input``'s ``final``; Arrow,
+    or a DataFrame converted batch by batch on the executors), added to the transactions at each broker's
+    as-of with their recovery rows (:func:`settled_outputs`)."""
     spark = wide.sparkSession
     c = F.col
     persisted: List[DataFrame] = []
@@ -333,10 +362,11 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
            .mapInArrow(reduce, RECON_OUTPUT.spark_schema()))
     for df in anomaly_frames:
         out = out.unionByName(_as_output(df, "anomalies"))
-    if final is not None and final.num_rows:
-        as_of = {b: as_of_ms(bc.params, bc.facts) for b, bc in ctx.brokers.items()}
-        out = out.unionByName(_as_output(arrow_frame(spark, final_transactions(final, as_of),
-                                                               schema=TRANSACTIONS.spark_schema()), "transactions"))
+    as_of = {b: as_of_ms(bc.params, bc.facts) for b, bc in ctx.brokers.items()}
+    if isinstance(final, DataFrame):
+        out = out.unionByName(final.mapInArrow(_SettledOutputs(as_of), RECON_OUTPUT.spark_schema()))
+    elif final is not None and final.num_rows:
+        out = out.unionByName(arrow_frame(spark, settled_outputs(final, as_of), schema=RECON_OUTPUT.spark_schema()))
     profiles = pa.Table.from_pylist(profile_rows, schema=PROFILES_TABLE.arrow_schema())
     out = out.unionByName(_as_output(arrow_frame(spark, profiles, schema=PROFILES_TABLE.spark_schema()),
                                      "profiles"))

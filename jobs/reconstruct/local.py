@@ -50,7 +50,9 @@ def reduce_local(read, layout_info, params, override, timings: Optional[dict] = 
 
 def carried_input(plan) -> Optional[pa.Table]:
     """An incremental plan's carried rows (``jobs.read.incremental.plan.Plan``) as reducer input (the records,
-    op bodies and findings, and the settled transactions' facts and consume-queue tuples), or None."""
+    op bodies and findings, and the settled transactions' facts and consume-queue tuples), or None.  Settled
+    transactions carried as a DataFrame give their facts only: ``jobs.reconstruct.spark.reduce_frame`` adds
+    their tuples on the executors."""
     if plan is None or not plan.carried:
         return None
     c = plan.carried
@@ -59,19 +61,21 @@ def carried_input(plan) -> Optional[pa.Table]:
     return t if extra is None else pa.concat_tables([t, extra])
 
 
-def final_of(plan) -> Optional[pa.Table]:
-    """The settled transactions an incremental plan carries (schemas.state.STATE_FINAL rows), or None."""
+def final_of(plan):
+    """The settled transactions an incremental plan carries (schemas.state.STATE_FINAL rows: Arrow, or a
+    DataFrame when read for the executors), or None."""
     return None if plan is None or not plan.carried else plan.carried.get("final")
 
 
 def final_input_of(plan) -> Optional[pa.Table]:
-    """The settled transactions' reducer input (settle.final_input), or None."""
+    """The settled transactions' reducer input (settle.final_input), or None; of settled transactions
+    carried as a DataFrame, their facts only."""
     from jobs.reconstruct.settle import final_input
 
     final = final_of(plan)
     if final is None:
         return None
-    return final_input(final, plan.carried.get("final_facts") or {})
+    return final_input(final if isinstance(final, pa.Table) else None, plan.carried.get("final_facts") or {})
 
 
 __all__ = ["bounds_rows", "bounds_table", "reduce_local", "carried_input", "final_of", "final_input_of"]

@@ -40,7 +40,7 @@ file, as a settled transaction's records are.
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -495,7 +495,11 @@ def discard_damage(final: pa.Table, damaged: Sequence[str]) -> Dict[str, str]:
     (jobs/reconstruct/damage.py); such a broker is audited in full (and then settles no DISCARDED row)."""
     if not len(damaged):
         return {}
-    have = discarded_brokers(final)
+    return damaged_with_discards(discarded_brokers(final), damaged)
+
+
+def damaged_with_discards(have: Collection[str], damaged: Sequence[str]) -> Dict[str, str]:
+    """:func:`discard_damage` given the brokers with settled DISCARDED rows (``have``)."""
     return {b: "CommitLog decoder findings on a broker with settled DISCARDED transactions"
             for b in damaged if b in have}
 
@@ -510,10 +514,17 @@ def fact_changes(final: pa.Table, profiles: Mapping[str, str],
                   offsets: Mapping[str, Tuple[Optional[int], Optional[int]]]) -> Dict[str, str]:
     """brokers whose profile differs from a settled row's, or whose consume offsets went below (or lost)
     the ones the rows settled under."""
-    why = {}
     agg = final.group_by("broker").aggregate([("half_consume_offset", "max"), ("op_consume_offset", "max"),
                                              ("profile", "distinct")])
-    for row in agg.to_pylist():
+    return changed_facts(agg.to_pylist(), profiles, offsets)
+
+
+def changed_facts(rows: Iterable[Mapping], profiles: Mapping[str, str],
+                  offsets: Mapping[str, Tuple[Optional[int], Optional[int]]]) -> Dict[str, str]:
+    """:func:`fact_changes` of the settled rows' per-broker aggregate: ``rows`` of broker,
+    half_consume_offset_max, op_consume_offset_max, profile_distinct (one per broker)."""
+    why = {}
+    for row in rows:
         b = row["broker"]
         hco, oco = offsets.get(b, (None, None))
         if any(p != profiles.get(b) for p in row["profile_distinct"]):
@@ -526,5 +537,6 @@ def fact_changes(final: pa.Table, profiles: Mapping[str, str],
 
 
 __all__ = ["settle", "Settled", "tx_bad", "tx_lists", "inert_mask", "file_facts", "candidates", "consume_offsets", "final_input", "final_transactions", "final_keys",
-           "reduced_keys", "self_keys", "reopened", "fact_changes", "discard_damage", "discarded_brokers", "FACTS_SRC",
+           "reduced_keys", "self_keys", "reopened", "fact_changes", "changed_facts", "discard_damage",
+           "damaged_with_discards", "discarded_brokers", "FACTS_SRC",
            "CQ_RECORD_SRC", "ORPHAN_CODES", "CQ_CODES", "FINAL_FLAGS", "LOST_SOURCES"]

@@ -102,6 +102,7 @@ from jobs.reconstruct.reducer import reduce_input
 from jobs.session import arrow_frame
 from schemas.core import Table
 from schemas.recon import RECON_INPUT, RECON_OUTPUT, RECON_OUTPUT_TABLES
+from schemas.state import STATE_FINAL
 
 #: inputs up to this many rows (all brokers together) are reduced on the driver; above, per broker on the
 #: executors.  ~200 bytes per row in Arrow: 40 MB at the limit.
@@ -290,7 +291,7 @@ def reconstruct(
         else:
             path = "driver" if local else "broker"
     carried = _frame(frames, "carried")     # Arrow RECON_INPUT rows (an incremental run's carried state)
-    final = _frame(frames, "final")         # Arrow STATE_FINAL rows (its settled transactions)
+    final = _frame(frames, "final")         # STATE_FINAL rows (its settled transactions): Arrow or a DataFrame
     return reduce_frame(wide, path, params, profile_override, op_bodies_given, materialize, critical_within_ms,
                         carried, t, t0, final, keep_linked)
 
@@ -298,14 +299,26 @@ def reconstruct(
 def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_override=None,
                  op_bodies_given: bool = True, materialize: bool = True, critical_within_ms: int = 60000,
                  carried: Optional[pa.Table] = None, timings: Optional[Dict[str, float]] = None,
-                 t0: Optional[float] = None, final: Optional[pa.Table] = None,
+                 t0: Optional[float] = None, final: Union[None, pa.Table, DataFrame] = None,
                  keep_linked: bool = False) -> AuditResult:
     """RECON_INPUT rows (``wide``, plus ``carried`` Arrow rows) reduced on ``path`` (driver, broker or
     distributed); see :func:`reconstruct`.  ``final``: carried settled transactions (``reduce_input``); with
-    them the broker path is taken as distributed."""
+    them the broker path is taken as distributed.  ``final`` as a DataFrame: ``carried`` holds their facts
+    only, their consume-queue tuples come from it (:func:`final_input_frame`, on the executors; collected
+    with it on the driver path)."""
     t = timings if timings is not None else {}
     t0 = time.monotonic() if t0 is None else t0
     spark = wide.sparkSession
+    if isinstance(final, DataFrame):
+        if path == "driver":
+            from jobs.reconstruct.settle import final_input
+
+            final = _conform_arrow(final.toArrow(), STATE_FINAL.arrow_schema())
+            tuples = final_input(final, {})
+            if tuples is not None:
+                carried = tuples if carried is None else pa.concat_tables([carried, tuples.cast(carried.schema)])
+        else:
+            wide = wide.union(final_input_frame(final))
     if path == "driver":
         table = wide.toArrow()
         if carried is not None and carried.num_rows:
@@ -316,7 +329,7 @@ def reduce_frame(wide: DataFrame, path: str, params: ParamsArg = None, profile_o
         return AuditResult(arrow=outs, spark=spark)
     if carried is not None and carried.num_rows:
         wide = wide.union(arrow_frame(spark, carried, schema=RECON_INPUT.spark_schema()))
-    if path == "broker" and final is not None and final.num_rows:
+    if path == "broker" and _has_rows(final):
         path = "distributed"        # one task per broker has no place for the settled rows (AuditResult.path)
     if path == "distributed":
         dist = reduce_distributed(wide, params, profile_override, op_bodies_given, critical_within_ms,
@@ -347,16 +360,59 @@ def reduce_arrow(spark, table: pa.Table, path: str, params: ParamsArg = None, pr
     return reduce_frame(wide, path, params, profile_override, op_bodies_given, True, critical_within_ms)
 
 
-def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, str]:
-    """jobs.reconstruct.settle.reopened for outputs reduced on the executors: the reduced keys grouped and
-    joined with the settled rows' keys in Spark (the settled rows' own keys subtracted)."""
+def _has_rows(final: Union[None, pa.Table, DataFrame]) -> bool:
+    """Whether ``final`` may hold settled transactions (a DataFrame is not counted: it may)."""
+    return final is not None and (isinstance(final, DataFrame) or final.num_rows > 0)
+
+
+def _conform_arrow(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_arrays([t.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+
+class _PerBatch:
+    """mapInArrow body: ``fn`` (Spark-free, Arrow table -> Arrow table or None) applied to each batch."""
+
+    def __init__(self, fn, schema: pa.Schema):
+        self.fn, self.schema = fn, schema
+
+    def __call__(self, batches):
+        for b in batches:
+            if not b.num_rows:
+                continue
+            got = self.fn(pa.Table.from_batches([b]))
+            if got is not None and got.num_rows:
+                yield from _conform_arrow(got, self.schema).to_batches()
+
+
+def final_input_frame(final: DataFrame) -> DataFrame:
+    """settle.final_input's consume-queue tuples (``cq_record`` RECON_INPUT rows) of settled transactions
+    carried as a DataFrame, batch by batch on the executors (the facts rows come with ``carried``)."""
+    from jobs.reconstruct.settle import final_input
+
+    return final.select("broker", "cq_records").mapInArrow(
+        _PerBatch(lambda t: final_input(t, {}), RECON_INPUT.arrow_schema()), RECON_INPUT.spark_schema())
+
+
+def final_frame(spark, final: Union[pa.Table, DataFrame]) -> DataFrame:
+    """STATE_FINAL rows as a DataFrame (Arrow ones converted)."""
+    if isinstance(final, DataFrame):
+        return final
+    return arrow_frame(spark, final, schema=STATE_FINAL.spark_schema())
+
+
+def reopened_frames(result: AuditResult, final: Union[pa.Table, DataFrame], offsets) -> Dict[str, str]:
+    """jobs.reconstruct.settle.reopened for outputs reduced on the executors, with the settled rows
+    ``final`` a DataFrame (Arrow ones are converted): their per-broker facts (consume offsets, profiles,
+    whether DISCARDED) one small aggregate, the reduced keys grouped and joined with the settled rows' keys
+    in Spark (the settled rows' own keys subtracted), the keys of each batch of settled rows given by
+    settle.self_keys / settle.final_keys."""
     from jobs.reconstruct.settle import (
         CQ_CODES,
+        DISCARDED,
         LOST_SOURCES,
         ORPHAN_CODES,
-        discard_damage,
-        discarded_brokers,
-        fact_changes,
+        changed_facts,
+        damaged_with_discards,
         final_keys,
         self_keys,
     )
@@ -364,12 +420,19 @@ def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, 
     c = F.col
     t, a = result.transactions, result.anomalies
     spark = t.sparkSession
+    final = final_frame(spark, final)
     profiles = {r["broker"]: r["profile"] for r in result.profiles.select("broker", "profile").collect()}
-    why = fact_changes(final, profiles, offsets)
-    if discarded_brokers(final):        # only then can decoder findings reopen the run (discard_damage)
+    agg = final.groupBy("broker").agg(
+        F.max("half_consume_offset").alias("half_consume_offset_max"),
+        F.max("op_consume_offset").alias("op_consume_offset_max"),
+        F.collect_set("profile").alias("profile_distinct"),
+        F.max(F.coalesce(c("state") == DISCARDED, F.lit(False))).alias("_discarded")).collect()
+    why = changed_facts([r.asDict() for r in agg], profiles, offsets)
+    have = {r["broker"] for r in agg if r["_discarded"]}
+    if have:        # only then can decoder findings reopen the run (discard_damage)
         damaged = [r["broker"] for r in
                    a.where(c("source").isin(*LOST_SOURCES)).select("broker").distinct().collect()]
-        for b, w in discard_damage(final, damaged).items():
+        for b, w in damaged_with_discards(have, damaged).items():
             why.setdefault(b, w)
 
     def keys(df, kind, col):
@@ -380,14 +443,11 @@ def reopened_frames(result: AuditResult, final: pa.Table, offsets) -> Dict[str, 
             .unionByName(keys(rec.where(c("code").isin(*ORPHAN_CODES)), "h", "queue_offset"))
             .unionByName(keys(rec.where(c("code").isin(*CQ_CODES)), "r", "physical_offset"))
             .where(c("key").isNotNull()).groupBy("broker", "kind", "key").count())
-    own = self_keys(final)
-    import pyarrow.compute as pc
-
-    own = own.filter(pc.is_valid(own.column("key"))).group_by(["broker", "kind", "key"]).aggregate(
-        [([], "count_all")]).rename_columns(["broker", "kind", "key", "own"])
+    key_schema = pa.schema([("broker", pa.string()), ("kind", pa.string()), ("key", pa.string())])
     schema = "broker string, kind string, key string"
-    own_df = arrow_frame(spark, own, schema + ", own bigint")
-    theirs = arrow_frame(spark, final_keys(final), schema)
+    own_df = (final.mapInArrow(_PerBatch(self_keys, key_schema), schema).where(c("key").isNotNull())
+              .groupBy("broker", "kind", "key").agg(F.count(F.lit(1)).alias("own")))
+    theirs = final.mapInArrow(_PerBatch(final_keys, key_schema), schema)
     extra = (mine.join(own_df, ["broker", "kind", "key"], "left")
              .where(c("count") > F.coalesce(c("own"), F.lit(0))).select("broker", "kind", "key"))
     for r in extra.join(theirs, ["broker", "kind", "key"]).limit(100).collect():

@@ -51,9 +51,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
-
-import pyarrow as pa
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from jobs.delta import outfs
 from jobs.delta.tables import read_table
@@ -105,8 +103,9 @@ class Plan:
     carried_files: Dict[str, list] = field(default_factory=dict)
     state_written: bool = False
     #: the carried rows (Arrow, read by ``evidence`` or ``read_local``): records, findings, op_bodies (None
-    #: with bodies)
-    carried: Dict[str, Optional[pa.Table]] = field(default_factory=dict)
+    #: with bodies); the settled transactions ``final`` (Arrow, or read by ``evidence`` a DataFrame) and their
+    #: ``final_facts``
+    carried: Dict[str, Any] = field(default_factory=dict)
     #: this run's own rows when it read through the one-job read (``read_local``): its state's new part
     fresh: Optional[object] = None          # a jobs.read.full.LocalRead
     #: broker -> the previous state's ``unit_files_json`` (consume-queue files whose findings it carries)

@@ -1,6 +1,7 @@
 """The evidence of an ``audit --incremental`` run (why it equals a full audit: jobs/read/incremental/plan.py): the rows
 carried from the previous run's ``audit_state*`` tables (read on the driver with deltalake, filtered to
-what a full audit of today's store would also have) put before this run's own -- the one-job read of the
+what a full audit of today's store would also have; for the DataFrame plan the settled transactions are a
+DataFrame whose files the executors read) put before this run's own -- the one-job read of the
 CommitLog from the resume offset (:func:`read_local`) or the DataFrame plan (:func:`evidence`) -- and the
 consume-queue files whose findings are carried instead of decoded again (:class:`UnitCarry`).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from types import SimpleNamespace
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 
@@ -64,8 +65,9 @@ def read_local(spark, plan: Plan, spec: ReadSpec, max_rows: int, timings: Option
     plan.units = UnitCarry(plan.prev_units if plan.continuing else {})
     with ThreadPoolExecutor(1) as pool:
         # the carried records and op bodies (deltalake reads, most of the carried bytes) are read while the
-        # job runs: the driver only waits for it; the findings need the unit files the read skips (below)
-        early = pool.submit(_load_carried, plan, spec, False) if plan.continuing else None
+        # job runs: the driver only waits for it; the findings need the unit files the read skips (below);
+        # the settled rows once the read fits (else the DataFrame plan reads them on the executors)
+        early = pool.submit(_load_carried, plan, spec, False, final=False) if plan.continuing else None
         # a continuation reads little: in the driver when small enough (full_read.CONTINUATION_DRIVER_BYTES)
         read = one_job_read(spark, spec, max_rows, timings,
                             start=plan.read_from if plan.continuing else None, units=plan.units,
@@ -84,6 +86,7 @@ def read_local(spark, plan: Plan, spec: ReadSpec, max_rows: int, timings: Option
     if read.rows + c["records"].num_rows + c["findings"].num_rows > max_rows:
         plan.carried, plan.units = {}, None
         return None
+    c["final"], c["final_facts"] = _carried_final(plan)
     plan.carried, plan.fresh = c, read
     # carried first: the rows in a full audit's order (the CommitLog below the resume offset comes first)
     return LocalRead(**dict(
@@ -93,28 +96,45 @@ def read_local(spark, plan: Plan, spec: ReadSpec, max_rows: int, timings: Option
         anomalies=pa.concat_tables([_conform(c["findings"], read.anomalies.schema), read.anomalies])))
 
 
-def _load_carried(plan: Plan, spec: ReadSpec, findings: bool = True) -> Dict[str, Optional[pa.Table]]:
-    out = {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
-           "op_bodies": (None if spec.include_bodies
-                         else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
+def _load_carried(plan: Plan, spec: ReadSpec, findings: bool = True, spark=None,
+                  persist=None, final: bool = True) -> Dict[str, Any]:
+    """The carried rows of ``plan`` (Arrow, driver); with ``spark`` the settled transactions (``final``)
+    are a DataFrame read on the executors instead (:func:`_carried_final_frame`, persisted by ``persist``);
+    without ``final`` they are not read."""
+    out: Dict[str, Any] = {"records": _carried(plan, STATE_RECORDS, "physical_offset"),
+                           "op_bodies": (None if spec.include_bodies
+                                         else _carried(plan, STATE_OP_BODIES, "physical_offset"))}
     if findings:
         out["findings"] = _carried(plan, STATE_FINDINGS, None)
-    out["final"], out["final_facts"] = _carried_final(plan)
+    if final:
+        out["final"], out["final_facts"] = (_carried_final(plan) if spark is None
+                                            else _carried_final_frame(spark, plan, persist))
     return out
+
+
+def _final_facts(plan: Plan) -> Dict[str, dict]:
+    """broker -> {file base: facts} of the settled transactions in the CommitLog files still present."""
+    facts = {}
+    for broker, kept in plan.carried_files.items():
+        bases = {base for _, base, _ in kept}
+        facts[broker] = {k: v for k, v in plan.prev_final_facts.get(broker, {}).items() if int(k) in bases}
+    return facts
+
+
+def _final_runs(plan: Plan) -> List[str]:
+    return sorted({r for segs in plan.prev_final_segments.values() for r in segs})
 
 
 def _carried_final(plan: Plan) -> Tuple[pa.Table, Dict[str, dict]]:
     """The previous state's settled transactions (STATE_FINAL rows of the segments its headers list) whose
     CommitLog file is still present, and their facts per file (a file retention deleted takes its settled
-    transactions with it: all their records were in it)."""
+    transactions with it: all their records were in it).  One Arrow table on the driver: for a run reduced
+    there (the DataFrame plan's distributed reduce takes :func:`_carried_final_frame`)."""
     import pyarrow.compute as pc
 
     schema = STATE_FINAL.arrow_schema()
-    runs = sorted({r for segs in plan.prev_final_segments.values() for r in segs})
-    facts = {}
-    for broker, kept in plan.carried_files.items():
-        bases = {base for _, base, _ in kept}
-        facts[broker] = {k: v for k, v in plan.prev_final_facts.get(broker, {}).items() if int(k) in bases}
+    runs = _final_runs(plan)
+    facts = _final_facts(plan)
     if not runs or not _state_files(plan.out, STATE_FINAL, runs):
         return schema.empty_table(), facts
     t = _read_state(plan.out, STATE_FINAL, runs)
@@ -129,6 +149,63 @@ def _carried_final(plan: Plan) -> Tuple[pa.Table, Dict[str, dict]]:
     return pa.Table.from_arrays([rows.column(n) for n in schema.names], schema=schema), facts
 
 
+def _carried_final_frame(spark, plan: Plan, persist=None):
+    """:func:`_carried_final` as a DataFrame (persisted by ``persist``): the data files of the listed
+    segments come from the Delta log (a few URIs, driver), each file is read by an executor
+    (:class:`_StateFiles`: pyarrow through ``jobs.delta.outfs``, so an ``--out`` in a bucket reads as a local
+    one does) and the same filter is applied in Spark.  STATE_FINAL grows with history (a row per settled
+    transaction): neither the driver nor one task holds it.  No file listed: an empty Arrow table (no Spark
+    job).  -> (rows, facts per broker and file)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    facts = _final_facts(plan)
+    runs = _final_runs(plan)
+    files = _state_file_runs(plan.out, STATE_FINAL, runs) if runs else []
+    if not files:
+        return STATE_FINAL.arrow_schema().empty_table(), facts
+    c = F.col
+    schema = T.StructType([*STATE_FINAL.spark_schema().fields, T.StructField("run_id", T.StringType())])
+    listed = spark.createDataFrame(files, "uri string, run_id string")
+    listed = listed.repartition(max(1, min(len(files), 4 * spark.sparkContext.defaultParallelism)))
+    rows = listed.mapInArrow(_StateFiles(STATE_FINAL.arrow_schema()), schema)
+    keep = F.lit(False)
+    for broker, kept in plan.carried_files.items():
+        segments, bases = plan.prev_final_segments.get(broker, []), sorted({b for _, b, _ in kept})
+        if segments and bases:
+            keep = keep | ((c("broker") == broker) & c("run_id").isin(*segments) & c("file_base").isin(*bases)
+                           & (c("max_offset") < F.lit(int(plan.read_from[broker]))))
+    rows = rows.where(keep).select(*STATE_FINAL.names)
+    return (persist(rows) if persist is not None else rows), facts
+
+
+class _StateFiles:
+    """mapInArrow body: the rows of each (uri, run_id) data file of a state table, read with pyarrow
+    through ``jobs.delta.outfs`` batch by batch, cast to ``schema`` (a column the file lacks: nulls), with
+    their ``run_id`` (a partition column: not in the file)."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.out = pa.schema([*schema, pa.field("run_id", pa.string())])
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.parquet as pq
+
+        from jobs.delta import outfs
+
+        for files in batches:
+            for f in files.to_pylist():
+                with outfs.open_input(f["uri"]) as src:
+                    pf = pq.ParquetFile(src)
+                    have = set(pf.schema_arrow.names)
+                    for b in pf.iter_batches(columns=[n for n in self.schema.names if n in have]):
+                        n = b.num_rows
+                        cols = [b.column(x.name).cast(x.type) if x.name in have else pa.nulls(n, x.type)
+                                for x in self.schema]
+                        yield pa.RecordBatch.from_arrays([*cols, pa.array([f["run_id"]] * n, pa.string())],
+                                                         schema=self.out)
+
+
 def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
     """``t``'s columns cast to ``schema`` (absent ones null)."""
     n = t.num_rows
@@ -139,8 +216,10 @@ def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
 def evidence(spark, plan: Plan, frames, spec: ReadSpec, persist):
     """(records, op_bodies or None, anomalies, scan_findings) for ``jobs.audit.run``: the whole store's when the
     plan falls back, else a scan of the CommitLog from ``read_from`` -- the carried rows below it are read
-    into ``plan.carried`` (Arrow, driver; ``carried_input`` gives them to the reducer, ``write_state`` writes
-    them on).  ``scan_findings``: the CommitLog decoder findings of this run's scan."""
+    into ``plan.carried`` (the records, op bodies and findings Arrow on the driver: ``carried_input`` gives
+    them to the reducer, ``write_state`` writes them on; the settled transactions ``final`` a persisted
+    DataFrame read on the executors, :func:`carried_final_arrow` makes it Arrow for a reduction on the
+    driver).  ``scan_findings``: the CommitLog decoder findings of this run's scan."""
     from jobs.read.frames import split_tx_scan
     from jobs.read.inputs import op_bodies_for, relevant_records
 
@@ -160,14 +239,24 @@ def evidence(spark, plan: Plan, frames, spec: ReadSpec, persist):
     tail = SimpleNamespace(mode="full", commitlog=new_records, layout_info=frames.layout_info,
                            op_bodies_in_records=not spec.include_bodies)
     new_records = relevant_records(tail)
-    # the carried rows stay Arrow on the driver: the reducer and the state writer take them as they are
-    plan.carried = _load_carried(plan, spec)
+    # the carried evidence stays Arrow on the driver (the open transactions' rows: the reducer and the state
+    # writer take them as they are); the settled rows, which grow with history, are a DataFrame
+    plan.carried = _load_carried(plan, spec, spark=spark, persist=persist)
     op_bodies = None
     if not spec.include_bodies:
         op_bodies = op_bodies_for(spark, new_records, tail, spec).select(*STATE_OP_BODIES.names)
     side = (spark.read.format(ANOMALIES_FORMAT)
             .options(**spec.source_options(sources=SIDE_SOURCES)).load())
     return new_records, op_bodies, side.unionByName(new_findings), new_findings
+
+
+def carried_final_arrow(plan: Optional[Plan]) -> None:
+    """The settled transactions ``plan`` carries as a DataFrame (:func:`evidence`) collected into one Arrow
+    table in ``plan.carried["final"]``: for a run that reduces on the driver anyway (its inputs are few),
+    whose reducer, reopened check and state writer take Arrow."""
+    final = (plan.carried or {}).get("final") if plan is not None else None
+    if final is not None and not isinstance(final, pa.Table):
+        plan.carried["final"] = _conform(final.toArrow(), STATE_FINAL.arrow_schema())
 
 
 def carried_rows(plan: Optional[Plan], name: str) -> int:
@@ -227,6 +316,22 @@ def _state_files(out: str, table, run_ids: Sequence[str]) -> List[str]:
     with warnings.catch_warnings():     # partition_filters: deprecated in newer deltalake, still exact here
         warnings.simplefilter("ignore", DeprecationWarning)
         return list(deltalake.DeltaTable(path, storage_options=outfs.delta_options(path)).file_uris(partition_filters=[("run_id", "in", list(run_ids))]))
+
+
+def _state_file_runs(out: str, table, run_ids: Sequence[str]) -> List[Tuple[str, str]]:
+    """(data file URI, run id) of the rows of runs ``run_ids`` of ``table`` (none when it is no Delta table)."""
+    import deltalake
+
+    from jobs.delta import outfs
+    from jobs.delta import sink as delta_sink
+
+    path = delta_sink.table_path(out, table)
+    if not outfs.is_delta(path):
+        return []
+    dt = deltalake.DeltaTable(path, storage_options=outfs.delta_options(path))
+    with warnings.catch_warnings():     # partition_filters: deprecated in newer deltalake, still exact here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return [(uri, r) for r in run_ids for uri in dt.file_uris(partition_filters=[("run_id", "=", r)])]
 
 
 def _carried_segments(plan: Plan, table) -> List[Tuple[str, Dict[str, Optional[int]]]]:
@@ -318,4 +423,4 @@ def _unit_file_rows(findings: pa.Table, files: Dict[str, Iterable[str]]) -> pa.A
     return keep
 
 
-__all__ = ["UnitCarry", "read_local", "evidence", "carried_rows"]
+__all__ = ["UnitCarry", "read_local", "evidence", "carried_rows", "carried_final_arrow"]
