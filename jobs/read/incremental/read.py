@@ -305,17 +305,8 @@ class _Cells:
 
 
 def _state_files(out: str, table, run_ids: Sequence[str]) -> List[str]:
-    import deltalake
-
-    from jobs.delta import outfs
-    from jobs.delta import sink as delta_sink
-
-    path = delta_sink.table_path(out, table)
-    if not outfs.is_delta(path):
-        return []
-    with warnings.catch_warnings():     # partition_filters: deprecated in newer deltalake, still exact here
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return list(deltalake.DeltaTable(path, storage_options=outfs.delta_options(path)).file_uris(partition_filters=[("run_id", "in", list(run_ids))]))
+    """The data file URIs of the rows of runs ``run_ids`` of ``table`` (none when it is no Delta table)."""
+    return [uri for uri, _ in _state_file_runs(out, table, run_ids)]
 
 
 def _state_file_runs(out: str, table, run_ids: Sequence[str]) -> List[Tuple[str, str]]:
