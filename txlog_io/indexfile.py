@@ -93,6 +93,8 @@ def index_key_hash(key: str) -> int:
     return 0 if h == -(1 << 31) else abs(h)
 
 
+#: keys hashed per index_key_hashes call by IndexFileWriter (bounds its temporary arrays to a few MB)
+HASH_BATCH = 4096
 #: 31**k mod 2**32 for k < len, grown on demand (index_key_hashes)
 _POW31 = np.ones(1, np.uint64)
 
@@ -309,9 +311,11 @@ class IndexFileWriter:
         return True
 
     def _key_hashes(self) -> np.ndarray:
-        done = len(self._hashes)
-        if done < len(self._keys):
-            self._hashes = np.concatenate([self._hashes, index_key_hashes(self._keys[done:])])
+        done, keys = len(self._hashes), self._keys
+        if done < len(keys):
+            # in slices of HASH_BATCH keys: the per-character arrays of a whole file would take ~150 MB
+            self._hashes = np.concatenate([self._hashes] + [
+                index_key_hashes(keys[start:start + HASH_BATCH]) for start in range(done, len(keys), HASH_BATCH)])
         return self._hashes
 
     def _chains(self):
