@@ -93,6 +93,7 @@ class Broker(EventLoop, ConfigManagers, ProducePath, TransactionPath, CheckServi
         self.half_by_qo: dict = {}             # half queue offset -> HalfCopy   (active transactions)
         self.half_by_offset: dict = {}         # CommitLog offset -> HalfCopy   (active transactions)
         self.ops: dict = {}                    # op queue offset -> OpRecord
+        self._ops_swept: tuple = (None, 0)     # (persisted op offset, len(ops)) after _finalize's last sweep
         self.op_pending: list = []             # 5.1+: [(text, HalfCopy)] not yet written
         self.op_pending_chars = 0
         self.op_last_write = start_ms
@@ -177,19 +178,16 @@ class Broker(EventLoop, ConfigManagers, ProducePath, TransactionPath, CheckServi
         if self.profile.transaction_model == MODEL_STATETABLE:
             return          # 3.x: the statetable can resurrect anything until the end (see ledger notes)
         persisted_half = self.persisted_offsets.get((HALF_TOPIC, CHECK_GROUP), {}).get(0, -1)
-        done = []
-        half_op = self.profile.transaction_model == MODEL_HALF_OP
-        for key, txn in self.transactions.items():
-            if txn.pending_events or not txn.local_done or txn.pending_op_offsets:
-                continue
-            if half_op:
-                for c in txn.copies:
-                    if c.queue_offset >= persisted_half:
-                        break
-                else:
-                    done.append(key)
-            else:
-                done.append(key)
+        # ready: nothing pending and (4.3+) every half copy below the persisted check offset; the newest copy
+        # is tested first (one comparison rejects a transaction still being checked), then all of them
+        if self.profile.transaction_model == MODEL_HALF_OP:
+            done = [key for key, txn in self.transactions.items()
+                    if not txn.pending_events and txn.local_done and not txn.pending_op_offsets
+                    and (not txn.copies or (txn.copies[-1].queue_offset < persisted_half
+                                            and all(c.queue_offset < persisted_half for c in txn.copies)))]
+        else:
+            done = [key for key, txn in self.transactions.items()
+                    if not txn.pending_events and txn.local_done and not txn.pending_op_offsets]
         for key in done:
             self._finalize(self.transactions.pop(key))
 
@@ -200,8 +198,12 @@ class Broker(EventLoop, ConfigManagers, ProducePath, TransactionPath, CheckServi
                 del self.half_by_qo[copy.queue_offset]
         if self.profile.transaction_model == MODEL_HALF_OP:
             low = self.persisted_offsets.get((OP_TOPIC, CHECK_GROUP), {}).get(0, 0)
-            for q in [q for q in self.ops if q < low]:
-                del self.ops[q]
+            # ops below the persisted op offset are dropped; ops are only added between two sweeps, so the
+            # sweep is repeated only when that offset moved or ops were added
+            if (low, len(self.ops)) != self._ops_swept:
+                for q in [q for q in self.ops if q < low]:
+                    del self.ops[q]
+                self._ops_swept = (low, len(self.ops))
         self.finalized += 1
         if self.ledger is not None:
             self.ledger.write(txn.to_dict())

@@ -362,8 +362,9 @@ class Transaction:
         }
 
 
-#: json.dumps(entry, separators=(",", ":")) without building an encoder per line
-_LINE_ENCODER = json.JSONEncoder(separators=(",", ":"))
+#: json.dumps(entry, separators=(",", ":")) without building an encoder per line, and without the check for
+#: circular references (a ledger line is a tree of fresh dicts and lists: the same text, less work per container)
+_LINE_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 class Tally:

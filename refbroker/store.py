@@ -44,6 +44,7 @@ from txlog_io.properties import java_string_hash
 from txlog_io.properties import tags_code as tags_hash_code
 
 MAX_OPEN_QUEUES = 128
+_TRANSACTION_MASK, _TX_NOT, _TX_PREPARED, _TX_COMMIT = CL.TRANSACTION_MASK, CL.TX_NOT, CL.TX_PREPARED, CL.TX_COMMIT
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _TAGS_CODES: dict = {}          # TAGS -> tagsCode (String.hashCode), a small cache
 
@@ -123,7 +124,7 @@ class MessageStore:
         self.bytes_written = 0
         self.statetable_listener: Optional[Callable] = None  # broker hook: a new statetable file (its number)
         self.running = False
-        self.last_put: Optional[dict] = None   # the newest whole record (truncation fault target)
+        self._last_put: Optional[tuple] = None  # the newest whole record (``last_put``)
         self._written: dict = {}  # config/checkpoint content last written (skip identical rewrites)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -203,48 +204,61 @@ class MessageStore:
     def put(self, msg: CL.Message, *, tran_state_table_offset: int = 0, producer_group: Optional[str] = None,
             torn_keep: Optional[int] = None, cq_tags_code: Optional[int] = None) -> PutResult:
         """CommitLog.putMessage + doAppend: assign QUEUEOFFSET by transaction type, append, dispatch."""
-        tx_type = msg.sys_flag & CL.TRANSACTION_MASK
-        key = (msg.topic, msg.queue_id)
-        if tx_type in (CL.TX_NOT, CL.TX_COMMIT):
-            msg.queue_offset = self.queue_next.get(key, 0)
-        elif tx_type == CL.TX_PREPARED:
-            msg.queue_offset = self.tran_state_table_offset if self.statetable is not None else 0
+        sys_flag = msg.sys_flag
+        tx_type = sys_flag & _TRANSACTION_MASK
+        queued = tx_type == _TX_NOT or tx_type == _TX_COMMIT          # gets a consume-queue unit
+        topic = msg.topic
+        key = (topic, msg.queue_id)
+        if queued:
+            queue_offset = self.queue_next.get(key, 0)
+        elif tx_type == _TX_PREPARED:
+            queue_offset = self.tran_state_table_offset if self.statetable is not None else 0
         else:   # ROLLBACK: 3.x keeps the request's statetable index, 4.x writes 0
-            msg.queue_offset = tran_state_table_offset if self.statetable is not None else 0
+            queue_offset = tran_state_table_offset if self.statetable is not None else 0
+        msg.queue_offset = queue_offset
         offset, size, file_name, file_pos = self.commitlog.append(msg, torn_keep)
-        result = PutResult(offset, size, msg.queue_offset, file_name, file_pos, msg.store_timestamp,
-                           torn=torn_keep is not None)
+        store_timestamp = msg.store_timestamp
         if torn_keep is not None:
-            return result
-        if tx_type in (CL.TX_NOT, CL.TX_COMMIT):
-            self.queue_next[key] = msg.queue_offset + 1
-        elif tx_type == CL.TX_PREPARED and self.statetable is not None:
+            return PutResult(offset, size, queue_offset, file_name, file_pos, store_timestamp, True)
+        if queued:
+            self.queue_next[key] = queue_offset + 1
+        elif tx_type == _TX_PREPARED and self.statetable is not None:
             self.tran_state_table_offset += 1
         self.records_written += 1
         self.bytes_written += size
-        self.last_put = {
-            "commitlog_offset": offset,
-            "size": size,
-            "file": file_name,
-            "file_position": file_pos,
-            "record": msg.topic,
-        }
-        self.last_store_timestamp = msg.store_timestamp
+        self._last_put = (offset, size, file_name, file_pos, topic)
+        self.last_store_timestamp = store_timestamp
+        props = msg.properties
         if cq_tags_code is None:
-            tags = msg.properties.get("TAGS") if msg.properties else None
+            tags = props.get("TAGS") if props else None
             cq_tags_code = _TAGS_CODES.get(tags)
             if cq_tags_code is None:
                 cq_tags_code = tags_hash_code(tags)
                 if len(_TAGS_CODES) < 4096:
                     _TAGS_CODES[tags] = cq_tags_code
-        props = msg.properties or {}
-        self.dispatch_backlog.append(DispatchRequest(
-            msg.topic, msg.queue_id, offset, size, cq_tags_code, msg.store_timestamp, msg.queue_offset,
-            msg.sys_flag, tran_state_table_offset, msg.prepared_transaction_offset, producer_group,
-            props.get("UNIQ_KEY"), props.get("KEYS")))
-        if not self.hold_dispatch:
+        if not props:
+            props = {}
+        req = DispatchRequest(
+            topic, msg.queue_id, offset, size, cq_tags_code, store_timestamp, queue_offset, sys_flag,
+            tran_state_table_offset, msg.prepared_transaction_offset, producer_group, props.get("UNIQ_KEY"),
+            props.get("KEYS"))
+        if self.hold_dispatch:
+            self.dispatch_backlog.append(req)
+        elif self.dispatch_backlog:           # what was held back goes first
+            self.dispatch_backlog.append(req)
             self.dispatch_all()
-        return result
+        else:
+            self._dispatch(req)
+        return PutResult(offset, size, queue_offset, file_name, file_pos, store_timestamp)
+
+    @property
+    def last_put(self) -> Optional[dict]:
+        """The newest whole record (the truncation fault's target): CommitLog offset, size, file, position."""
+        if self._last_put is None:
+            return None
+        offset, size, file_name, file_pos, topic = self._last_put
+        return {"commitlog_offset": offset, "size": size, "file": file_name, "file_position": file_pos,
+                "record": topic}
 
     # -- dispatch (ReputMessageService / DispatchMessageService)
     # -----------------------------------------------
@@ -254,11 +268,11 @@ class MessageStore:
             self._dispatch(backlog.popleft())
 
     def _dispatch(self, req: DispatchRequest) -> None:
-        tx_type = req.sys_flag & CL.TRANSACTION_MASK
+        tx_type = req.sys_flag & _TRANSACTION_MASK
         if self.index is not None:
             self.index.build(req.topic, req.uniq_key, req.keys, req.sys_flag, req.physical_offset,
                              req.store_timestamp)
-        if tx_type in (CL.TX_NOT, CL.TX_COMMIT):
+        if tx_type == _TX_NOT or tx_type == _TX_COMMIT:
             self._queue(req.topic, req.queue_id).append(req.queue_offset, req.physical_offset, req.size,
                                                         req.tags_code)
             self.last_dispatched_timestamp = req.store_timestamp

@@ -93,6 +93,42 @@ def index_key_hash(key: str) -> int:
     return 0 if h == -(1 << 31) else abs(h)
 
 
+#: keys hashed per index_key_hashes call by IndexFileWriter (bounds its temporary arrays to a few MB)
+HASH_BATCH = 4096
+#: 31**k mod 2**32 for k < len, grown on demand (index_key_hashes)
+_POW31 = np.ones(1, np.uint64)
+
+
+def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """``index_key_hash`` of every key (int64): ASCII keys all at once -- String.hashCode is the sum of the
+    code units times 31**(units after it), taken mod 2**32 -- any other key one by one."""
+    global _POW31
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    text = "".join(keys)
+    if not text.isascii():
+        return np.fromiter((index_key_hash(k) for k in keys), np.int64, n)
+    lengths = np.fromiter(map(len, keys), np.int64, n)
+    if not lengths.all():
+        return np.fromiter((index_key_hash(k) for k in keys), np.int64, n)
+    longest = int(lengths.max())
+    if len(_POW31) < longest:
+        pows = [1]
+        for _ in range(longest - 1):
+            pows.append(pows[-1] * 31 & 0xFFFFFFFF)
+        _POW31 = np.array(pows, np.uint64)
+    units = np.frombuffer(text.encode("ascii"), np.uint8).astype(np.uint64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    # the exponent of a unit is the number of units after it in its key
+    after = np.repeat(ends, lengths) - 1 - np.arange(len(units), dtype=np.int64)
+    sums = np.add.reduceat(units * _POW31[after], starts) & np.uint64(0xFFFFFFFF)
+    h = sums.astype(np.int64)
+    h = np.where(h >= 1 << 31, h - (1 << 32), h)                    # String.hashCode's int
+    return np.where(h == -(1 << 31), 0, np.abs(h))
+
+
 def build_key(topic: str, key: str) -> str:
     return f"{topic}#{key}"
 
@@ -235,8 +271,11 @@ def read_index_file(path, hash_slots: Optional[int] = None, index_num: Optional[
 class IndexFileWriter:
     """Encoder twin: builds an index file byte for byte as ``IndexFile.putKey`` does.
 
-    The slots written so far are kept in a dict and the entries in a list; ``to_bytes`` lays them out (header,
-    slot table, entries from index 1, zeros after), so a put costs no buffer packing."""
+    A put only records the key, its CommitLog offset and its time difference; ``to_bytes`` hashes the keys
+    not hashed yet (``index_key_hashes``, all at once) and lays the file out (header, slot table, entries from
+    index 1 with their chains, zeros after).  The chain of a slot is what putKey builds: each entry points to
+    the slot's previous entry (0 for its first), the slot to its latest entry; ``slot_count`` is the number of
+    slots used."""
 
     def __init__(self, hash_slots: int = DEFAULT_HASH_SLOTS, index_num: int = DEFAULT_INDEX_NUM,
                  end_phy_offset: int = 0, end_timestamp: int = 0):
@@ -245,11 +284,13 @@ class IndexFileWriter:
         if hash_slots <= 0 or index_num <= 1:
             raise EncodeError("hash_slots/index_num", "> 0 / > 1", (hash_slots, index_num))
         self.hash_slots, self.index_num = hash_slots, index_num
-        self._slots: dict = {}                  # slot -> index of the slot's latest entry
-        self._entries: list = []                # (key hash, phy offset, time diff s, previous index), index 1..
+        self._keys: list = []                   # key of entry i + 1
+        self._phys: list = []                   # its CommitLog offset
+        self._diffs: list = []                  # its time difference (s) from beginTimestamp
+        self._hashes = np.zeros(0, np.int64)    # index_key_hash of the first len(_hashes) keys
         self.begin_phy = self.end_phy = max(end_phy_offset, 0)
         self.begin_ts = self.end_ts = max(end_timestamp, 0)
-        self.slot_count, self.index_count = 0, 1
+        self.index_count = 1
 
     @property
     def full(self) -> bool:
@@ -259,36 +300,58 @@ class IndexFileWriter:
         index_count = self.index_count
         if index_count >= self.index_num:
             return False
-        h = index_key_hash(key)
-        slot = h % self.hash_slots
-        slot_value = self._slots.get(slot, 0)
-        if slot_value <= 0 or slot_value > index_count:
-            slot_value = 0
         begin_ts = self.begin_ts
-        diff = 0 if begin_ts <= 0 else min(max((store_timestamp - begin_ts) // 1000, 0), 2**31 - 1)
-        self._entries.append((h, phy_offset, int(diff), slot_value))
-        self._slots[slot] = index_count
+        self._keys.append(key)
+        self._phys.append(phy_offset)
+        self._diffs.append(0 if begin_ts <= 0 else min(max((store_timestamp - begin_ts) // 1000, 0), 2**31 - 1))
         if index_count <= 1:
             self.begin_phy, self.begin_ts = phy_offset, store_timestamp
-        if slot_value == 0:
-            self.slot_count += 1
         self.index_count = index_count + 1
         self.end_phy, self.end_ts = phy_offset, store_timestamp
         return True
 
+    def _key_hashes(self) -> np.ndarray:
+        done, keys = len(self._hashes), self._keys
+        if done < len(keys):
+            # in slices of HASH_BATCH keys: the per-character arrays of a whole file would take ~150 MB
+            self._hashes = np.concatenate([self._hashes] + [
+                index_key_hashes(keys[start:start + HASH_BATCH]) for start in range(done, len(keys), HASH_BATCH)])
+        return self._hashes
+
+    def _chains(self):
+        """(slot of each entry, previous entry index of its slot per entry, slot table as (slots, latest))."""
+        slots = self._key_hashes() % self.hash_slots
+        order = np.argsort(slots, kind="stable")          # entries grouped by slot, in put order
+        by_slot = slots[order]
+        same = by_slot[1:] == by_slot[:-1]
+        prev = np.zeros(len(slots), np.int64)
+        prev[order[1:][same]] = order[:-1][same] + 1      # entry index = position + 1
+        last = np.append(~same, True) if len(slots) else np.zeros(0, bool)
+        return prev, by_slot[last], order[last] + 1
+
+    @property
+    def slot_count(self) -> int:
+        return len(self._chains()[1]) if self._keys else 0
+
     def to_bytes(self) -> bytes:
         buf = bytearray(file_size_for(self.hash_slots, self.index_num))
-        HEADER.pack_into(buf, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                         self.slot_count, self.index_count)
-        if self._slots:
+        slot_count = 0
+        if self._keys:
+            prev, used, latest = self._chains()
+            slot_count = len(used)
             slots = np.zeros(self.hash_slots, ">i4")
-            slots[np.fromiter(self._slots.keys(), np.int64, len(self._slots))] = \
-                np.fromiter(self._slots.values(), np.int64, len(self._slots))
+            slots[used] = latest
             buf[HEADER_SIZE:HEADER_SIZE + self.hash_slots * SLOT_SIZE] = slots.tobytes()
-        if self._entries:
+            entries = np.empty(len(self._keys), ENTRY_DTYPE)
+            entries["key_hash"] = self._key_hashes()
+            entries["commitlog_offset"] = self._phys
+            entries["time_diff_s"] = self._diffs
+            entries["prev_index"] = prev
             at = HEADER_SIZE + self.hash_slots * SLOT_SIZE + ENTRY_SIZE       # entry 0 stays zero
-            entries = np.array(self._entries, ENTRY_DTYPE).tobytes()
-            buf[at:at + len(entries)] = entries
+            data = entries.tobytes()
+            buf[at:at + len(data)] = data
+        HEADER.pack_into(buf, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                         slot_count, self.index_count)
         return bytes(buf)
 
 

@@ -25,8 +25,11 @@ Output: one line per count, then as the LAST line one JSON object::
 
     {"runs": [{"transactions": N, "audit_s": ..., "s_per_million_tx": ..., "reduce_path": "distributed",
                "reduce_tasks": ..., "peak_worker_rss_mb": ..., "peak_driver_rss_mb": ...,
-               "ledger_matched": ..., "ledger_total": ..., "generate_s": ..., "phases": {...}}, ...]}
-"""
+               "ledger_matched": ..., "ledger_total": ..., "generate_s": ..., "generate_tx_per_s": ...,
+               "phases": {...}}, ...]}
+
+``generate_s`` is the store's generation (wall seconds) and ``generate_tx_per_s`` its rate (None when
+``--keep`` reused a store)."""
 from __future__ import annotations
 
 import argparse
@@ -212,7 +215,8 @@ def run(argv: Optional[Sequence[str]] = None) -> List[dict]:
                          "s_per_million_tx": round(r["audit_s"] / n * 1e6, 2), "reduce_path": r["reduce_path"],
                          "reduce_tasks": r["reduce_tasks"], "peak_worker_rss_mb": r["peak_worker_rss_mb"],
                          "peak_driver_rss_mb": r["peak_driver_rss_mb"], "ledger_matched": matched,
-                         "ledger_total": total, "generate_s": round(gen_s, 1), "phases": r["phases"],
+                         "ledger_total": total, "generate_s": round(gen_s, 1),
+                         "generate_tx_per_s": round(n / gen_s) if gen_s > 0 else None, "phases": r["phases"],
                          "peak_driver_split_mb": r["peak_driver_split_mb"]})
             print(f"{n} transactions: audit {r['audit_s']:.1f} s ({runs[-1]['s_per_million_tx']} s per million), "
                   f"{r['reduce_tasks']} reduce tasks, worker {r['peak_worker_rss_mb']} MB, driver "
