@@ -173,6 +173,7 @@ SCENARIO_BROKERS = (
     "s-40",
     "s-resume",
     "s-nocof",
+    "s-xkey",
 )
 
 
@@ -250,6 +251,24 @@ def scenario_rows():
     b = "s-cq"
     cl += [half(b, 0, 0, "U9"), half(b, 100, 1, "U10")]
     cqs += [cq(b, H, 0, 0, size=99)]
+    # an END whose UNIQ_KEY is not that of the half copy it names (EndTransactionProcessor copies the half's
+    # properties into it): a bit flip in the newest copy's UNIQ_KEY (U20 -> UX20, U21 -> UX21); U22 intact
+    b = "s-xkey"
+    cl += [
+        half(b, 0, 0, "U20"),
+        half(b, 100, 1, "UX20", ct=1),
+        commit(b, 200, 100, "U20"),
+        op(b, 300, 0, "1"),
+        half(b, 400, 2, "U21"),
+        half(b, 500, 3, "UX21", ct=1),
+        commit(b, 600, 500, "U21"),
+        op(b, 700, 1, "2"),
+        op(b, 800, 2, "3"),
+        half(b, 900, 4, "U22"),
+        commit(b, 1000, 900, "U22"),
+        op(b, 1100, 3, "4"),
+    ]
+    cos += co(b, 5, 4)
     # corrupt record
     b = "s-corrupt"
     cl += [half(b, 0, 0, "U11", body_crc_ok=False)]

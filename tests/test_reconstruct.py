@@ -604,6 +604,27 @@ def test_corrupt_record(scenarios):
     assert "CORRUPT_RECORD" in t["flags"]
 
 
+def test_end_naming_another_transactions_copy(scenarios):
+    """A COMMIT record carrying U20's UNIQ_KEY names (PREPARED_TRANSACTION_OFFSET) a copy keyed UX20: both
+    transactions CORRUPT_RECORD; U20, PREPARED by absence, STATE_UNCERTAIN_DAMAGED_RANGE over the COMMIT
+    record and a check-back; U21 (also rolled back by an op on its original copy) UNKNOWN_DAMAGED."""
+    tx, rec = scenarios["tx"]["s-xkey"], _recovery(scenarios, "s-xkey")
+    got = {k: (t["state"], "CORRUPT_RECORD" in t["flags"], "STATE_UNCERTAIN_DAMAGED_RANGE" in t["flags"],
+               rec[k]["action"] if k in rec else None) for k, t in tx.items()}
+    assert got == {
+        "U20": ("PREPARED", True, True, "CHECK_BACK_DAMAGED"),
+        "UX20": ("COMMITTED", True, False, "REVIEW_EVIDENCE"),
+        "U21": ("UNKNOWN_DAMAGED", True, True, "CHECK_BACK_DAMAGED"),
+        "UX21": ("COMMITTED", True, False, "REVIEW_EVIDENCE"),
+        "U22": ("COMMITTED", False, False, None),
+    }
+    assert tx["U22"]["flags"] == []
+    marks = sorted((a["transaction_key"], a["physical_offset"], a["length"]) for a in scenarios["anomalies"]
+                   if a["broker"] == "s-xkey")
+    assert marks == [("U20", 200, 100), ("U21", 600, 100)]
+    assert "U21" in _check_back(scenarios, "s-xkey")
+
+
 def test_deadlines_and_check_back_priorities(scenarios):
     tx, cb, rec = (
         scenarios["tx"]["s-deadline"],

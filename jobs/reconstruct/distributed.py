@@ -14,7 +14,8 @@ The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each ru
    offset), a half copy by its queue offset, an OP (one per half offset: batched 5.1+ bodies are already
    exploded) by the offset it names, a COMMIT END by its target's and an ORIGREF twin by
    TRAN_PREPARED_QUEUE_OFFSET (OPs take the halves' max tx and whether one is committed; the others learn
-   ``named``).  Window groups compare keys as the reducer's ``key_ids`` do (null equals null).  Then ONE
+   ``named``); an END whose own id differs from its copy's gets an XREF twin (``cross_refs``, a filter of
+   the persisted linked rows).  Window groups compare keys as the reducer's ``key_ids`` do (null equals null).  Then ONE
    shuffle by (broker, tx) over ``reduce_tasks`` partitions, sorted within by (broker, tx, ord), and the
    unchanged per-transaction rules (jobs/reconstruct/rules.py) over chunks of whole transactions
    (``partitioned.reduce_chunks``).
@@ -46,7 +47,19 @@ from jobs.reconstruct import partitioned as part
 from jobs.reconstruct import rules as txrules
 from jobs.reconstruct import worklists
 from jobs.reconstruct.damage import PastEnd, RedologGap, damaged_ranges, with_redolog_gap
-from jobs.reconstruct.evidence import COMMIT_T, COPY, END, HALF_Q, OP, ORIGREF, PREP_R, REDO_E, REDO_P, ST
+from jobs.reconstruct.evidence import (
+    COMMIT_T,
+    COPY,
+    END,
+    HALF_Q,
+    OP,
+    ORIGREF,
+    PREP_R,
+    REDO_E,
+    REDO_P,
+    ST,
+    XREF,
+)
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
 from jobs.reconstruct.reducer import (
     CQ_RECORD_SRC,
@@ -252,6 +265,17 @@ def link(ev: DataFrame) -> DataFrame:
     return in_q.unionByName(rest)
 
 
+def cross_refs(linked: DataFrame) -> DataFrame:
+    """evidence.cross_refs over linked rows: the XREF twins (keyed by ``own_tx``) of the END rows whose own
+    id differs from the id of the half copy their PREPARED_TRANSACTION_OFFSET found (evidence.key_mismatch).
+    A filter of the persisted linked rows: no shuffle of its own."""
+    c = F.col
+    hit = ((c("role") == END) & (c("has_target") > 0) & (c("target_mech") == HALF_Q)
+           & (c("mechanism") == HALF_Q) & c("uniq_key").isNotNull() & (c("own_tx") != c("tx")))
+    return (linked.where(hit).withColumn("tx", c("own_tx")).withColumn("role", F.lit(XREF).cast("tinyint"))
+            .withColumn("ord", c("ord") + F.lit(part.KIND_XREF << part.KIND_SHIFT)).select(*_EV))
+
+
 def _as_output(df: DataFrame, name: str) -> DataFrame:
     """Rows of one output table as RECON_OUTPUT rows."""
     have = set(df.columns)
@@ -316,7 +340,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
 
     anomaly_frames = [linked.where((c("role") == OP) & c("tx").isNull()).coalesce(cores)
                       .mapInArrow(orphans, AUDIT_ANOMALIES.spark_schema())]
-    with_tx = linked.where(c("tx").isNotNull())
+    with_tx = linked.where(c("tx").isNotNull()).unionByName(cross_refs(linked))
     if has_cq:
         def cq(it):
             yield from part.cq_chunks(it, ctx)
@@ -373,4 +397,4 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
     return Distributed(out, tasks, persisted, linked)
 
 
-__all__ = ["reduce_distributed", "reduce_tasks", "link", "Distributed", "ROWS_PER_TASK"]
+__all__ = ["reduce_distributed", "reduce_tasks", "link", "cross_refs", "Distributed", "ROWS_PER_TASK"]

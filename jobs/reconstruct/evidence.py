@@ -1,7 +1,7 @@
 """Evidence rows of the reconstruction and their linking, as columns (Spark-free: numpy + pyarrow).
 
 Every record that says something about a transaction becomes one evidence row (role COPY, END, OP, DISCARD,
-ST, REDO_P, REDO_E or ORIGREF) carrying a transaction id ``tx``.  The rules are those of the store-format
+ST, REDO_P, REDO_E, ORIGREF or XREF) carrying a transaction id ``tx``.  The rules are those of the store-format
 reference sections 7, 8, 10 and 11 (see jobs/reconstruct/spark.py for the summary):
 
 * COPY: half copies (topic RMQ_SYS_TRANS_HALF_TOPIC; id from (UNIQ_KEY, PGROUP, REAL_TOPIC), else the copy's
@@ -13,6 +13,9 @@ reference sections 7, 8, 10 and 11 (see jobs/reconstruct/spark.py for the summar
   id; the copy learns whether a COMMIT points to it.
 * link_ops: an OP finds the half copy whose QUEUEOFFSET it names (by half queue id and offset); copies learn
   whether an op names them, directly or through their TRAN_PREPARED_QUEUE_OFFSET (ORIGREF).
+* cross_refs: an END whose own (UNIQ_KEY, PGROUP, topic) id differs from the id of the half copy it found
+  (``key_mismatch``: RocketMQ copies that half's properties into the END, so one of the two was damaged)
+  gets an XREF twin keyed by its own id, so that the transaction the END names is flagged too.
 
 One broker's rows at a time.  Both links are key joins over sorted keys (jobs/reconstruct/groups.py); no Python loop
 runs per row (only op-body pieces that are not plain ASCII digits are parsed one by one).
@@ -50,7 +53,7 @@ from jobs.reconstruct.params import (
 from schemas.recon import EVIDENCE_CODE_COLUMNS, EVIDENCE_INT_COLUMNS, EVIDENCE_STR_COLUMNS
 
 # role codes (0 = none); mechanism codes keep the order of their names (max() over names = max over codes)
-COPY, END, OP, DISCARD, ST, REDO_P, REDO_E, ORIGREF = range(1, 9)
+COPY, END, OP, DISCARD, ST, REDO_P, REDO_E, ORIGREF, XREF = range(1, 10)
 HALF_Q, PREP_R = 1, 2                       # HALF_QUEUE < PREPARED_RECORD, as strings
 COMMIT_T, ROLLBACK_T = 1, 2
 CRC_FALSE, CRC_TRUE = 1, 2                  # body_crc_ok: 0 = null
@@ -315,6 +318,17 @@ def _string_max_at(n_keys: int, ids: np.ndarray, s: pa.Array, rows: np.ndarray) 
     return take(s, np.where(has, where[best], -1))
 
 
+def own_tx(ev: Evidence) -> pa.Array:
+    """Per row: the id an END row has by its own properties (its (UNIQ_KEY, PGROUP, topic) id for a half-queue
+    END with a UNIQ_KEY, else "P" + PREPARED_TRANSACTION_OFFSET); meaningful on END rows only."""
+    if not ev.n:
+        return pa.nulls(0, pa.string())
+    uk_ok = ~np.asarray(ev.s["uniq_key"].is_null())
+    return pc.if_else(pa.array(uk_ok & (ev.c["mechanism"] == HALF_Q)),
+                      uniq_tx(ev.s["uniq_key"], ev.s["pgroup"], ev.s["real_topic"]),
+                      p_tx(to_arrow_nullable(ev.i["pto"])))
+
+
 def link_ends(ev: Evidence) -> None:
     """END rows take the id of the copy PREPARED_TRANSACTION_OFFSET points to (target_*), else the
     (UNIQ_KEY, PGROUP, topic) id the copies would have, else "P" + pto; copies learn ``committed``.  Where two
@@ -352,11 +366,7 @@ def link_ends(ev: Evidence) -> None:
     has_target = ~np.asarray(t_tx.is_null()) if n else np.zeros(0, bool)
     ev.c["has_target"] = has_target.astype(np.int8)
     is_end = role == END
-    uk_ok = ~np.asarray(ev.s["uniq_key"].is_null()) if n else np.zeros(0, bool)
-    own = pc.if_else(pa.array(uk_ok & (ev.c["mechanism"] == HALF_Q)),
-                     uniq_tx(ev.s["uniq_key"], ev.s["pgroup"], ev.s["real_topic"]),
-                     p_tx(to_arrow_nullable(i["pto"])))
-    ev.s["tx"] = pc.if_else(pa.array(is_end), pc.coalesce(t_tx, own), ev.s["tx"])
+    ev.s["tx"] = pc.if_else(pa.array(is_end), pc.coalesce(t_tx, own_tx(ev)), ev.s["tx"])
     commits = np.nonzero(is_end & (ev.c["end_type"] == COMMIT_T) & pto_ok)[0]
     committed = np.zeros(n, bool)
     committed[copies] = member([(pv[copies], pok[copies])], [(pto_v[commits], pto_ok[commits])])
@@ -409,7 +419,37 @@ def link_ops(ev: Evidence) -> Evidence:
     return Evidence.concat([ev, orig])
 
 
+def key_mismatch(ev: Evidence) -> np.ndarray:
+    """Linked END rows of a half-queue transaction (with a UNIQ_KEY) whose PREPARED_TRANSACTION_OFFSET found a
+    half copy of another (UNIQ_KEY, PGROUP, REAL_TOPIC) id than the END's own.  EndTransactionProcessor reads
+    the half at that offset and copies its properties into the END it writes (endMessageTransaction; topic =
+    the half's REAL_TOPIC), so RocketMQ never writes such a pair: one of the two records was damaged after
+    the write (their properties are covered by no checksum before 5.2, and only optionally after)."""
+    if not ev.n:
+        return np.zeros(0, bool)
+    c = ev.c
+    cand = ((c["role"] == END) & (c["has_target"] > 0) & (c["target_mech"] == HALF_Q) & (c["mechanism"] == HALF_Q)
+            & ~np.asarray(ev.s["uniq_key"].is_null()))
+    rows = np.nonzero(cand)[0]
+    if len(rows):
+        sub = ev.rows(rows)
+        cand[rows] = _np(pc.not_equal(own_tx(sub), sub.s["tx"]))
+    return cand
+
+
+def cross_refs(ev: Evidence) -> Evidence:
+    """The XREF twins of the ``key_mismatch`` END rows of linked evidence: the same row keyed by the END's
+    own id, so that the transaction whose key the END carries sees it (jobs/reconstruct/rules.py flags both
+    transactions).  Append them to the linked evidence (after the ORIGREF rows)."""
+    rows = np.nonzero(key_mismatch(ev))[0]
+    x = ev.rows(rows)
+    x.s["tx"] = own_tx(x)
+    x.c["role"] = np.full(x.n, XREF, np.int8)
+    return x
+
+
 __all__ = ["Evidence", "COPY", "END", "OP", "DISCARD", "ST", "REDO_P", "REDO_E", "ORIGREF", "HALF_Q",
-           "PREP_R", "COMMIT_T", "ROLLBACK_T", "CRC_FALSE", "CRC_TRUE", "MECH_NAMES", "is_system_topic",
+           "PREP_R", "XREF", "COMMIT_T", "ROLLBACK_T", "CRC_FALSE", "CRC_TRUE", "MECH_NAMES", "is_system_topic",
            "is_system_topic_mask", "spark_long", "record_evidence", "op_rows_evidence", "op_evidence",
-           "statetable_evidence", "redolog_evidence", "body_texts", "link_ends", "link_ops", "key_ids"]
+           "statetable_evidence", "redolog_evidence", "body_texts", "link_ends", "link_ops", "key_ids", "own_tx",
+           "key_mismatch", "cross_refs"]

@@ -102,7 +102,10 @@ FLAGS: dict = {
     "CORRUPT_RECORD": (
         "A CommitLog decoder anomaly lies inside one of the transaction's records (findings about a whole "
         "file -- size, gap, missing file -- do not count), or one of them fails its body CRC (the record "
-        "still counts as evidence: BODYCRC covers only the body)."
+        "still counts as evidence: BODYCRC covers only the body), or a COMMIT / ROLLBACK record and the half "
+        "copy its PREPARED_TRANSACTION_OFFSET names disagree on the transaction (UNIQ_KEY, PGROUP, topic): "
+        "EndTransactionProcessor copies that half's properties into the record it writes, so one of the "
+        "two was damaged; both transactions (the copy's and the one the record carries) are flagged."
     ),
     "STATE_UNCERTAIN_DAMAGED_RANGE": (
         "The state rests on the absence of a record (ROLLED_BACK from an op without a COMMIT record, PREPARED "
@@ -114,7 +117,10 @@ FLAGS: dict = {
         "op-rolled-back one becomes UNKNOWN_DAMAGED; PREPARED and DISCARDED keep their state (what the broker "
         "itself acts on).  The same for flags reached by absence on a state read from a record: "
         "COMMIT_WITHOUT_OP is then not asserted (its op is written after the COMMIT, any time later), "
-        "RESOLVED_COPY_PENDING_CHECK is kept (lost range after the newest copy); and, 3.x, for "
+        "RESOLVED_COPY_PENDING_CHECK is kept (lost range after the newest copy); the same where the "
+        "transaction's own half copy lacks REAL_TOPIC / REAL_QID, or a COMMIT / ROLLBACK record carrying its "
+        "id names another transaction's half copy (CORRUPT_RECORD: its resolution may be that record); "
+        "and, 3.x, for "
         "STATETABLE_MISSING_PREPARED / REDOLOG_COMMITLOG_DISAGREE / STATETABLE_REDOLOG_DISAGREE or a state "
         "from the tables alone when that table has lost units.  A STATE_UNCERTAIN_DAMAGED_RANGE finding "
         "(audit_anomalies, same transaction_key) names the damaged range (or table) and the inference."

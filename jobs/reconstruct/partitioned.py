@@ -38,17 +38,15 @@ from jobs.reconstruct.damage import DamagedRanges
 from jobs.reconstruct.evidence import (
     CODE_FIELDS,
     END,
-    HALF_Q,
     INT_FIELDS,
     STR_FIELDS,
     Evidence,
     op_rows_evidence,
-    p_tx,
+    own_tx,
     record_evidence,
     redolog_evidence,
     statetable_evidence,
     to_arrow_nullable,
-    uniq_tx,
 )
 from jobs.reconstruct.groups import ints, strings
 from jobs.reconstruct.params import AuditParams
@@ -84,7 +82,7 @@ assert (EVIDENCE_INT_COLUMNS, EVIDENCE_CODE_COLUMNS, EVIDENCE_STR_COLUMNS) == (I
 
 #: ``ord`` = kind << KIND_SHIFT | partition << PART_SHIFT | row number in the partition
 KIND_SHIFT, PART_SHIFT = 56, 32
-KIND_RECORD, KIND_OP, KIND_ST, KIND_REDO, KIND_ORIGREF = range(5)
+KIND_RECORD, KIND_OP, KIND_ST, KIND_REDO, KIND_ORIGREF, KIND_XREF = range(6)
 #: problem bits of the consume-queue comparison (RECON_EVIDENCE.problems)
 PROBLEM_BITS = {"CQ_MISMATCH": 1, "EVIDENCE_IN_DELETED_RANGE": 2}
 #: rows of sorted evidence a reduce step gathers before it runs the rules on the whole transactions among them
@@ -186,10 +184,7 @@ def evidence_table(broker: str, ev: Evidence, ord_: np.ndarray) -> pa.Table:
     cols.update({k: pa.array(ev.c[k], pa.int8()) for k in CODE_FIELDS})
     cols.update({k: ev.s[k] for k in STR_FIELDS})
     is_end = ev.c["role"] == END
-    uk_ok = ~np.asarray(ev.s["uniq_key"].is_null()) if n else np.zeros(0, bool)
-    own = pc.if_else(pa.array(uk_ok & (ev.c["mechanism"] == HALF_Q)),
-                     uniq_tx(ev.s["uniq_key"], ev.s["pgroup"], ev.s["real_topic"]),
-                     p_tx(to_arrow_nullable(ev.i["pto"]))) if n else pa.nulls(0, pa.string())
+    own = own_tx(ev)
     cols["own_tx"] = pc.if_else(pa.array(is_end), own, pa.nulls(n, pa.string())) if n else own
     cols["problems"] = pa.array(np.zeros(n, np.int8), pa.int8())
     schema = RECON_EVIDENCE.arrow_schema()
@@ -385,4 +380,4 @@ def decoder_findings(broker: str, anomalies: pa.Table) -> List[dict]:
 __all__ = ["evidence_batches", "evidence_and_facts", "evidence_table", "evidence_of", "partial_facts", "merge_facts",
            "reduce_chunks", "orphan_batches", "cq_chunks", "cq_key", "missing_body_batches",
            "decoder_findings", "chunks_by_key", "by_broker", "output_union", "BrokerContext", "Context",
-           "PROBLEM_BITS", "CQ_UNITS", "KIND_SHIFT", "KIND_ORIGREF", "CHUNK_ROWS"]
+           "PROBLEM_BITS", "CQ_UNITS", "KIND_SHIFT", "KIND_ORIGREF", "KIND_XREF", "CHUNK_ROWS"]

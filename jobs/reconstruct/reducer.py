@@ -39,6 +39,7 @@ from jobs.reconstruct.evidence import (
     Evidence,
     _np,
     body_texts,
+    cross_refs,
     is_system_topic_mask,
     link_ends,
     link_ops,
@@ -511,6 +512,9 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
                           redolog_evidence(sub["redolog"])])
     link_ends(ev)
     ev = link_ops(ev)
+    xref = cross_refs(ev)
+    if xref.n:
+        ev = Evidence.concat([ev, xref])
     if later is not None:
         got = later.result()
     assert got is not None

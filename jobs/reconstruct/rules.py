@@ -35,8 +35,10 @@ from jobs.reconstruct.evidence import (
     REDO_P,
     ROLLBACK_T,
     ST,
+    XREF,
     Evidence,
     _np,
+    key_mismatch,
 )
 from jobs.reconstruct.flags import FLAGS, UNCERTAIN
 from jobs.reconstruct.groups import (
@@ -67,7 +69,7 @@ from jobs.reconstruct.params import (
     UNKNOWN_DAMAGED,
     AuditParams,
 )
-from jobs.reconstruct.uncertain import uncertain_findings, unlinked_half
+from jobs.reconstruct.uncertain import record_range, uncertain_findings, unlinked_half
 from schemas.audit import TRANSACTIONS
 
 # ------------------------------------------------------------------------------------------------------------
@@ -160,6 +162,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     role, c, i, s = ev.c["role"], ev.c, ev.i, ev.s
     is_copy, is_end, is_op, is_disc = role == COPY, role == END, role == OP, role == DISCARD
     is_st, is_rp, is_re, is_orig = role == ST, role == REDO_P, role == REDO_E, role == ORIGREF
+    is_xref = role == XREF
     core = is_copy | is_end | is_op | is_disc
     commit_end, rb_end = is_end & (c["end_type"] == COMMIT_T), is_end & (c["end_type"] == ROLLBACK_T)
     rowid = np.arange(N, dtype=np.int64)
@@ -313,7 +316,9 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
         | (earlier_gone & mco_pos),
         "PREPARED_RECORD_MISSING": miss_above | (orphan_discard_only & mco_not_pos) | (units_only & p_above)
         | (earlier_gone & mco_not_pos),
-        "CORRUPT_RECORD": g.any(core & (c["crc"] == CRC_FALSE)),
+        # an END and the half copy it names disagree on the transaction (evidence.key_mismatch): both the
+        # transaction the copy keys and the one the END carries (its XREF twin) hold a damaged record
+        "CORRUPT_RECORD": g.any((core & (c["crc"] == CRC_FALSE)) | key_mismatch(ev) | is_xref),
         "STATETABLE_MISSING_PREPARED": prepared & legacy & has_st & has_first & (st_row < 0),
         "STATETABLE_INDEX_MISMATCH": legacy & has_st & st_index[1] & first_qo[1]
         & (st_index[0] != first_qo[0]),
@@ -335,7 +340,11 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     own = unlinked_half(g, is_copy & (c["mechanism"] == HALF_Q) & pok, s["real_topic"], i["real_qid"],
                          i["physical_offset"], i["total_size"])
     own_only = (rb_absent | open_ended) & own[1] & (lost < 0)
-    by_state = ((rb_absent | open_ended) & (lost >= 0)) | own_only
+    # an END carrying this transaction's id names another transaction's half copy: its resolution may be
+    # that END (linked there), so a state by absence is unsure
+    xref = record_range(g.pick(is_xref, pv), i["physical_offset"], i["total_size"], i["pto"])
+    xref_only = (rb_absent | open_ended) & xref[1] & (lost < 0) & ~own_only
+    by_state = ((rb_absent | open_ended) & (lost >= 0)) | own_only | xref_only
     unknown = rb_absent & by_state
     # flags reached by absence on a state read from a record: the op of a COMMIT (written after it, at any
     # later time) and the op of the newest copy (after that copy) could lie in a lost range after them
@@ -357,8 +366,8 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     redo_unsure = ((st_rests | codes["REDOLOG_COMMITLOG_DISAGREE"] | codes["STATETABLE_REDOLOG_DISAGREE"]
                     | redo_missing) & bool(damaged.redolog))
     uncertain = by_state | cwo_unsure | rc_unsure | st_unsure | redo_unsure
-    why = np.select([own_only & unknown, own_only, by_state & unknown, by_state, cwo_unsure, rc_unsure,
-                     st_unsure, redo_unsure], [6, 7, 0, 1, 2, 3, 4, 5], -1)
+    why = np.select([own_only & unknown, own_only, xref_only & unknown, xref_only, by_state & unknown, by_state,
+                     cwo_unsure, rc_unsure, st_unsure, redo_unsure], [6, 7, 8, 9, 0, 1, 2, 3, 4, 5], -1)
     lost_at = np.select([(why >= 0) & (why <= 1), why == 2, why == 3], [lost, lost_op, lost_rc], -1)
     codes[UNCERTAIN] = uncertain
     fg, fc_codes = [], []
@@ -407,7 +416,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     out = pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
     if findings is not None and uncertain.any():
         findings.append(uncertain_findings(broker, key, state, uncertain & keep, why, first_any, op_rec,
-                                            (cwo_lo, newest_phys), lost_at, damaged, own))
+                                            (cwo_lo, newest_phys), lost_at, damaged, own, xref))
     return out.filter(pa.array(keep)) if not keep.all() else out
 
 

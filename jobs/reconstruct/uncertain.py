@@ -5,7 +5,7 @@ jobs/reconstruct/damage.py gives the lost ranges; docs/robustness.md states the 
 half copies whose damaged properties leave a transaction unlinked (``unlinked_half``)."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -25,20 +25,32 @@ def unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_q
     damaged after the write: what finds a half by ``REAL_TOPIC#UNIQ_KEY`` (its re-put copies, an indexed
     read's COMMIT lookup) may not have reached this transaction, and a state reached by absence is unsure."""
     has_rt = np.asarray(real_topic.is_valid()) if len(real_topic) else np.zeros(0, bool)
-    row = g.pick(half_copy & ~(has_rt & real_qid[1]), phys[0])
+    rng, ok, _ = record_range(g.pick(half_copy & ~(has_rt & real_qid[1]), phys[0]), phys, size)
+    return rng, ok
+
+
+Range = Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray, Nullable]
+
+
+def record_range(row: np.ndarray, phys: Nullable, size: Nullable, pto: Optional[Nullable] = None) -> Range:
+    """Per transaction the ``([start, end), present, PREPARED_TRANSACTION_OFFSET)`` of the evidence row picked
+    for it (``row``, -1: none); at least one byte long."""
     start, ok = at_rows(row, phys)
     ts = at_rows(row, size)
-    return (start, start + np.where(ts[1], np.maximum(ts[0], 1), 1)), ok
+    named = at_rows(row, pto) if pto is not None else (np.zeros(len(row), np.int64), np.zeros(len(row), bool))
+    return (start, start + np.where(ts[1], np.maximum(ts[0], 1), 1)), ok, named
 
 
 def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, why: np.ndarray,
                         lo: Nullable, op_rec: Nullable, after: Tuple[Nullable, Nullable], hit: np.ndarray,
-                        damaged: DamagedRanges, own: Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]
-                        ) -> pa.Table:
+                        damaged: DamagedRanges, own: Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray],
+                        xref: Optional[Range] = None) -> pa.Table:
     """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the inference (``why``: 0 rollback
     from an op, 1 PREPARED / DISCARDED, 2 COMMIT_WITHOUT_OP, 3 RESOLVED_COPY_PENDING_CHECK, 4 statetable,
     5 redolog, 6 / 7 as 0 / 1 when the damage is the transaction's own half copy without REAL_TOPIC /
-    REAL_QID: ``own``, see ``unlinked_half``), the window its missing record must lie in and the damage
+    REAL_QID: ``own``, see ``unlinked_half``; 8 / 9 as 0 / 1 when an END record carrying the transaction's
+    id names another transaction's half copy: ``xref``, see evidence.key_mismatch), the window its missing
+    record must lie in and the damage
     inside it (AUDIT_ANOMALIES rows; ``physical_offset`` / ``length`` the CommitLog range, null for a
     statetable / redolog file)."""
     rows = np.nonzero(on)[0]
@@ -84,14 +96,30 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
             " resolves it but no COMMIT record was linked; ", unlinked, "")),
         (7, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", unlinked, "")),
     ]
+    if xref is not None:
+        crossed = pc.binary_join_element_wise(
+            "the COMMIT/ROLLBACK record at CommitLog offset ", text(xref[0][0], xref[1]), " carries this "
+            "transaction's UNIQ_KEY, PGROUP and topic, but the half copy at its PREPARED_TRANSACTION_OFFSET ",
+            text(*xref[2]), " is another transaction's; EndTransactionProcessor.endMessageTransaction copies the "
+            "properties of the half at that offset into the record it writes, so one of the two records was "
+            "damaged after the write, and this transaction's resolution may be that record", "")
+        variants += [
+            (8, pc.binary_join_element_wise(
+                "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
+                " resolves it but no COMMIT record was linked; ", crossed, "")),
+            (9, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", crossed, "")),
+        ]
     for code, txt in variants:
         detail = pc.if_else(pa.array(w == code), txt, detail)
-    mine = (w == 6) | (w == 7)
-    in_log = (k >= 0) | mine
+    mine, crossed_on = (w == 6) | (w == 7), (w == 8) | (w == 9)
+    in_log = (k >= 0) | mine | crossed_on
     start = np.where(k >= 0, damaged.start[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
     end = np.where(k >= 0, damaged.end[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
     start = np.where(mine, own[0][0][rows], start)
     end = np.where(mine, own[0][1][rows], end)
+    if xref is not None:
+        start = np.where(crossed_on, xref[0][0][rows], start)
+        end = np.where(crossed_on, xref[0][1][rows], end)
     cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
             "source": pa.array(["reconstruct"] * n, pa.string()),
             "physical_offset": pa.array(start, pa.int64(), mask=~in_log),
@@ -102,4 +130,4 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
                                 schema=schema)
 
 
-__all__ = ["uncertain_findings", "unlinked_half"]
+__all__ = ["record_range", "uncertain_findings", "unlinked_half"]
