@@ -90,25 +90,23 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
         "TransactionalMessageBridge.parseHalfMessageInner sets on every half: its properties were damaged "
         "after the write, so a record that finds it by REAL_TOPIC#UNIQ_KEY (its COMMIT record in an indexed "
         "read, its re-put copies) may not be linked to it", "")
-    variants += [
-        (6, pc.binary_join_element_wise(
-            "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
-            " resolves it but no COMMIT record was linked; ", unlinked, "")),
-        (7, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", unlinked, "")),
-    ]
+
+    def not_linked(code: int, because: pa.Array) -> list:
+        """The two variants of a resolution that may exist but was not linked: ``code`` rolled back by an
+        op, ``code + 1`` PREPARED / DISCARDED."""
+        return [(code, pc.binary_join_element_wise(
+                    "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
+                    " resolves it but no COMMIT record was linked; ", because, "")),
+                (code + 1, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", because, ""))]
+
+    variants += not_linked(6, unlinked)
     if xref is not None:
-        crossed = pc.binary_join_element_wise(
+        variants += not_linked(8, pc.binary_join_element_wise(
             "the COMMIT/ROLLBACK record at CommitLog offset ", text(xref[0][0], xref[1]), " carries this "
             "transaction's UNIQ_KEY, PGROUP and topic, but the half copy at its PREPARED_TRANSACTION_OFFSET ",
             text(*xref[2]), " is another transaction's; EndTransactionProcessor.endMessageTransaction copies the "
             "properties of the half at that offset into the record it writes, so one of the two records was "
-            "damaged after the write, and this transaction's resolution may be that record", "")
-        variants += [
-            (8, pc.binary_join_element_wise(
-                "UNKNOWN_DAMAGED (would be ROLLED_BACK): an op record at CommitLog offset ", op_s,
-                " resolves it but no COMMIT record was linked; ", crossed, "")),
-            (9, pc.binary_join_element_wise(st_s, ": no resolution was linked, and ", crossed, "")),
-        ]
+            "damaged after the write, and this transaction's resolution may be that record", ""))
     for code, txt in variants:
         detail = pc.if_else(pa.array(w == code), txt, detail)
     mine, crossed_on = (w == 6) | (w == 7), (w == 8) | (w == 9)
