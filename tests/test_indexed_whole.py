@@ -59,10 +59,12 @@ def test_mostly_transactional_store_is_read_whole_and_a_sparse_one_by_index(spar
         spark.sparkContext.environment.pop(readstats.ENV, None)
     assert "indexed_read" not in full_doc
     (choice,) = doc["indexed_read"].values()
-    assert choice["read"] == "full" and choice["fetch_passes"] * choice["window_bytes"] >= choice["commitlog_bytes"]
+    assert choice["read"] == "full" and choice["covered_to"] == choice["fetch_passes"] * choice["window_bytes"]
+    assert not indexed_plan.commitlog_written_past(_info(dense), choice["covered_to"])
     assert len(states) == 60 and states == full_states
-    # one pass: no more CommitLog bytes than full mode reads, nor than the files hold
-    assert 0 < read <= min(full_read, _commitlog_bytes(dense)), (read, full_read)
+    # one pass: no more CommitLog bytes than full mode reads (but the page past the last record that says
+    # nothing more is written), nor than the files hold
+    assert 0 < read <= min(full_read + indexed_plan.WRITTEN_PROBE_BYTES, _commitlog_bytes(dense)), (read, full_read)
     (sparse_choice,) = sparse_doc["indexed_read"].values()
     assert sparse_choice["read"] == "indexed" and sparse_choice["units"] > 0
     assert 0 < sparse_read < _commitlog_bytes(sparse) / 2, sparse_read
@@ -116,3 +118,58 @@ def test_pass_bytes_is_what_decode_at_reads(fixtures_dir, tmp_path, monkeypatch,
     read = readstats.process_total() - t0
     assert batch.num_rows == offsets.size >= 2
     assert indexed_plan.pass_bytes(offsets, sizes, [(path, 0, os.path.getsize(path))]) == read
+
+
+def _info(root: str):
+    from jobs.read.stores import store_info
+
+    return store_info("b", root, None)
+
+
+def test_a_store_read_whole_costs_full_modes_bytes_and_one_probe(spark, tmp_path, monkeypatch):
+    """Every file kind together, on the DataFrame plan (a store above the driver's bound): indexed mode's read
+    of a mostly transactional store is full mode's read plus the one page ``commitlog_written_past`` reads
+    past its last record -- its transaction queues' units are read once (on the driver, handed to Spark),
+    and no queue's dispatch point, consumer offset or checkpoint is looked up for it."""
+    import jobs.reconstruct.spark as recon_spark
+
+    monkeypatch.setattr(indexed_plan, "WHOLE_READ_MIN_BYTES", 0)
+    monkeypatch.setattr(recon_spark, "LOCAL_MAX_ROWS", 0)       # no one-job read: the DataFrame plan
+    dense = _store(tmp_path, "dense", 60, 0)
+    stats = B.read_stats_dir(spark, tmp_path / "stats")
+    assert stats is not None
+    read, states = {}, {}
+    try:
+        for mode in ("full", "indexed"):
+            before = B.read_kinds(stats)
+            states[mode], doc, _ = _audit(spark, dense, tmp_path / f"out-{mode}", mode, stats)
+            after = B.read_kinds(stats)
+            read[mode] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    finally:
+        os.environ.pop(readstats.ENV, None)
+        spark.sparkContext.environment.pop(readstats.ENV, None)
+    assert states["indexed"] == states["full"] and len(states["full"]) == 60
+    assert doc["indexed_read"]["dense"]["read"] == "full"
+    assert read["full"]["commitlog"] > 0 and read["full"]["consumequeue"] > 0
+    for kind in set(read["full"]) | set(read["indexed"]):
+        extra = indexed_plan.WRITTEN_PROBE_BYTES if kind == "commitlog" else 0
+        assert read["indexed"].get(kind, 0) <= read["full"].get(kind, 0) + extra, (kind, read)
+
+
+def test_written_past_reads_zero_tails_and_the_next_file(tmp_path):
+    """``commitlog_written_past``: bytes of a record at or past the offset, the zero tail of a preallocated
+    file, a full file's blank end followed by an empty or a written next file, an unreadable file."""
+    from types import SimpleNamespace
+
+    size = 1 << 16
+    first, second = tmp_path / "00000000000000000000", tmp_path / f"{size:020d}"
+    first.write_bytes(b"\x07" * 1000 + bytes(size - 1000))
+    second.write_bytes(bytes(size))
+    store = SimpleNamespace(commitlog_files=((str(first), 0, size), (str(second), size, size)))
+    written = indexed_plan.commitlog_written_past
+    assert written(store, 0) and written(store, 999)
+    assert not written(store, 1000) and not written(store, size) and not written(store, 2 * size)
+    second.write_bytes(b"\x01" + bytes(size - 1))
+    assert written(store, 1000) and written(store, size) and not written(store, size + 1)
+    second.unlink()
+    assert not written(store, 1000)

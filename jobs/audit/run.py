@@ -515,8 +515,9 @@ def _run_audit(spark, options, *, print_summary: bool = True, on_result=None,
         for broker, how in sorted((inputs.read_choices or {}).items()):
             _log(f"indexed read of {broker}: {'whole CommitLog (full-mode read)' if how['read'] == 'full' else 'by index'}"
                  f" -- {how['units']} transaction queue units, {how['fetch_passes']} fetch passes x "
-                 f"{how['window_bytes'] / (1 << 20):.1f} MiB of windows vs {how['commitlog_bytes'] / (1 << 20):.1f} "
-                 "MiB of CommitLog")
+                 f"{how['window_bytes'] / (1 << 20):.1f} MiB of windows; "
+                 f"{'nothing' if how['read'] == 'full' else 'records'} written past CommitLog byte "
+                 f"{how['covered_to']:,}")
 
         with _phase(phases, "reconstruct", spark):
             rec = reconstruct_inputs(spark, plan, inputs, persist, phases)

@@ -94,7 +94,6 @@ from jobs.read.indexed.gaps import (
     uses_index_files,
 )
 from jobs.read.indexed.plan import (
-    DRIVER_FETCH_UNITS,
     GAP_HEAD,
     GAP_OP_QUEUE,
     GAP_TAIL,
@@ -233,9 +232,10 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
 
         plan = plan_indexed(indexed, info, opts_for, tx_queues, statetable, redolog)
         choices = plan.choices
-        if plan.units is not None and plan.units.num_rows <= DRIVER_FETCH_UNITS:
-            # the driver holds the transaction queues' units already (the very rows the data source gives):
-            # the reconstruction's copy comes from there instead of a second read by a Spark job
+        if plan.units is not None:
+            # the driver holds the transaction queues' units already (the very rows the data source gives, at
+            # most DRIVER_READ_BYTES of files): the reconstruction's copy comes from there instead of a
+            # second read of the same files by a Spark job
             tx_queues = spark.createDataFrame(plan.units, SOURCE_TABLES[CONSUMEQUEUE_FORMAT].spark_schema())
         scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
                                  plan=plan, opts_for=opts_for)

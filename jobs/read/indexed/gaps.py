@@ -124,7 +124,8 @@ def _whole_commitlog_gap(store, reason: str = GAP_NO_INDEX,
 
 def _dense_detail(choice: dict) -> str:
     return (f"{choice['units']} transaction queue units: {choice['fetch_passes']} fetch passes of "
-            f"{choice['window_bytes']} window bytes >= {choice['commitlog_bytes']} CommitLog bytes")
+            f"{choice['window_bytes']} window bytes would cover the CommitLog (nothing written past "
+            f"{choice['covered_to']})")
 
 
 GAP_DETAIL = "%s: %s; indexed mode scanned CommitLog [%d, %d) for transaction records"

@@ -52,6 +52,7 @@ from jobs.sources.formats import (
 )
 from jobs.sources.options import SourceOptions
 from schemas.sources import SOURCE_TABLES
+from txlog_io import readstats
 from txlog_io.commitlog_decode import FETCH_DENSE_GAP, FETCH_WINDOW, FETCH_WINDOW_TAIL
 from txlog_io.commitlog_layout import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, SYS_FLAG_OFFSET, TX_SYSTEM_TOPICS
 
@@ -217,41 +218,73 @@ def queue_gaps(stores, extremes: List[dict], ends: Dict[str, int], consumed: Dic
     return rows
 
 
-def read_choices(stores, extremes: List[dict], ends: Dict[str, int],
-                 units: Optional[pa.Table] = None) -> Dict[str, dict]:
+def read_choices(stores, extremes: List[dict], units: Optional[pa.Table] = None,
+                 written_past=None) -> Dict[str, dict]:
     """broker -> how indexed mode reads it, from what the plan read already: its transaction queues' units
-    (``units``, when the driver read them; else the queues' extremes) and its CommitLog's written bytes (from
-    the first file's base to the dispatch point).
+    (``units``, when the driver read them; else the queues' extremes) and whether its CommitLog holds written
+    bytes past a position (``written_past(store, offset)``, default :func:`commitlog_written_past`).
 
     ``window_bytes``: what one fetch pass over the units' positions reads -- ``decode_at``'s own rule
     (``txlog_io.commitlog_decode``: positions within ``FETCH_WINDOW`` closer than ``FETCH_DENSE_GAP`` on average
     are one window read over their span, others a record each), per CommitLog file; from the extremes alone:
-    min(span, units x FETCH_DENSE_GAP).  An indexed read makes ``FETCH_PASSES`` such passes, so when
-    ``FETCH_PASSES x window_bytes`` >= the written bytes (the windows cover at least half of the CommitLog)
-    the store is read whole the full-mode way (``read: "full"``; ``jobs.read.indexed.gaps`` scans it as a
-    ``DENSE_TRANSACTIONS`` gap): one pass over every byte instead of two over most of them.  A CommitLog under
-    ``WHOLE_READ_MIN_BYTES`` is always read by index; 3.x statetable / redolog units are not counted."""
+    min(span, units x FETCH_DENSE_GAP).  An indexed read makes ``FETCH_PASSES`` such passes, so when the
+    CommitLog holds nothing past its first byte + ``FETCH_PASSES x window_bytes`` (the windows cover at least
+    half of what it holds) the store is read whole the full-mode way (``read: "full"``;
+    ``jobs.read.indexed.gaps`` scans it as a ``DENSE_TRANSACTIONS`` gap): one pass over every byte instead of
+    two over most of them.  That takes one page read (two at a file's end), not the dispatch point of every
+    queue (:func:`dispatch_ends`, only needed for the stores read by index).  A store whose transaction
+    records end before ``WHOLE_READ_MIN_BYTES`` is always read by index; 3.x statetable / redolog units are
+    not counted."""
+    written_past = written_past or commitlog_written_past
     out: Dict[str, dict] = {}
     for s in stores:
         mine = [q for q in extremes if q["broker"] == s.broker and q["topic"] in TX_SYSTEM_TOPICS]
         start = s.commitlog_files[0][1]
-        written = max(0, min(ends.get(s.broker, start + s.commitlog_bytes), s.commitlog_files[-1][1]
-                             + s.commitlog_files[-1][2]) - start)
         n_units = sum(int(q["q_last"]) - int(q["q_first"]) + 1 for q in mine)
+        tx_end = max((int(q["p_after_last"]) for q in mine), default=start)
         if units is not None:
             t = units.filter(pc.equal(units.column("broker"), s.broker))
             n_units = t.num_rows
-            windows = pass_bytes(t.column("commitlog_offset").to_numpy(),
-                                 t.column("size").to_numpy().astype(np.int64), s.commitlog_files)
+            offsets = t.column("commitlog_offset").to_numpy()
+            sizes = t.column("size").to_numpy().astype(np.int64)
+            windows = pass_bytes(offsets, sizes, s.commitlog_files)
+            tx_end = int((offsets + sizes).max()) if n_units else start
         else:
             span = (max(int(q["p_after_last"]) for q in mine) - min(int(q["p_first"]) for q in mine)) \
                 if mine else 0
             windows = min(max(span, 0), n_units * FETCH_DENSE_GAP)
-        full = n_units > 0 and written >= WHOLE_READ_MIN_BYTES and FETCH_PASSES * windows >= written
+        covered = start + FETCH_PASSES * int(windows)
+        full = (n_units > 0 and tx_end - start >= WHOLE_READ_MIN_BYTES and covered >= tx_end
+                and not written_past(s, covered))
         out[s.broker] = {"read": "full" if full else "indexed", "units": n_units, "window_bytes": int(windows),
-                         "fetch_passes": FETCH_PASSES, "commitlog_bytes": int(written),
+                         "fetch_passes": FETCH_PASSES, "covered_to": int(covered),
                          "from": "units" if units is not None else "extremes"}
     return out
+
+
+#: bytes :func:`commitlog_written_past` reads at its position: a page of a preallocated, zero-filled file
+WRITTEN_PROBE_BYTES = 4096
+
+
+def commitlog_written_past(store, offset: int) -> bool:
+    """Whether ``store``'s CommitLog holds written bytes at or after ``offset``: a non-zero byte in the page at
+    ``offset``, or in the first bytes of a later file.  CommitLog files are preallocated and zero-filled
+    (MappedFile), written in order, and a full file ends with a blank record (its end is zeros), so past the
+    last record every file reads zeros; a page of zeros inside a record's body reads as the end (the choice
+    then reads the store whole: complete either way).  An unreadable file says it holds nothing."""
+    for path, base, size in store.commitlog_files:
+        if base + size <= offset:
+            continue
+        at = max(offset, base) - base
+        try:
+            with open(path, "rb") as f:
+                data = os.pread(f.fileno(), WRITTEN_PROBE_BYTES if at > 0 else 8, at)
+        except OSError:
+            continue
+        readstats.add(len(data), "commitlog")
+        if any(data):
+            return True
+    return False
 
 
 def pass_bytes(offsets: np.ndarray, sizes: np.ndarray, commitlog_files) -> int:
@@ -314,7 +347,10 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
         mine = tx_queues.where(F.col("broker").isin(*brokers)) if brokers else None
         extremes = extremes_of_frame(anchored_frame(mine, stores).where("anchor")) if brokers else []
         holes = queue_holes_of_frame(mine, stores) if brokers else []
-    ends = dispatch_ends(stores)
+    choices = read_choices(stores, extremes, None if units is None else mine)
+    # a store read whole has no queue gaps to scan: every byte of it is
+    whole = {b for b, c in choices.items() if c["read"] == "full"}
+    ends = dispatch_ends([s for s in stores if s.broker not in whole])
     driver_tables = redolog_units = None
     if any(s.statetable_files or s.redolog_files for s in stores):
         if sum(s.tx_table_bytes for s in stores) <= DRIVER_READ_BYTES:
@@ -327,19 +363,18 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
             if b in brokers:
                 ends[b] = max(ends.get(b, end), end)
         redolog_units = tables[1]
+    stores = [s for s in stores if s.broker not in whole]
+    if not stores:
+        return IndexedPlan([], units, driver_tables, choices)
     offsets = driver_table(CONSUMER_OFFSETS_FORMAT, opts_for(CONSUMER_OFFSETS_FORMAT))
     consumed = {(r["broker"], r["topic"], r["queue_id"]): r["offset"] for r in offsets.to_pylist()
                 if r["group"] == CHECK_GROUP}
-    choices = read_choices(stores, extremes, ends, None if units is None else mine)
-    # a store read whole has no queue gaps to scan: every byte of it is
-    whole = {b for b, c in choices.items() if c["read"] == "full"}
-    stores = [s for s in stores if s.broker not in whole]
     extremes = [q for q in extremes if q["broker"] not in whole]
     holes = [q for q in holes if q["broker"] not in whole]
     seen = {(q["broker"], q["topic"], q["queue_id"]) for q in [*extremes, *holes]}
     gaps = (queue_gaps(stores, extremes, ends, consumed) + hole_gaps(stores, holes)
             + empty_queue_gaps(stores, seen)
-            + checkpoint_gaps(stores, ends) + redolog_gaps(stores, redolog_units, ends)) if stores else []
+            + checkpoint_gaps(stores, ends) + redolog_gaps(stores, redolog_units, ends))
     return IndexedPlan(gaps, units, driver_tables, choices)
 
 

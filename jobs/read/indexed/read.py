@@ -39,6 +39,7 @@ from jobs.read.full import (
     RECORD_SCHEMA,
     LocalRead,
     ReadTask,
+    above_bound,
     item_bytes,
     job_tables,
     record_rows,
@@ -214,6 +215,8 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     """The one-job indexed read of ``spec.stores``, or None: the DataFrame plan then reads (see the module
     docstring)."""
     t0 = time.monotonic()
+    if above_bound(spec, max_rows):     # the queues alone hold too many units: no plan read only to give up
+        return None
     sc = spark.sparkContext
     cores = int(sc.defaultParallelism or 1)
     plan = plan_read(spec, cores, max_rows)
