@@ -94,6 +94,7 @@ from jobs.read.indexed.gaps import (
     uses_index_files,
 )
 from jobs.read.indexed.plan import (
+    DRIVER_FETCH_UNITS,
     GAP_HEAD,
     GAP_OP_QUEUE,
     GAP_TAIL,
@@ -232,10 +233,12 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
 
         plan = plan_indexed(indexed, info, opts_for, tx_queues, statetable, redolog)
         choices = plan.choices
-        if plan.units is not None:
-            # the driver holds the transaction queues' units already (the very rows the data source gives, at
-            # most DRIVER_READ_BYTES of files): the reconstruction's copy comes from there instead of a
-            # second read of the same files by a Spark job
+        if plan.units is not None and plan.units.num_rows <= DRIVER_FETCH_UNITS:
+            # the driver holds the transaction queues' units already (the very rows the data source gives):
+            # the reconstruction's copy comes from there instead of a second read by a Spark job.  Not above
+            # DRIVER_FETCH_UNITS: the frame is a LocalRelation that every later plan carries and compares
+            # (226k units, 42 MB: the distributed reconstruction took 167 s instead of 60 s), and a checkpoint
+            # of it ships ~190 bytes per unit through the driver to save re-reading 20 bytes per unit
             tx_queues = spark.createDataFrame(plan.units, SOURCE_TABLES[CONSUMEQUEUE_FORMAT].spark_schema())
         scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
                                  plan=plan, opts_for=opts_for)
