@@ -55,6 +55,8 @@ from schemas.sources import SOURCE_TABLES
 from txlog_io import readstats
 from txlog_io.commitlog_decode import FETCH_DENSE_GAP, FETCH_WINDOW, FETCH_WINDOW_TAIL
 from txlog_io.commitlog_layout import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, SYS_FLAG_OFFSET, TX_SYSTEM_TOPICS
+from txlog_io.errors import TxlogError
+from txlog_io.positional import input_pread, open_input
 
 #: why indexed mode scans a CommitLog range because of the queues (INDEX_INCOMPLETE findings name the reason)
 GAP_TAIL = "DISPATCH_LAG"            # after the last record any index points to: not dispatched (yet)
@@ -277,9 +279,9 @@ def commitlog_written_past(store, offset: int) -> bool:
             continue
         at = max(offset, base) - base
         try:
-            with open(path, "rb") as f:
-                data = os.pread(f.fileno(), WRITTEN_PROBE_BYTES if at > 0 else 8, at)
-        except OSError:
+            with open_input(path) as f:         # a local file or a store in a bucket, as every reader
+                data = input_pread(f, WRITTEN_PROBE_BYTES if at > 0 else 8, at)
+        except (OSError, TxlogError):
             continue
         readstats.add(len(data), "commitlog")
         if any(data):
