@@ -35,10 +35,11 @@ UNCERTAIN = "STATE_UNCERTAIN_DAMAGED_RANGE"
 DAMAGE = {UNCERTAIN, "CORRUPT_RECORD", "CQ_MISMATCH", "PREPARED_RECORD_MISSING", "OP_BODY_MISSING"}
 
 
-def _store(damaged: bool, tid_on_halves: bool = True) -> pa.Table:
+def _store(damaged: bool, tid_on_halves: bool = True, lost_name: bool = False) -> pa.Table:
     """u1: discarded (its discard record's UNIQ_KEY reads x1 when ``damaged``); u2: committed (its COMMIT
     record's __transactionId__ reads y2 when ``damaged``); u3: intact, committed.  ``tid_on_halves``: the
-    halves carry __transactionId__ (a 5.1+ broker); else only the damaged records do (an older broker)."""
+    halves carry __transactionId__ (a 5.1+ broker); else only the damaged records do (an older broker).
+    ``lost_name``: the discard record has no UNIQ_KEY at all (its property name was damaged) instead of x1."""
 
     def rec(off, topic, ttype, qo, uk, tid, **kw):
         r = _record("b", off, topic, ttype, qo, uk, **kw)
@@ -49,7 +50,8 @@ def _store(damaged: bool, tid_on_halves: bool = True) -> pa.Table:
                                     real_topic="t"))
     rows = [
         half(0, 0, "u1"),
-        rec(100, DISCARD_TOPIC, "NOT", 0, "x1" if damaged else "u1", "u1", real_topic="t", check_times=15),
+        rec(100, DISCARD_TOPIC, "NOT", 0, (None if lost_name else "x1") if damaged else "u1", "u1", real_topic="t",
+            check_times=15),
         half(200, 1, "u2"),
         rec(300, "t", "COMMIT", 0, "u2", "y2" if damaged else "u2", pto=200, real_topic="t"),
         rec(400, OP_TOPIC, "NOT", 0, None, None, body=b"1"),
@@ -85,6 +87,16 @@ def test_a_record_whose_transaction_id_is_not_its_uniq_key():
     assert (marks["u1"]["physical_offset"], marks["u1"]["length"]) == (100, 100)
     assert "__transactionId__" in marks["u1"]["detail"] and marks["u1"]["detail"].startswith("PREPARED")
     assert sorted(r["transaction_key"] for r in out["check_back"].to_pylist()) == ["u1"]
+
+
+def test_a_record_with_a_transaction_id_and_no_uniq_key():
+    """The mutant m02281 flipped a bit of the property name (``UNIQ_KEy``): the discard record has no key of
+    its own and reads as an unkeyed discard, but its __transactionId__ still names u1."""
+    out = reduce_input(input_table(commitlog=_store(True, lost_name=True)), PARAMS)
+    got = _summary(out)
+    unkeyed = [k for k in got if k not in ("u1", "u2", "u3")]
+    assert len(unkeyed) == 1 and got[unkeyed[0]][:2] == ("DISCARDED", True)
+    assert got["u1"] == ("PREPARED", True, True, "CHECK_BACK_DAMAGED")
 
 
 def test_an_intact_store_has_no_such_flag():
@@ -158,8 +170,22 @@ STORE = Path(__file__).resolve().parent / "data" / "fixtures" / "rocketmq-5.3.3-
 DATA = Path("commitlog") / "00000000000000000000"
 #: two digits of the UNIQ_KEY of the discard record at CommitLog offset 39481 ('0' -> '1', 'E' -> 'D')
 FLIPS = {40062: 0x01, 40072: 0x01}
+#: the mutant's own seven flips (the property name UNIQ_KEY reads UNIQ_KEy: the record has no UNIQ_KEY left)
+M02281 = {40057: 0x20, 40059: 0x40, 40062: 0x20, 40064: 0x01, 40065: 0x04, 40070: 0x10, 40072: 0x01}
 DISCARD_AT = 39481
 KEY = "C000020257674E0E2F2A89C457B6000C"
+BROKERS = ("damaged", "mutant")
+
+
+def _flipped(root: Path, flips: dict) -> str:
+    shutil.copytree(STORE, root)
+    with open(root / DATA, "r+b") as f:
+        for pos, bit in flips.items():
+            f.seek(pos)
+            b = f.read(1)[0]
+            f.seek(pos)
+            f.write(bytes([b ^ bit]))
+    return str(root)
 
 
 @pytest.fixture(scope="module")
@@ -169,16 +195,9 @@ def fixture_audits(spark, tmp_path_factory):
     from jobs.read.frames import load_store_frames
     from jobs.reconstruct.spark import reconstruct
 
-    root = tmp_path_factory.mktemp("tid") / "store"
-    shutil.copytree(STORE, root)
-    with open(root / DATA, "r+b") as f:
-        for pos, bit in FLIPS.items():
-            f.seek(pos)
-            b = f.read(1)[0]
-            assert chr(b) in "0E"
-            f.seek(pos)
-            f.write(bytes([b ^ bit]))
-    roots = {"intact": str(STORE), "damaged": str(root)}
+    tmp = tmp_path_factory.mktemp("tid")
+    roots = {"intact": str(STORE), "damaged": _flipped(tmp / "damaged", FLIPS),
+             "mutant": _flipped(tmp / "mutant", M02281)}
     got = audit_both_modes(spark, roots)
     frames = load_store_frames(spark, list(roots.values()), mode="full", brokers=list(roots))
     spread = reconstruct(frames, None, local=False)
@@ -189,12 +208,12 @@ def fixture_audits(spark, tmp_path_factory):
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("broker", BROKERS)
 @pytest.mark.parametrize("mode", ("full", "indexed", "distributed"))
-def test_a_flipped_uniq_key_in_a_discard_record_is_flagged(fixture_audits, mode):
+def test_a_flipped_uniq_key_in_a_discard_record_is_flagged(fixture_audits, mode, broker):
     got = fixture_audits[mode]
-    tx = {b: {t["transaction_key"]: t for t in got["transactions"] if t["broker"] == b}
-          for b in ("intact", "damaged")}
-    intact, damaged = tx["intact"], tx["damaged"]
+    tx = {b: {t["transaction_key"]: t for t in got["transactions"] if t["broker"] == b} for b in ("intact", broker)}
+    intact, damaged = tx["intact"], tx[broker]
     assert intact[KEY]["state"] == "DISCARDED"
     silent = [(k, intact[k]["state"], t["state"], t["flags"]) for k, t in damaged.items()
               if k in intact and t["state"] != intact[k]["state"] and not DAMAGE & set(t["flags"])]
@@ -203,7 +222,7 @@ def test_a_flipped_uniq_key_in_a_discard_record_is_flagged(fixture_audits, mode)
     assert t["state"] == "PREPARED" and {"CORRUPT_RECORD", UNCERTAIN} <= set(t["flags"]), t
     added = [t for k, t in damaged.items() if k not in intact]
     assert len(added) == 1 and added[0]["state"] == "DISCARDED" and "CORRUPT_RECORD" in added[0]["flags"]
-    marks = [a for a in got["anomalies"] if a["broker"] == "damaged" and a["code"] == UNCERTAIN
+    marks = [a for a in got["anomalies"] if a["broker"] == broker and a["code"] == UNCERTAIN
              and a["transaction_key"] == KEY]
     assert [(a["physical_offset"], a["length"]) for a in marks] == [(DISCARD_AT, 898)]
     assert not [t for t in intact.values() if {"CORRUPT_RECORD", UNCERTAIN} & set(t["flags"])]

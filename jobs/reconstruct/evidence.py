@@ -441,18 +441,19 @@ def key_mismatch(ev: Evidence) -> np.ndarray:
 
 
 def tid_tx(ev: Evidence) -> pa.Array:
-    """Per row: for a half-queue COPY, END or DISCARD row whose ``__transactionId__`` property and UNIQ_KEY are
-    both present and differ, the (``__transactionId__``, PGROUP, topic) id; else null.  A 5.1+ broker sets
-    ``__transactionId__`` = UNIQ_KEY on every half it stores (TransactionalMessageBridge.parseHalfMessageInner)
-    and every record made from the half (re-put copy, discard, COMMIT / ROLLBACK) copies both properties, so
-    on such a store a difference proves that one of the two values was damaged after the write; which one is
-    not known, hence the second id.  Older brokers store the property as the client sent it (jobs/reconstruct/
+    """Per row: for a half-queue COPY, END or DISCARD row with a ``__transactionId__`` property and another
+    UNIQ_KEY or none, the (``__transactionId__``, PGROUP, topic) id; else null.  A 5.1+ broker sets
+    ``__transactionId__`` = UNIQ_KEY on every half it stores with a UNIQ_KEY, and only there
+    (TransactionalMessageBridge.parseHalfMessageInner), and every record made from the half (re-put copy,
+    discard, COMMIT / ROLLBACK) copies both properties, so on such a store a difference (or a UNIQ_KEY whose
+    name or separator was damaged, so that it no longer parses) proves that one of the two was damaged after
+    the write; which one is not known, hence the second id.  Older brokers store the property as the client sent it (jobs/reconstruct/
     rules.py only acts on it for the 5.1+ profile)."""
     if not ev.n:
         return pa.nulls(0, pa.string())
     c, uk, tid = ev.c, ev.s["uniq_key"], ev.s["transaction_id"]
     rec = (((c["role"] == COPY) | (c["role"] == END)) & (c["mechanism"] == HALF_Q)) | (c["role"] == DISCARD)
-    differ = _np(pc.not_equal(uk, tid)) & rec
+    differ = (_np(pc.not_equal(uk, tid)) | (np.asarray(uk.is_null()) & np.asarray(tid.is_valid()))) & rec
     return pc.if_else(pa.array(differ), uniq_tx(tid, ev.s["pgroup"], ev.s["real_topic"]),
                       pa.nulls(ev.n, pa.string()))
 
