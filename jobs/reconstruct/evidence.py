@@ -454,8 +454,13 @@ def tid_tx(ev: Evidence) -> pa.Array:
     c, uk, tid = ev.c, ev.s["uniq_key"], ev.s["transaction_id"]
     rec = (((c["role"] == COPY) | (c["role"] == END)) & (c["mechanism"] == HALF_Q)) | (c["role"] == DISCARD)
     differ = (_np(pc.not_equal(uk, tid)) | (np.asarray(uk.is_null()) & np.asarray(tid.is_valid()))) & rec
-    return pc.if_else(pa.array(differ), uniq_tx(tid, ev.s["pgroup"], ev.s["real_topic"]),
-                      pa.nulls(ev.n, pa.string()))
+    rows = np.nonzero(differ)[0]
+    none = pa.nulls(ev.n, pa.string())
+    if not len(rows):           # the ids are built for the (rare) differing rows only
+        return none
+    at = pa.array(rows, pa.int64())
+    return pc.replace_with_mask(none, pa.array(differ),
+                                uniq_tx(tid.take(at), ev.s["pgroup"].take(at), ev.s["real_topic"].take(at)))
 
 
 def tid_mismatch(ev: Evidence) -> np.ndarray:
