@@ -91,6 +91,7 @@ RECON_EVIDENCE = Table.of("recon_evidence", [
     *[C(n, _i8, True, "evidence code column (0 = none)") for n in EVIDENCE_CODE_COLUMNS],
     *[C(n, _str, True, "evidence string column") for n in EVIDENCE_STR_COLUMNS],
     C("own_tx", _str, True, "END rows: the id they have when PREPARED_TRANSACTION_OFFSET finds no copy"),
+    C("tid_tx", _str, True, "rows whose __transactionId__ differs from their UNIQ_KEY: the id it gives"),
     C("problems", _i8, True, "bits of the consume-queue findings naming the row's CommitLog offset"),
 ], "Evidence rows of the distributed reduce, linked by Spark joins and shuffled by transaction")
 

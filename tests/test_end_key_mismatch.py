@@ -19,17 +19,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
-from test_reconstruct_partitioned import _whole_facts
+from partition_steps import assert_partition_steps_equal_reducer, linked
 from test_txreduce import PARAMS, _record
 
 from jobs.reconstruct import partitioned as part
-from jobs.reconstruct import rules as txrules
-from jobs.reconstruct.evidence import XREF, cross_refs, key_mismatch, link_ends, link_ops, uniq_tx
+from jobs.reconstruct.evidence import XREF, cross_refs, key_mismatch, uniq_tx
 from jobs.reconstruct.params import HALF_TOPIC, OP_TOPIC
-from jobs.reconstruct.reducer import _BySrc, input_table, reduce_input
+from jobs.reconstruct.reducer import input_table, reduce_input
 from schemas.sources import COMMITLOG_SOURCE
 
 UNCERTAIN = "STATE_UNCERTAIN_DAMAGED_RANGE"
@@ -88,15 +86,8 @@ def test_an_intact_store_has_no_such_flag():
     assert not out["anomalies"].num_rows
 
 
-def _linked(table: pa.Table):
-    ev = part.evidence_of(pa.Table.from_batches(list(part.evidence_batches(table.to_batches(max_chunksize=3), 0,
-                                                                           False))))
-    link_ends(ev)
-    return link_ops(ev)
-
-
 def test_cross_refs_are_the_mismatched_ends_keyed_by_their_own_id():
-    ev = _linked(input_table(commitlog=_store(True)))
+    ev = linked(input_table(commitlog=_store(True)))
     hit = key_mismatch(ev)
     assert ev.i["physical_offset"][0][hit].tolist() == [200, 600]
     x = cross_refs(ev)
@@ -106,30 +97,13 @@ def test_cross_refs_are_the_mismatched_ends_keyed_by_their_own_id():
     # the END rows themselves stay with the copy they found
     assert ev.s["tx"].filter(pa.array(hit)).to_pylist() == uniq_tx(pa.array(["x1", "x2"]), pa.array(["pg"] * 2),
                                                                    pa.array(["t"] * 2)).to_pylist()
-    assert not key_mismatch(_linked(input_table(commitlog=_store(False)))).any()
+    assert not key_mismatch(linked(input_table(commitlog=_store(False)))).any()
 
 
 def test_per_partition_rules_equal_the_reducer():
     """The distributed reduce's steps (Spark does the linking with windows and ``distributed.cross_refs``):
     the XREF rows shuffled with the transaction they name give the reducer's rows."""
-    table = input_table(commitlog=_store(True))
-    want = reduce_input(table, PARAMS)
-    ev = _linked(table)
-    linked = part.evidence_table("b", ev, np.arange(ev.n, dtype=np.int64))
-    x = cross_refs(ev)
-    xrows = part.evidence_table("b", x, np.arange(x.n, dtype=np.int64) + (part.KIND_XREF << part.KIND_SHIFT))
-    rows = pa.concat_tables([linked, xrows])
-    rows = rows.filter(pa.compute.is_valid(rows.column("tx"))).sort_by([("tx", "ascending"), ("ord", "ascending")])
-    facts = _whole_facts(_BySrc(table))
-    profile = txrules.profile_row("b", facts, None)["profile"]
-    empty = pa.table({"kind": pa.array([], pa.string()), "source": pa.array([], pa.string()),
-                      "physical_offset": pa.array([], pa.int64())})
-    ctx = part.Context({"b": part.BrokerContext(facts, profile, PARAMS, None, empty)})
-    out = pa.Table.from_batches(list(part.reduce_chunks(rows.to_batches(max_chunksize=2), ctx)))
-    for name, cols in (("transactions", want["transactions"]), ("anomalies", want["anomalies"])):
-        got = out.filter(pa.compute.equal(out.column("out"), name)).select(cols.column_names)
-        key = (lambda t, s=cols.schema: sorted(map(repr, t.cast(s).to_pylist())))
-        assert key(got) == key(cols), name
+    assert_partition_steps_equal_reducer(input_table(commitlog=_store(True)), {XREF: part.KIND_XREF})
 
 
 # ------------------------------------------------------------------------------------------------------------

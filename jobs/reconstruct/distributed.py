@@ -14,8 +14,9 @@ The reducer (jobs/reconstruct/reducer.py) does three kinds of work; here each ru
    offset), a half copy by its queue offset, an OP (one per half offset: batched 5.1+ bodies are already
    exploded) by the offset it names, a COMMIT END by its target's and an ORIGREF twin by
    TRAN_PREPARED_QUEUE_OFFSET (OPs take the halves' max tx and whether one is committed; the others learn
-   ``named``); an END whose own id differs from its copy's gets an XREF twin (``cross_refs``, a filter of
-   the persisted linked rows).  Window groups compare keys as the reducer's ``key_ids`` do (null equals null).  Then ONE
+   ``named``); an END whose own id differs from its copy's gets an XREF twin, a record whose
+   ``__transactionId__`` differs from its UNIQ_KEY a TIDREF twin (``cross_refs``, filters of the persisted
+   linked rows).  Window groups compare keys as the reducer's ``key_ids`` do (null equals null).  Then ONE
    shuffle by (broker, tx) over ``reduce_tasks`` partitions, sorted within by (broker, tx, ord), and the
    unchanged per-transaction rules (jobs/reconstruct/rules.py) over chunks of whole transactions
    (``partitioned.reduce_chunks``).
@@ -58,6 +59,7 @@ from jobs.reconstruct.evidence import (
     REDO_E,
     REDO_P,
     ST,
+    TIDREF,
     XREF,
 )
 from jobs.reconstruct.params import OP_TOPIC, TX_SYSTEM_TOPICS, override_for, params_by_broker
@@ -267,13 +269,20 @@ def link(ev: DataFrame) -> DataFrame:
 
 def cross_refs(linked: DataFrame) -> DataFrame:
     """evidence.cross_refs over linked rows: the XREF twins (keyed by ``own_tx``) of the END rows whose own
-    id differs from the id of the half copy their PREPARED_TRANSACTION_OFFSET found (evidence.key_mismatch).
-    A filter of the persisted linked rows: no shuffle of its own."""
+    id differs from the id of the half copy their PREPARED_TRANSACTION_OFFSET found (evidence.key_mismatch),
+    and the TIDREF twins (keyed by ``tid_tx``) of the rows whose ``__transactionId__`` names another id than
+    their own (evidence.tid_tx).  Filters of the persisted linked rows: no shuffle of their own."""
     c = F.col
     hit = ((c("role") == END) & (c("has_target") > 0) & (c("target_mech") == HALF_Q)
            & (c("mechanism") == HALF_Q) & c("uniq_key").isNotNull() & (c("own_tx") != c("tx")))
-    return (linked.where(hit).withColumn("tx", c("own_tx")).withColumn("role", F.lit(XREF).cast("tinyint"))
-            .withColumn("ord", c("ord") + F.lit(part.KIND_XREF << part.KIND_SHIFT)).select(*_EV))
+    tid = c("tid_tx").isNotNull() & (c("tx").isNull() | (c("tid_tx") != c("tx")))
+
+    def twins(where, key: str, role: int, kind: int) -> DataFrame:
+        return (linked.where(where).withColumn("tx", c(key)).withColumn("role", F.lit(role).cast("tinyint"))
+                .withColumn("ord", c("ord") + F.lit(kind << part.KIND_SHIFT)).select(*_EV))
+
+    return (twins(hit, "own_tx", XREF, part.KIND_XREF)
+            .unionByName(twins(tid, "tid_tx", TIDREF, part.KIND_TIDREF)))
 
 
 def _as_output(df: DataFrame, name: str) -> DataFrame:

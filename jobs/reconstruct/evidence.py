@@ -15,7 +15,10 @@ reference sections 7, 8, 10 and 11 (see jobs/reconstruct/spark.py for the summar
   whether an op names them, directly or through their TRAN_PREPARED_QUEUE_OFFSET (ORIGREF).
 * cross_refs: an END whose own (UNIQ_KEY, PGROUP, topic) id differs from the id of the half copy it found
   (``key_mismatch``: RocketMQ copies that half's properties into the END, so one of the two was damaged)
-  gets an XREF twin keyed by its own id, so that the transaction the END names is flagged too.
+  gets an XREF twin keyed by its own id, so that the transaction the END names is flagged too; a half copy,
+  END or discard record whose ``__transactionId__`` property differs from its UNIQ_KEY (``tid_tx``: a 5.1+
+  broker sets the one from the other on every half) gets a TIDREF twin keyed by the id that property
+  gives.
 
 One broker's rows at a time.  Both links are key joins over sorted keys (jobs/reconstruct/groups.py); no Python loop
 runs per row (only op-body pieces that are not plain ASCII digits are parsed one by one).
@@ -53,7 +56,7 @@ from jobs.reconstruct.params import (
 from schemas.recon import EVIDENCE_CODE_COLUMNS, EVIDENCE_INT_COLUMNS, EVIDENCE_STR_COLUMNS
 
 # role codes (0 = none); mechanism codes keep the order of their names (max() over names = max over codes)
-COPY, END, OP, DISCARD, ST, REDO_P, REDO_E, ORIGREF, XREF = range(1, 10)
+COPY, END, OP, DISCARD, ST, REDO_P, REDO_E, ORIGREF, XREF, TIDREF = range(1, 11)
 HALF_Q, PREP_R = 1, 2                       # HALF_QUEUE < PREPARED_RECORD, as strings
 COMMIT_T, ROLLBACK_T = 1, 2
 CRC_FALSE, CRC_TRUE = 1, 2                  # body_crc_ok: 0 = null
@@ -437,19 +440,53 @@ def key_mismatch(ev: Evidence) -> np.ndarray:
     return cand
 
 
+def tid_tx(ev: Evidence) -> pa.Array:
+    """Per row: for a half-queue COPY, END or DISCARD row with a ``__transactionId__`` property and another
+    UNIQ_KEY or none, the (``__transactionId__``, PGROUP, topic) id; else null.  A 5.1+ broker sets
+    ``__transactionId__`` = UNIQ_KEY on every half it stores with a UNIQ_KEY, and only there
+    (TransactionalMessageBridge.parseHalfMessageInner), and every record made from the half (re-put copy,
+    discard, COMMIT / ROLLBACK) copies both properties, so on such a store a difference (or a UNIQ_KEY whose
+    name or separator was damaged, so that it no longer parses) proves that one of the two was damaged after
+    the write; which one is not known, hence the second id.  Older brokers store the property as the client sent it (jobs/reconstruct/
+    rules.py only acts on it for the 5.1+ profile)."""
+    if not ev.n:
+        return pa.nulls(0, pa.string())
+    c, uk, tid = ev.c, ev.s["uniq_key"], ev.s["transaction_id"]
+    rec = (((c["role"] == COPY) | (c["role"] == END)) & (c["mechanism"] == HALF_Q)) | (c["role"] == DISCARD)
+    differ = (_np(pc.not_equal(uk, tid)) | (np.asarray(uk.is_null()) & np.asarray(tid.is_valid()))) & rec
+    rows = np.nonzero(differ)[0]
+    none = pa.nulls(ev.n, pa.string())
+    if not len(rows):           # the ids are built for the (rare) differing rows only
+        return none
+    at = pa.array(rows, pa.int64())
+    return pc.replace_with_mask(none, pa.array(differ),
+                                uniq_tx(tid.take(at), ev.s["pgroup"].take(at), ev.s["real_topic"].take(at)))
+
+
+def tid_mismatch(ev: Evidence) -> np.ndarray:
+    """Rows with a ``tid_tx`` (their ``__transactionId__`` and UNIQ_KEY differ)."""
+    return ~np.asarray(tid_tx(ev).is_null()) if ev.n else np.zeros(0, bool)
+
+
 def cross_refs(ev: Evidence) -> Evidence:
-    """The XREF twins of the ``key_mismatch`` END rows of linked evidence: the same row keyed by the END's
-    own id, so that the transaction whose key the END carries sees it (jobs/reconstruct/rules.py flags both
-    transactions).  Append them to the linked evidence (after the ORIGREF rows)."""
+    """The twins of linked evidence, to append to it (after the ORIGREF rows): XREF twins of the
+    ``key_mismatch`` END rows, keyed by the END's own id, so that the transaction whose key the END carries
+    sees it; then TIDREF twins of the rows with a ``tid_tx`` other than their own ``tx``, keyed by it
+    (jobs/reconstruct/rules.py flags both transactions of either pair)."""
     rows = np.nonzero(key_mismatch(ev))[0]
     x = ev.rows(rows)
     x.s["tx"] = own_tx(x)
     x.c["role"] = np.full(x.n, XREF, np.int8)
-    return x
+    tid = tid_tx(ev)
+    t_rows = np.nonzero(_np(pc.not_equal(tid, pc.fill_null(ev.s["tx"], ""))))[0]
+    t = ev.rows(t_rows)
+    t.s["tx"] = tid.take(pa.array(t_rows, pa.int64()))
+    t.c["role"] = np.full(t.n, TIDREF, np.int8)
+    return Evidence.concat([x, t])
 
 
 __all__ = ["Evidence", "COPY", "END", "OP", "DISCARD", "ST", "REDO_P", "REDO_E", "ORIGREF", "HALF_Q",
-           "PREP_R", "XREF", "COMMIT_T", "ROLLBACK_T", "CRC_FALSE", "CRC_TRUE", "MECH_NAMES", "is_system_topic",
+           "PREP_R", "XREF", "TIDREF", "COMMIT_T", "ROLLBACK_T", "CRC_FALSE", "CRC_TRUE", "MECH_NAMES", "is_system_topic",
            "is_system_topic_mask", "spark_long", "record_evidence", "op_rows_evidence", "op_evidence",
            "statetable_evidence", "redolog_evidence", "body_texts", "link_ends", "link_ops", "key_ids", "own_tx",
-           "key_mismatch", "cross_refs"]
+           "key_mismatch", "tid_tx", "tid_mismatch", "cross_refs"]

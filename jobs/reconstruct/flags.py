@@ -105,7 +105,10 @@ FLAGS: dict = {
         "still counts as evidence: BODYCRC covers only the body), or a COMMIT / ROLLBACK record and the half "
         "copy its PREPARED_TRANSACTION_OFFSET names disagree on the transaction (UNIQ_KEY, PGROUP, topic): "
         "EndTransactionProcessor copies that half's properties into the record it writes, so one of the "
-        "two was damaged; both transactions (the copy's and the one the record carries) are flagged."
+        "two was damaged; both transactions (the copy's and the one the record carries) are flagged.  On a "
+        "5.1+ store also a half copy, discard or COMMIT / ROLLBACK record whose __transactionId__ property "
+        "differs from its UNIQ_KEY (TransactionalMessageBridge.parseHalfMessageInner sets the one from the "
+        "other on every half; the records made from it copy both): the transaction of either value is flagged."
     ),
     "STATE_UNCERTAIN_DAMAGED_RANGE": (
         "The state rests on the absence of a record (ROLLED_BACK from an op without a COMMIT record, PREPARED "
@@ -119,7 +122,8 @@ FLAGS: dict = {
         "COMMIT_WITHOUT_OP is then not asserted (its op is written after the COMMIT, any time later), "
         "RESOLVED_COPY_PENDING_CHECK is kept (lost range after the newest copy); the same where the "
         "transaction's own half copy lacks REAL_TOPIC / REAL_QID, or a COMMIT / ROLLBACK record carrying its "
-        "id names another transaction's half copy (CORRUPT_RECORD: its resolution may be that record); "
+        "id names another transaction's half copy, or a record whose __transactionId__ is its id carries another "
+        "UNIQ_KEY (CORRUPT_RECORD: its resolution may be that record); "
         "and, 3.x, for "
         "STATETABLE_MISSING_PREPARED / REDOLOG_COMMITLOG_DISAGREE / STATETABLE_REDOLOG_DISAGREE or a state "
         "from the tables alone when that table has lost units.  A STATE_UNCERTAIN_DAMAGED_RANGE finding "

@@ -46,6 +46,7 @@ from jobs.reconstruct.evidence import (
     record_evidence,
     redolog_evidence,
     statetable_evidence,
+    tid_tx,
     to_arrow_nullable,
 )
 from jobs.reconstruct.groups import ints, strings
@@ -82,7 +83,7 @@ assert (EVIDENCE_INT_COLUMNS, EVIDENCE_CODE_COLUMNS, EVIDENCE_STR_COLUMNS) == (I
 
 #: ``ord`` = kind << KIND_SHIFT | partition << PART_SHIFT | row number in the partition
 KIND_SHIFT, PART_SHIFT = 56, 32
-KIND_RECORD, KIND_OP, KIND_ST, KIND_REDO, KIND_ORIGREF, KIND_XREF = range(6)
+KIND_RECORD, KIND_OP, KIND_ST, KIND_REDO, KIND_ORIGREF, KIND_XREF, KIND_TIDREF = range(7)
 #: problem bits of the consume-queue comparison (RECON_EVIDENCE.problems)
 PROBLEM_BITS = {"CQ_MISMATCH": 1, "EVIDENCE_IN_DELETED_RANGE": 2}
 #: rows of sorted evidence a reduce step gathers before it runs the rules on the whole transactions among them
@@ -186,6 +187,7 @@ def evidence_table(broker: str, ev: Evidence, ord_: np.ndarray) -> pa.Table:
     is_end = ev.c["role"] == END
     own = own_tx(ev)
     cols["own_tx"] = pc.if_else(pa.array(is_end), own, pa.nulls(n, pa.string())) if n else own
+    cols["tid_tx"] = tid_tx(ev)
     cols["problems"] = pa.array(np.zeros(n, np.int8), pa.int8())
     schema = RECON_EVIDENCE.arrow_schema()
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
@@ -380,4 +382,5 @@ def decoder_findings(broker: str, anomalies: pa.Table) -> List[dict]:
 __all__ = ["evidence_batches", "evidence_and_facts", "evidence_table", "evidence_of", "partial_facts", "merge_facts",
            "reduce_chunks", "orphan_batches", "cq_chunks", "cq_key", "missing_body_batches",
            "decoder_findings", "chunks_by_key", "by_broker", "output_union", "BrokerContext", "Context",
-           "PROBLEM_BITS", "CQ_UNITS", "KIND_SHIFT", "KIND_ORIGREF", "KIND_XREF", "CHUNK_ROWS"]
+           "PROBLEM_BITS", "CQ_UNITS", "KIND_SHIFT", "KIND_ORIGREF", "KIND_XREF", "KIND_TIDREF",
+           "CHUNK_ROWS"]

@@ -35,10 +35,12 @@ from jobs.reconstruct.evidence import (
     REDO_P,
     ROLLBACK_T,
     ST,
+    TIDREF,
     XREF,
     Evidence,
     _np,
     key_mismatch,
+    tid_mismatch,
 )
 from jobs.reconstruct.flags import FLAGS, UNCERTAIN
 from jobs.reconstruct.groups import (
@@ -163,6 +165,10 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     is_copy, is_end, is_op, is_disc = role == COPY, role == END, role == OP, role == DISCARD
     is_st, is_rp, is_re, is_orig = role == ST, role == REDO_P, role == REDO_E, role == ORIGREF
     is_xref = role == XREF
+    # a 5.1+ broker sets __transactionId__ = UNIQ_KEY on every half (evidence.tid_tx): elsewhere the property
+    # is the client's and proves nothing
+    tid_proves = profile == P_51
+    is_tidref = (role == TIDREF) & tid_proves
     core = is_copy | is_end | is_op | is_disc
     commit_end, rb_end = is_end & (c["end_type"] == COMMIT_T), is_end & (c["end_type"] == ROLLBACK_T)
     rowid = np.arange(N, dtype=np.int64)
@@ -317,8 +323,10 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
         "PREPARED_RECORD_MISSING": miss_above | (orphan_discard_only & mco_not_pos) | (units_only & p_above)
         | (earlier_gone & mco_not_pos),
         # an END and the half copy it names disagree on the transaction (evidence.key_mismatch): both the
-        # transaction the copy keys and the one the END carries (its XREF twin) hold a damaged record
-        "CORRUPT_RECORD": g.any((core & (c["crc"] == CRC_FALSE)) | key_mismatch(ev) | is_xref),
+        # transaction the copy keys and the one the END carries (its XREF twin) hold a damaged record; the
+        # same for a record whose __transactionId__ and UNIQ_KEY differ (evidence.tid_tx, its TIDREF twin)
+        "CORRUPT_RECORD": g.any((core & (c["crc"] == CRC_FALSE)) | key_mismatch(ev) | is_xref
+                                | (tid_mismatch(ev) & tid_proves) | is_tidref),
         "STATETABLE_MISSING_PREPARED": prepared & legacy & has_st & has_first & (st_row < 0),
         "STATETABLE_INDEX_MISMATCH": legacy & has_st & st_index[1] & first_qo[1]
         & (st_index[0] != first_qo[0]),
@@ -344,7 +352,11 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     # that END (linked there), so a state by absence is unsure
     xref = record_range(g.pick(is_xref, pv), i["physical_offset"], i["total_size"], i["pto"])
     xref_only = (rb_absent | open_ended) & xref[1] & (lost < 0) & ~own_only
-    by_state = ((rb_absent | open_ended) & (lost >= 0)) | own_only | xref_only
+    # a record whose __transactionId__ is this transaction's id carries another UNIQ_KEY: its resolution
+    # (a discard, a COMMIT / ROLLBACK) or a newer copy may be that record, keyed elsewhere
+    tidr = record_range(g.pick(is_tidref, pv), i["physical_offset"], i["total_size"])
+    tid_only = (rb_absent | open_ended) & tidr[1] & (lost < 0) & ~own_only & ~xref_only
+    by_state = ((rb_absent | open_ended) & (lost >= 0)) | own_only | xref_only | tid_only
     unknown = rb_absent & by_state
     # flags reached by absence on a state read from a record: the op of a COMMIT (written after it, at any
     # later time) and the op of the newest copy (after that copy) could lie in a lost range after them
@@ -366,8 +378,9 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     redo_unsure = ((st_rests | codes["REDOLOG_COMMITLOG_DISAGREE"] | codes["STATETABLE_REDOLOG_DISAGREE"]
                     | redo_missing) & bool(damaged.redolog))
     uncertain = by_state | cwo_unsure | rc_unsure | st_unsure | redo_unsure
-    why = np.select([own_only & unknown, own_only, xref_only & unknown, xref_only, by_state & unknown, by_state,
-                     cwo_unsure, rc_unsure, st_unsure, redo_unsure], [6, 7, 8, 9, 0, 1, 2, 3, 4, 5], -1)
+    why = np.select([own_only & unknown, own_only, xref_only & unknown, xref_only, tid_only & unknown, tid_only,
+                     by_state & unknown, by_state, cwo_unsure, rc_unsure, st_unsure, redo_unsure],
+                    [6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5], -1)
     lost_at = np.select([(why >= 0) & (why <= 1), why == 2, why == 3], [lost, lost_op, lost_rc], -1)
     codes[UNCERTAIN] = uncertain
     fg, fc_codes = [], []
@@ -416,7 +429,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     out = pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
     if findings is not None and uncertain.any():
         findings.append(uncertain_findings(broker, key, state, uncertain & keep, why, first_any, op_rec,
-                                            (cwo_lo, newest_phys), lost_at, damaged, own, xref))
+                                            (cwo_lo, newest_phys), lost_at, damaged, own, xref, tidr))
     return out.filter(pa.array(keep)) if not keep.all() else out
 
 

@@ -44,12 +44,14 @@ def record_range(row: np.ndarray, phys: Nullable, size: Nullable, pto: Optional[
 def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, why: np.ndarray,
                         lo: Nullable, op_rec: Nullable, after: Tuple[Nullable, Nullable], hit: np.ndarray,
                         damaged: DamagedRanges, own: Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray],
-                        xref: Optional[Range] = None) -> pa.Table:
+                        xref: Optional[Range] = None, tid: Optional[Range] = None) -> pa.Table:
     """One STATE_UNCERTAIN_DAMAGED_RANGE finding per flagged transaction: the inference (``why``: 0 rollback
     from an op, 1 PREPARED / DISCARDED, 2 COMMIT_WITHOUT_OP, 3 RESOLVED_COPY_PENDING_CHECK, 4 statetable,
     5 redolog, 6 / 7 as 0 / 1 when the damage is the transaction's own half copy without REAL_TOPIC /
     REAL_QID: ``own``, see ``unlinked_half``; 8 / 9 as 0 / 1 when an END record carrying the transaction's
-    id names another transaction's half copy: ``xref``, see evidence.key_mismatch), the window its missing
+    id names another transaction's half copy: ``xref``, see evidence.key_mismatch; 10 / 11 as 0 / 1 when a
+    record's ``__transactionId__`` is the transaction's id but its UNIQ_KEY another: ``tid``, see
+    evidence.tid_tx), the window its missing
     record must lie in and the damage
     inside it (AUDIT_ANOMALIES rows; ``physical_offset`` / ``length`` the CommitLog range, null for a
     statetable / redolog file)."""
@@ -107,10 +109,17 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
             text(*xref[2]), " is another transaction's; EndTransactionProcessor.endMessageTransaction copies the "
             "properties of the half at that offset into the record it writes, so one of the two records was "
             "damaged after the write, and this transaction's resolution may be that record", ""))
+    if tid is not None:
+        variants += not_linked(10, pc.binary_join_element_wise(
+            "the record at CommitLog offset ", text(tid[0][0], tid[1]), " carries this transaction's id in its "
+            "__transactionId__ property but another UNIQ_KEY; a 5.1+ broker sets the one from the other on every "
+            "half (TransactionalMessageBridge.parseHalfMessageInner) and every record made from it copies both, "
+            "so one of the two values was damaged after the write, and this transaction's resolution or newest "
+            "copy may be that record", ""))
     for code, txt in variants:
         detail = pc.if_else(pa.array(w == code), txt, detail)
-    mine, crossed_on = (w == 6) | (w == 7), (w == 8) | (w == 9)
-    in_log = (k >= 0) | mine | crossed_on
+    mine, crossed_on, tid_on = (w == 6) | (w == 7), (w == 8) | (w == 9), (w == 10) | (w == 11)
+    in_log = (k >= 0) | mine | crossed_on | tid_on
     start = np.where(k >= 0, damaged.start[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
     end = np.where(k >= 0, damaged.end[np.where(k >= 0, k, 0)] if len(damaged) else 0, 0)
     start = np.where(mine, own[0][0][rows], start)
@@ -118,6 +127,9 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
     if xref is not None:
         start = np.where(crossed_on, xref[0][0][rows], start)
         end = np.where(crossed_on, xref[0][1][rows], end)
+    if tid is not None:
+        start = np.where(tid_on, tid[0][0][rows], start)
+        end = np.where(tid_on, tid[0][1][rows], end)
     cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
             "source": pa.array(["reconstruct"] * n, pa.string()),
             "physical_offset": pa.array(start, pa.int64(), mask=~in_log),
