@@ -105,7 +105,12 @@ FLAGS: dict = {
         "still counts as evidence: BODYCRC covers only the body), or a COMMIT / ROLLBACK record and the half "
         "copy its PREPARED_TRANSACTION_OFFSET names disagree on the transaction (UNIQ_KEY, PGROUP, topic): "
         "EndTransactionProcessor copies that half's properties into the record it writes, so one of the "
-        "two was damaged; both transactions (the copy's and the one the record carries) are flagged."
+        "two was damaged; both transactions (the copy's and the one the record carries) are flagged.  3.x: "
+        "its statetable unit says COMMIT / ROLLBACK while no COMMIT / ROLLBACK record of it was read and the "
+        "redolog (undamaged) has no END unit for it: TransactionStateService.updateTransactionState writes "
+        "that state only when it dispatches the END record, and the END's redolog unit follows, so the unit "
+        "was damaged; the state is then the CommitLog's, and a CORRUPT_RECORD finding names the unit's "
+        "statetable bytes."
     ),
     "STATE_UNCERTAIN_DAMAGED_RANGE": (
         "The state rests on the absence of a record (ROLLED_BACK from an op without a COMMIT record, PREPARED "
