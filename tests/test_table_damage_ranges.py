@@ -114,13 +114,14 @@ def test_both_modes_agree_on_table_damage(audits):
 def test_lost_redolog_units_are_one_fact_per_broker(spark, roots, audits, monkeypatch):
     """The distributed reduce over 8 partitions of transactions flags the same transactions, with the same
     REDOLOG_UNITS_MISSING text, as the driver's reduce of the whole broker: whether the redolog lost units is
-    decided over all of a broker's evidence, not per partition."""
+    decided over all of a broker's evidence, not per partition.  The same for the garbled redolog and the
+    statetable state no END backs (CORRUPT_RECORD and its finding)."""
     from jobs.read.frames import load_store_frames
     from jobs.reconstruct import distributed
     from jobs.reconstruct.spark import reconstruct
 
     monkeypatch.setattr(distributed, "reduce_tasks", lambda n_rows, cores: 8)
-    brokers = ["tail", "zeroed"]
+    brokers = ["tail", "zeroed", "garbled", "stflip"]
     frames = load_store_frames(spark, [roots[b] for b in brokers], mode="full", brokers=brokers)
     result = reconstruct(frames, None, path="distributed", materialize=True)
     assert result.reduce_tasks == 8
