@@ -108,7 +108,12 @@ FLAGS: dict = {
         "two was damaged; both transactions (the copy's and the one the record carries) are flagged.  On a "
         "5.1+ store also a half copy, discard or COMMIT / ROLLBACK record whose __transactionId__ property "
         "differs from its UNIQ_KEY (TransactionalMessageBridge.parseHalfMessageInner sets the one from the "
-        "other on every half; the records made from it copy both): the transaction of either value is flagged."
+        "other on every half; the records made from it copy both): the transaction of either value is flagged.  3.x: "
+        "its statetable unit says COMMIT / ROLLBACK while no COMMIT / ROLLBACK record of it was read and the "
+        "redolog (undamaged) has no END unit for it: TransactionStateService.updateTransactionState writes "
+        "that state only when it dispatches the END record, and the END's redolog unit follows, so the unit "
+        "was damaged; the state is then the CommitLog's, and a CORRUPT_RECORD finding names the unit's "
+        "statetable bytes."
     ),
     "STATE_UNCERTAIN_DAMAGED_RANGE": (
         "The state rests on the absence of a record (ROLLED_BACK from an op without a COMMIT record, PREPARED "

@@ -71,7 +71,12 @@ from jobs.reconstruct.params import (
     UNKNOWN_DAMAGED,
     AuditParams,
 )
-from jobs.reconstruct.uncertain import record_range, uncertain_findings, unlinked_half
+from jobs.reconstruct.uncertain import (
+    record_range,
+    statetable_damage_findings,
+    uncertain_findings,
+    unlinked_half,
+)
 from schemas.audit import TRANSACTIONS
 
 # ------------------------------------------------------------------------------------------------------------
@@ -242,6 +247,15 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
                                                np.where(n_rp > 0, "PREPARED", None))))  # type: ignore[call-overload]  # None: object array
     discarded_last = (n_disc > 0) & ((nc < 0) | (disc_off[1] & (disc_off[0] > newest_phys[0])))
     st_commit, st_rb = _np(pc.equal(st, "COMMIT")), _np(pc.equal(st, "ROLLBACK"))
+    has_st, has_redo = (facts.get("n_st") or 0) > 0, (facts.get("n_redo") or 0) > 0
+    legacy = mech == PREP_R
+    # 3.x: a statetable COMMIT / ROLLBACK is only ever written by dispatching that END record, and the END's
+    # redolog unit follows it; with the prepared record read, no END record read and an undamaged redolog
+    # without an END unit for it, the unit's state is damage, not a resolution (docs/robustness.md)
+    redo_sound = has_redo and not (damaged is not None and damaged.redolog)
+    st_damaged = (legacy & has_st & redo_sound & has_first & (st_commit | st_rb) & (n_commit + n_rb == 0)
+                  & ~has_redo_end)
+    st_commit, st_rb = st_commit & ~st_damaged, st_rb & ~st_damaged
     state = np.where(n_commit > 0, COMMITTED, np.where((n_rb > 0) | (n_ops > 0), ROLLED_BACK,
                      np.where(st_commit, COMMITTED, np.where(st_rb, ROLLED_BACK,
                               np.where(discarded_last, DISCARDED, PREPARED))))).astype(object)
@@ -275,8 +289,6 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     p_long = ints(pc.cast(p_key, pa.int64())) if G else (np.zeros(0, np.int64), np.zeros(0, bool))
     units_only = ~mech_ok & (n_core == 0)
     earlier_gone = half & has_first & (first_ct[1] | first_tpqo[1])
-    has_st, has_redo = (facts.get("n_st") or 0) > 0, (facts.get("n_redo") or 0) > 0
-    legacy = mech == PREP_R
     st_ok = valid(st)
     st_arr = np.asarray(st.to_pylist(), dtype=object) if G else np.zeros(0, object)
     compatible = (redolog_state != None) & st_ok & (  # noqa: E711 - numpy elementwise
@@ -326,7 +338,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
         # transaction the copy keys and the one the END carries (its XREF twin) hold a damaged record; the
         # same for a record whose __transactionId__ and UNIQ_KEY differ (evidence.tid_tx, its TIDREF twin)
         "CORRUPT_RECORD": g.any((core & (c["crc"] == CRC_FALSE)) | key_mismatch(ev) | is_xref
-                                | (tid_mismatch(ev) & tid_proves) | is_tidref),
+                                | (tid_mismatch(ev) & tid_proves) | is_tidref) | st_damaged,
         "STATETABLE_MISSING_PREPARED": prepared & legacy & has_st & has_first & (st_row < 0),
         "STATETABLE_INDEX_MISMATCH": legacy & has_st & st_index[1] & first_qo[1]
         & (st_index[0] != first_qo[0]),
@@ -430,6 +442,9 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     if findings is not None and uncertain.any():
         findings.append(uncertain_findings(broker, key, state, uncertain & keep, why, first_any, op_rec,
                                             (cwo_lo, newest_phys), lost_at, damaged, own, xref, tidr))
+    if findings is not None and st_damaged.any():
+        findings.append(statetable_damage_findings(broker, key, state, st_damaged & keep, st_index, st,
+                                                   first_phys))
     return out.filter(pa.array(keep)) if not keep.all() else out
 
 

@@ -15,6 +15,7 @@ from jobs.reconstruct.damage import DamagedRanges
 from jobs.reconstruct.flags import UNCERTAIN
 from jobs.reconstruct.groups import Groups, Nullable, at_rows, to_arrow
 from schemas.audit import AUDIT_ANOMALIES
+from txlog_io.consumequeue import STATETABLE_UNIT_SIZE
 
 
 def unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_qid: Nullable,
@@ -140,4 +141,30 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
                                 schema=schema)
 
 
-__all__ = ["record_range", "uncertain_findings", "unlinked_half"]
+def statetable_damage_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, index: Nullable,
+                                st_state: pa.Array, prepared: Nullable) -> pa.Table:
+    """One CORRUPT_RECORD finding per transaction ``on`` whose 3.x statetable unit says COMMIT / ROLLBACK
+    while nothing else has its END (jobs/reconstruct/rules.py ``st_damaged``): the unit (``index``, its bytes
+    in the statetable), what it says and what the state is instead (AUDIT_ANOMALIES rows, no CommitLog range:
+    the damage is in the statetable)."""
+    rows = np.nonzero(on)[0]
+    n = len(rows)
+    text = (lambda v, ok: pc.fill_null(pc.cast(to_arrow(v[rows], ok[rows]), pa.string()), "?"))
+    idx_v, idx_ok = index
+    start = (idx_v * STATETABLE_UNIT_SIZE, idx_ok)
+    detail = pc.binary_join_element_wise(
+        "statetable unit ", text(*index), " (statetable bytes ", text(*start), "..",
+        text(start[0] + STATETABLE_UNIT_SIZE, idx_ok), ") says ", st_state.take(pa.array(rows, pa.int64())),
+        " for the prepared record at CommitLog offset ", text(*prepared), ", but no COMMIT / ROLLBACK record of "
+        "it was read and the redolog has no END unit for it: TransactionStateService.updateTransactionState "
+        "writes that state only when its END record is dispatched, and the END's redolog unit follows it, so "
+        "the unit was damaged; the state is the CommitLog's: ", pa.array(state[rows], pa.string()), "")
+    cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array(["CORRUPT_RECORD"] * n, pa.string()),
+            "source": pa.array(["reconstruct"] * n, pa.string()),
+            "transaction_key": key.take(pa.array(rows, pa.int64())), "detail": detail}
+    schema = AUDIT_ANOMALIES.arrow_schema()
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
+
+
+__all__ = ["record_range", "statetable_damage_findings", "uncertain_findings", "unlinked_half"]

@@ -40,7 +40,7 @@ from jobs.read.indexed.holes import (
     queue_holes,
     queue_holes_of_frame,
 )
-from jobs.read.indexed.tables import redolog_gaps
+from jobs.read.indexed.tables import redolog_gaps, tables_end
 from jobs.read.indexed.tails import GAP_QUEUE_IDLE_TAIL
 from jobs.sources.formats import (
     CONSUMEQUEUE_FORMAT,
@@ -141,16 +141,6 @@ def extremes_of_frame(units) -> List[dict]:
         F.min_by("commitlog_offset", "queue_offset").alias("p_first"),
         F.max_by(c("commitlog_offset") + c("size"), "queue_offset").alias("p_after_last")).collect()
     return [{k: r[k] for k in _EXTREMES} for r in rows]
-
-
-def units_end(tables: Sequence[pa.Table]) -> Dict[str, int]:
-    """broker -> max(commitlog_offset + size) over statetable / redolog units (3.x dispatch writes these)."""
-    out: Dict[str, int] = {}
-    for t in tables:
-        for b, off, size in zip(t.column("broker").to_pylist(), t.column("commitlog_offset").to_pylist(),
-                                t.column("size").to_pylist(), strict=True):
-            out[b] = max(out.get(b, off + size), off + size)
-    return out
 
 
 def dispatch_ends(stores) -> Dict[str, int]:
@@ -361,7 +351,7 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
         else:
             tables = [f.select("broker", "index", "commitlog_offset", "size").toArrow()
                       for f in (statetable, redolog)]
-        for b, end in units_end(tables).items():
+        for b, end in tables_end(stores, tables).items():
             if b in brokers:
                 ends[b] = max(ends.get(b, end), end)
         redolog_units = tables[1]
@@ -568,5 +558,5 @@ class IndexLookup:
 
 __all__ = ["read_choices", "pass_bytes", "GAP_DENSE", "FETCH_PASSES", "WHOLE_READ_MIN_BYTES", "IndexLookup", "uses_index_files", "probed", "probed_topics", "probe_offsets", "index_units",
            "plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
-           "extremes_of_frame", "driver_table", "dispatch_ends", "units_end", "DRIVER_READ_BYTES",
+           "extremes_of_frame", "driver_table", "dispatch_ends", "DRIVER_READ_BYTES",
            "DRIVER_FETCH_UNITS", "GAP_TAIL", "GAP_HEAD", "GAP_TAIL_UNITS", "GAP_OP_QUEUE"]
