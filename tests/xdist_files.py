@@ -17,15 +17,21 @@ from typing import Dict, List
 #: teardown), longest first; files not named here follow in collection order.  Only the order matters: a
 #: stale entry costs some balance, never a test.
 LONGEST_FIRST = (
-    "test_delta_spark.py",
-    "test_realbroker.py",
+    "test_delta_spark.py",            # 394 s (serial run at load 6-8, 2026-11-28)
+    "test_realbroker.py",             # gw0's, after its first file: its broker runs are done by then
+    "test_audit_e2e.py",              # 297 s
     "test_recover_realbroker.py",
     "test_incremental.py",
-    "test_exit_status.py",
+    "test_full_read.py",              # 150 s
     "test_standalone_cluster.py",
-    "test_audit_e2e.py",
+    "test_dledger_audit.py",          # 109 s
     "test_indexed_read.py",
     "test_indexed_indexfile.py",
+    "test_datasources.py",            # 51 s
+    "test_cq_past_end.py",            # 50 s
+    "test_check_e2e.py",              # 49 s
+    "test_exit_status.py",            # 45 s
+    "test_crash_safety.py",           # 42 s
 )
 
 #: the file only worker gw0 runs (see the module docstring)
