@@ -66,6 +66,14 @@ fi
 
 command -v mvn >/dev/null 2>&1 || { echo "fetch-jars.sh: error: mvn not found on PATH" >&2; exit 1; }
 
+# one fetch at a time per cache (parallel test workers, two checkouts): the second waits, then finds the
+# first one's `.complete` stamp
+mkdir -p "$CACHE/jars"
+if command -v flock >/dev/null 2>&1; then
+    exec 8>"$CACHE/jars/.fetch.lock"
+    flock 8
+fi
+
 for set in "${SETS[@]}"; do
     gav="$(coords "$set")"
     dir="$CACHE/jars/$set"

@@ -54,10 +54,40 @@ def spark():
 _REALBROKER_EARLY = []
 
 
+def _xdist_worker() -> str:
+    """This process's pytest-xdist worker id (gw0, gw1, ...), or "" when the tests run in one process."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Under pytest-xdist the longest test files come first (tests/xdist_files.py); one process keeps the
+    files' order."""
+    if _xdist_worker():
+        from xdist_files import order_items
+
+        order_items(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n N`` (``--dist load`` or ``loadfile``): a file at a time, longest first, test_realbroker.py on gw0
+    (tests/xdist_files.py).  Other ``--dist`` modes are xdist's own."""
+    if config.getoption("dist") in ("load", "loadfile"):
+        from xdist_files import make_scheduler
+
+        return make_scheduler(config, log)
+    return None
+
+
 def pytest_collection_finish(session):
     """The real-broker runs, minutes of brokers waiting on their timers, start as soon as the tests are
-    collected and overlap the rest of the suite (test_realbroker's fixture then only waits for them)."""
+    collected and overlap the rest of the suite (test_realbroker's fixture then only waits for them).  Under
+    pytest-xdist only worker gw0 starts them: test_realbroker.py runs there (tests/xdist_files.py)."""
     if session.config.option.collectonly or os.environ.get("TXAUDIT_REALBROKER_EARLY", "1") == "0":
+        return
+    from xdist_files import PINNED_WORKER
+
+    if _xdist_worker() not in ("", PINNED_WORKER):
         return
     for item in session.items:
         if Path(str(item.path)).name == "test_realbroker.py" and hasattr(item.module, "start_early"):

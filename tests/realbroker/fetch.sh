@@ -19,6 +19,14 @@ VERSIONS=("$@")
 
 command -v mvn >/dev/null 2>&1 || { echo "fetch.sh: error: mvn not found on PATH" >&2; exit 2; }
 
+# one fetch at a time per cache: the suite's xdist workers (and test modules in them) may ask at once; the
+# second waits, then finds the first one's `.complete` stamp
+mkdir -p "$CACHE"
+if command -v flock >/dev/null 2>&1; then
+    exec 8>"$CACHE/.fetch.lock"
+    flock 8
+fi
+
 for ver in "${VERSIONS[@]}"; do
     case "$ver" in
         4.9.8|5.3.3) ;;
