@@ -36,7 +36,10 @@ def _tool(name: str) -> str:
 
 
 def compile_baseline() -> Path:
-    """The directory holding the compiled baseline class (compiled now if this source was not yet)."""
+    """The directory holding the compiled baseline class (compiled now if this source was not yet).  javac
+    writes into a fresh directory beside the final one, which is then renamed into place: a process that
+    finds the final directory finds a whole class, even while another one is compiling (two suites, two
+    benchmarks at once)."""
     if not SOURCE.is_file():
         raise UsageError(f"{SOURCE}: Java baseline source missing (run from a source checkout)")
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
@@ -46,12 +49,22 @@ def compile_baseline() -> Path:
         if (out / f"{MAIN_CLASS}.class").is_file():
             return out
         try:
-            out.mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=root))
         except OSError:
             continue
-        proc = subprocess.run([_tool("javac"), "-d", str(out), str(SOURCE)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise UsageError(f"{SOURCE}: javac failed: {proc.stderr.strip().splitlines()[-1:]}")
+        try:
+            proc = subprocess.run([_tool("javac"), "-d", str(work), str(SOURCE)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise UsageError(f"{SOURCE}: javac failed: {proc.stderr.strip().splitlines()[-1:]}")
+            try:
+                work.rename(out)            # atomic; fails when another process got there first
+            except OSError:
+                if not (out / f"{MAIN_CLASS}.class").is_file():
+                    shutil.rmtree(out, ignore_errors=True)      # left half-written by an interrupted compile
+                    work.rename(out)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         return out
     raise UsageError("no writable directory to compile the Java baseline into")
 
