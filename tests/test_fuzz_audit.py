@@ -136,3 +136,10 @@ def test_indexed_mode_flags_a_zeroed_commit_the_index_points_to(spark, tmp_path)
         assert not any(c[g] for g in GATED), (mode, ex)
         changed = [d for d in got["diffs"] if d["b_state"] == "COMMITTED" and d["m_state"] != "COMMITTED"]
         assert changed and all(d["m_state"] == "UNKNOWN_DAMAGED" for d in changed), (mode, changed)
+
+
+def test_an_example_line_says_how_many_damaged_ranges_it_leaves_out(tmp_path):
+    three = Mutant("m9", "src", "random_bitflip", tmp_path, damaged=[("f", 1, 2), ("f", 5, 6), ("f", 9, 10)])
+    assert three.describe().endswith("damaged=[('f', 1, 2), ('f', 5, 6)] +1 more")
+    two = Mutant("m8", "src", "random_bitflip", tmp_path, damaged=[("f", 1, 2), ("f", 5, 6)])
+    assert two.describe().endswith("damaged=[('f', 1, 2), ('f', 5, 6)]")

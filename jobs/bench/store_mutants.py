@@ -84,7 +84,9 @@ class Mutant:
     note: str = ""
 
     def describe(self) -> str:
-        return f"{self.name} {self.source} {self.cls}({self.note}) damaged={self.damaged[:2]}"
+        """One line for a campaign's examples: the first two damaged ranges, and how many more there are."""
+        more = f" +{len(self.damaged) - 2} more" if len(self.damaged) > 2 else ""
+        return f"{self.name} {self.source} {self.cls}({self.note}) damaged={self.damaged[:2]}{more}"
 
 
 def _rel(root: Path, p) -> str:
