@@ -30,6 +30,12 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   then truncates them (CommitLog.recoverNormally / recoverAbnormally -> DefaultMessageStore.
   truncateDirtyLogicFiles): the broker has lost those records too, so a state resting on them still rests on
   missing bytes.
+* a half / op / discard queue unit with no record of its topic at its CommitLog offset (the consume-queue
+  comparison's CQ_MISMATCH "no record", which carries the unit's size as ``length``: :func:`cq_lost`):
+  ``[offset, offset + size)`` (``CQ_NO_RECORD``).  ReputMessageService builds every unit from the record it
+  dispatched, with that record's topic, offset and size, so the record is no longer readable as what it was
+  (a flipped topic byte makes the read drop it as no transaction record).  Not one: a unit below the first
+  CommitLog file (retention: EVIDENCE_IN_DELETED_RANGE), a record there with other queue fields (read).
 * DLEDGER_INDEX_MISMATCH "has no entry in the data files" with a position (txlog_io/dledger_store.py gives
   one only for a unit before the last entry read): an entry DLedger appended and indexed there is gone -- a
   point, like CQ_ENTRY_MISMATCH; indexed mode's only sign of an entry garbled in the middle of the log when no
@@ -64,7 +70,7 @@ record, not a lost range.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +96,8 @@ _SOURCES = ("commitlog", "dledger")
 TORN_END_KINDS = ("GARBAGE_AFTER_END", "TRUNCATED_RECORD", "TRUNCATED_FILE")
 #: the lost range a consume-queue unit past a file's readable data makes (see the module docstring)
 PAST_END = "CQ_PAST_DATA_END"
+#: the lost range a half / op / discard queue unit without a record of its topic makes (module docstring)
+CQ_NO_RECORD = "CQ_NO_RECORD"
 #: ``past_end`` argument: the torn ends (sorted CommitLog offsets) -> per torn end ``t`` whose half / op /
 #: discard queue units point into ``[t, the first record read at or after t)``: ``(t, the furthest such unit's
 #: end, how many)`` -- one row per torn end, whatever the damage (jobs/reconstruct/distributed.py computes it
@@ -110,6 +118,9 @@ class DamagedRanges:
     redolog: str = ""
     #: the files before the first CommitLog file were lost, not deleted by retention (COMMITLOG_HEAD_MISSING)
     head_lost: bool = False
+    #: a DLedger log's uncommitted tail: ``(where it starts, where damage in it stops being a torn end)``
+    #: (``damaged_ranges``), so that ranges merged in later are kept or dropped by the same rule
+    uncommitted: Optional[Tuple[int, int]] = None
 
     def __len__(self) -> int:
         return len(self.start)
@@ -322,18 +333,33 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
     is_tail = pc.fill_null(pc.equal(anomalies.column("kind"), "DLEDGER_UNCOMMITTED"), False)
     uncommitted = anomalies.filter(is_tail)
     tail = pc.min(uncommitted.column("physical_offset")).as_py() if uncommitted.num_rows else None
-    if tail is not None:
-        torn_from = _torn_end_from(uncommitted, tail)
-        found = [f for f in found if f[0] < tail or f[1] < torn_from or f[2].startswith(FILE_LEVEL_KINDS)]
+    tail_at = None if tail is None else (int(tail), _torn_end_from(uncommitted, tail))
+    found = _outside_torn_tail(found, tail_at)
     if not found:
-        if not (st_damage or redo_damage or head_lost):
+        if not (st_damage or redo_damage or head_lost or tail_at):
             return EMPTY
-        return DamagedRanges(EMPTY.start, EMPTY.end, (), st_damage, redo_damage, head_lost)
-    found.sort()
+        return DamagedRanges(EMPTY.start, EMPTY.end, (), st_damage, redo_damage, head_lost, tail_at)
+    starts, ends, what = _merged(found)
+    return DamagedRanges(starts, ends, what, st_damage, redo_damage, head_lost, tail_at)
+
+
+def _outside_torn_tail(found: List[Tuple[int, int, str]],
+                       tail_at: Optional[Tuple[int, int]]) -> List[Tuple[int, int, str]]:
+    """``found`` without the torn end of a DLedger log's uncommitted tail (``DamagedRanges.uncommitted``);
+    a file cut short or missing stays."""
+    if tail_at is None:
+        return found
+    tail, torn_from = tail_at
+    return [f for f in found if f[0] < tail or f[1] < torn_from or f[2].startswith(FILE_LEVEL_KINDS)]
+
+
+def _merged(found: List[Tuple[int, int, str]]) -> Tuple[np.ndarray, np.ndarray, Tuple[str, ...]]:
+    """``(start, end, what)`` ranges -> sorted, disjoint ranges: overlapping or touching ones become one, their
+    descriptions joined (each once)."""
     starts: List[int] = []
     ends: List[int] = []
     what: List[str] = []
-    for s, e, w in found:
+    for s, e, w in sorted(found):
         if starts and s <= ends[-1]:
             ends[-1] = max(ends[-1], e)
             if w not in what[-1]:
@@ -342,9 +368,33 @@ def damaged_ranges(anomalies: pa.Table, past_end: Optional[PastEnd] = None) -> D
         starts.append(s)
         ends.append(e)
         what.append(w)
-    return DamagedRanges(np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what), st_damage,
-                         redo_damage, head_lost)
+    return np.asarray(starts, np.int64), np.asarray(ends, np.int64), tuple(what)
 
+
+def cq_lost(findings: Iterable[Mapping]) -> List[Tuple[int, int, str]]:
+    """One broker's consume-queue comparison findings (AUDIT_ANOMALIES rows as mappings) -> the lost ranges of
+    ``CQ_NO_RECORD``: a CQ_MISMATCH of a half / op / discard queue unit with no record of its topic at its
+    CommitLog offset, which the comparison reports with the unit's size as ``length`` (module docstring)."""
+    found = []
+    for f in findings:
+        off, length = f.get("physical_offset"), f.get("length")
+        if (f.get("code") == "CQ_MISMATCH" and off is not None and length is not None
+                and f.get("topic") in TX_SYSTEM_TOPICS):
+            end = off + max(int(length), 1)
+            found.append((int(off), end, f"{CQ_NO_RECORD} [{off}, {end}) (a {f['topic']} unit names a record "
+                                         "of that topic the CommitLog does not hold there)"))
+    return found
+
+
+def with_lost(damaged: DamagedRanges, found: List[Tuple[int, int, str]]) -> DamagedRanges:
+    """``damaged`` with the ranges ``found`` (``(start, end, what)``) merged in (as ``damaged_ranges`` merges
+    its own): the same result whichever path collected them, in whatever order."""
+    found = _outside_torn_tail(found, damaged.uncommitted)
+    if not found:
+        return damaged
+    mine = list(zip(damaged.start.tolist(), damaged.end.tolist(), damaged.what, strict=True))
+    starts, ends, what = _merged(mine + found)
+    return replace(damaged, start=starts, end=ends, what=what)
 
 __all__ = ["DamagedRanges", "EMPTY", "RedologGap", "redolog_gap", "redolog_units_lost", "with_redolog_gap", "LOST_KINDS", "PAST_END", "PastEnd", "TABLE_KINDS", "damaged_ranges",
-           "past_end_of", "past_end_ranges", "torn_ends", "units_past_end"]
+           "past_end_of", "past_end_ranges", "torn_ends", "units_past_end", "cq_lost", "with_lost", "CQ_NO_RECORD"]

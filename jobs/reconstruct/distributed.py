@@ -47,7 +47,15 @@ from pyspark.sql import functions as F
 from jobs.reconstruct import partitioned as part
 from jobs.reconstruct import rules as txrules
 from jobs.reconstruct import worklists
-from jobs.reconstruct.damage import PastEnd, RedologGap, damaged_ranges, with_redolog_gap
+from jobs.reconstruct.damage import (
+    EMPTY,
+    PastEnd,
+    RedologGap,
+    cq_lost,
+    damaged_ranges,
+    with_lost,
+    with_redolog_gap,
+)
 from jobs.reconstruct.evidence import (
     COMMIT_T,
     COPY,
@@ -207,6 +215,21 @@ def _context(facts: Dict[str, dict], findings: Dict[str, pa.Table], params, prof
                                         damaged_ranges(an, past_end.get(b)), an,
                                         [dict(a, broker=b) for a in an.select(_ANOMALY_COLUMNS).to_pylist()])
     return part.Context(brokers, critical_within_ms), list(profiles.values())
+
+
+def _add_cq_lost(ctx: part.Context, cqf: DataFrame) -> None:
+    """Merge into each broker's damaged ranges the ``damage.cq_lost`` ranges of the consume-queue comparison's
+    findings ``cqf`` (a unit with no record of its topic: rows that carry a ``length``), before the reduce
+    reads them; one Spark job over the comparison's findings, its rows grow with the damage only."""
+    c = F.col
+    rows = (cqf.where((c("code") == "CQ_MISMATCH") & c("length").isNotNull())
+            .select("broker", "code", "topic", "physical_offset", "length").collect())
+    by_broker: Dict[str, List[dict]] = {}
+    for r in rows:
+        by_broker.setdefault(r["broker"], []).append(r.asDict())
+    for b, found in by_broker.items():
+        bc = ctx.brokers[b]
+        bc.damaged = with_lost(bc.damaged if bc.damaged is not None else EMPTY, cq_lost(found))
 
 
 def link(ev: DataFrame) -> DataFrame:
@@ -370,6 +393,7 @@ def reduce_distributed(wide: DataFrame, params, profile_override, op_bodies_give
                 .agg(F.bit_or(bit.cast("tinyint")).alias("_p")))
         n_bits = bits.count()
         if n_bits:
+            _add_cq_lost(ctx, cqf)
             with_tx = (with_tx.join(F.broadcast(bits) if n_bits <= 1_000_000 else bits,
                                     (c("broker") == c("_b")) & c("physical_offset").eqNullSafe(c("_o")), "left")
                        .withColumn("problems", F.coalesce(c("_p"), F.lit(0)).cast("tinyint")).select(*_EV))

@@ -59,9 +59,9 @@ from jobs.reconstruct.reducer import (
     _facts,
     _missing_bodies,
     _orphan_ops,
-    _reconstruct_finding,
     _relevant,
     _uncommitted_rows,
+    cq_finding,
     cq_records,
     merge_facts_into,
     op_rows_of,
@@ -355,9 +355,8 @@ def cq_chunks(batches: Iterable[pa.RecordBatch], ctx: Context) -> Iterator[pa.Re
             bc = ctx.brokers[broker]
             src = _BySrc(sub)
             units = drop_misplaced_units(src["consumequeue"], bc.findings)
-            rows = [_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
-                                         m["queue_offset"], m["detail"], m["topic"])
-                    for m in _cq_mismatches(broker, cq_records(src["commitlog"], src), units, bc.facts)]
+            rows = [cq_finding(m) for m in _cq_mismatches(broker, cq_records(src["commitlog"], src), units,
+                                                          bc.facts)]
             if rows:
                 yield from anomalies_table(rows).to_batches()
 

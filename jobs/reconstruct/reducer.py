@@ -30,7 +30,14 @@ import pyarrow.compute as pc
 from jobs.reconstruct import rules as txrules
 from jobs.reconstruct import split as txsplit
 from jobs.reconstruct import worklists
-from jobs.reconstruct.damage import damaged_ranges, past_end_of, redolog_gap, with_redolog_gap
+from jobs.reconstruct.damage import (
+    cq_lost,
+    damaged_ranges,
+    past_end_of,
+    redolog_gap,
+    with_lost,
+    with_redolog_gap,
+)
 from jobs.reconstruct.evidence import (
     COPY,
     DISCARD,
@@ -313,9 +320,11 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
         deleted = problem == "NO_RECORD" and o is not None and mco is not None and o < mco
         where = unit if unit is not None else rec
         assert where is not None
+        # a unit with no record of its topic: the bytes its size names are a lost range (damage.cq_lost)
+        lost = unit[3] if problem == "NO_RECORD" and not deleted and unit is not None else None
         out.append({"broker": broker, "code": "EVIDENCE_IN_DELETED_RANGE" if deleted else "CQ_MISMATCH",
                     "physical_offset": o, "topic": where[0], "queue_id": where[1], "queue_offset": where[2],
-                    "detail": detail})
+                    "detail": detail, "length": lost})
     return out
 
 
@@ -356,10 +365,17 @@ def _uncommitted_rows(ev: Evidence, anomalies: pa.Table) -> np.ndarray:
     return np.nonzero(_tx_rows(ev) & np.isin(ev.c["role"], _EVIDENCE_ROLES) & ok & (lo >= first))[0]
 
 
-def _reconstruct_finding(broker, code, physical_offset, queue_id, queue_offset, detail, topic=OP_TOPIC):
+def _reconstruct_finding(broker, code, physical_offset, queue_id, queue_offset, detail, topic=OP_TOPIC,
+                         length=None):
     return {"broker": broker, "code": code, "source": "reconstruct", "physical_offset": physical_offset,
             "topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "transaction_key": None,
-            "file": None, "position": None, "length": None, "detail": detail}
+            "file": None, "position": None, "length": length, "detail": detail}
+
+
+def cq_finding(m: Mapping) -> dict:
+    """A consume-queue comparison result (``_cq_mismatches``) as an AUDIT_ANOMALIES row."""
+    return _reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"], m["queue_offset"],
+                                m["detail"], m["topic"], m["length"])
 
 
 def _decoder_finding(a: dict) -> dict:
@@ -522,8 +538,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     findings: List[dict] = []
     problems = []
     if has_cq:
-        findings.extend(_reconstruct_finding(m["broker"], m["code"], m["physical_offset"], m["queue_id"],
-                                             m["queue_offset"], m["detail"], m["topic"]) for m in cqm)
+        findings.extend(cq_finding(m) for m in cqm)
         for code in ("CQ_MISMATCH", "EVIDENCE_IN_DELETED_RANGE"):
             offs = [m["physical_offset"] for m in cqm if m["code"] == code]
             if offs:
@@ -537,10 +552,10 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     findings.extend(missing_bodies)
     findings.extend(_decoder_finding(dict(a, broker=b)) for a in decoder_findings)
     return {"facts": facts, "evidence": ev, "problems": problems, "findings": findings,
-            "damaged": with_redolog_gap(
+            "damaged": with_lost(with_redolog_gap(
                 damaged_ranges(anomalies, past_end_of(records_read(cl, settled),
                                                       sub["consumequeue"] if has_cq else None)),
-                redolog_gap(ev.c["role"], ev.c["mechanism"], ev.i["physical_offset"]))}
+                redolog_gap(ev.c["role"], ev.c["mechanism"], ev.i["physical_offset"])), cq_lost(cqm))}
 
 
 def _orphan_ops(b: str, ev: Evidence, facts: Mapping) -> List[dict]:
@@ -596,4 +611,4 @@ def _arrow(rows: List[dict], table) -> pa.Table:
 
 
 __all__ = ["reduce_input", "input_table", "SOURCES", "final_transactions", "merge_facts_into", "as_of_ms",
-           "settled_offsets", "records_read"]
+           "settled_offsets", "records_read", "cq_finding"]

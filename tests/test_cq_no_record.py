@@ -1,0 +1,146 @@
+"""A half / op / discard queue unit with no record of its topic at its CommitLog offset is a lost range.
+
+ReputMessageService builds every consume-queue unit from the record it dispatched, with that record's topic,
+offset and size; so a unit of the discard queue (TRANS_CHECK_MAX_TIME_TOPIC) that points at a record of
+another topic says that record's bytes (or the unit's) were damaged after the broker wrote them.  The audit
+cannot tell whose discard, COMMIT or op record lay there, so every state reached by absence whose window
+holds ``[offset, offset + unit size)`` rests on missing bytes (``damage.cq_lost``, docs/robustness.md).
+
+The case that taught it: fuzz mutant m04675 (seed 43) flipped five bits of the discard record at CommitLog
+offset 31911 of the 5.3.3 RocksDB fixture, one in its topic; the read no longer takes the record, its
+transaction read DISCARDED -> PREPARED with no flag, in both modes.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.reconstruct.damage import CQ_NO_RECORD, EMPTY, DamagedRanges, cq_lost, with_lost
+
+UNCERTAIN = "STATE_UNCERTAIN_DAMAGED_RANGE"
+DAMAGE = {"CORRUPT_RECORD", UNCERTAIN, "CQ_MISMATCH"}
+
+
+def _finding(off, length, topic="TRANS_CHECK_MAX_TIME_TOPIC", code="CQ_MISMATCH"):
+    return {"code": code, "physical_offset": off, "length": length, "topic": topic}
+
+
+def test_only_units_without_their_record_are_lost_ranges():
+    got = cq_lost([_finding(100, 50), _finding(300, None), _finding(400, 10, topic="TopicA"),
+                   _finding(500, 10, code="EVIDENCE_IN_DELETED_RANGE"), _finding(None, 10),
+                   _finding(600, 0, topic="RMQ_SYS_TRANS_HALF_TOPIC")])
+    assert [(s, e) for s, e, _ in got] == [(100, 150), (600, 601)]
+    assert all(w.startswith(CQ_NO_RECORD) for _, _, w in got)
+
+
+def test_merged_ranges_do_not_depend_on_the_order_they_come_in():
+    base = DamagedRanges(np.array([0, 1000], np.int64), np.array([10, 1100], np.int64), ("A", "B"))
+    rows = [_finding(5, 20), _finding(1100, 5), _finding(2000, 7), _finding(2003, 10)]
+    want = with_lost(base, cq_lost(rows))
+    assert list(zip(want.start.tolist(), want.end.tolist(), strict=True)) == [(0, 25), (1000, 1105), (2000, 2013)]
+    assert want.what[0].startswith("A; ") and CQ_NO_RECORD in want.what[0]
+    for seed in range(5):
+        shuffled = rows[:]
+        random.Random(seed).shuffle(shuffled)
+        got = with_lost(base, cq_lost(shuffled))
+        assert (got.start.tolist(), got.end.tolist(), got.what) == (want.start.tolist(), want.end.tolist(),
+                                                                   want.what)
+    assert with_lost(base, []) is base
+    assert len(with_lost(EMPTY, cq_lost(rows[:1]))) == 1
+
+
+def test_the_torn_end_of_a_dledger_uncommitted_tail_is_no_lost_range():
+    # in the uncommitted tail (from 1000), damage with a whole entry after it (ending before 1500) hides records;
+    # damage from there on is the torn end a crash leaves, which DLedger's recovery truncates
+    tail = DamagedRanges(EMPTY.start, EMPTY.end, (), uncommitted=(1000, 1500))
+    got = with_lost(tail, cq_lost([_finding(500, 10), _finding(1200, 10), _finding(1600, 10)]))
+    assert list(zip(got.start.tolist(), got.end.tolist(), strict=True)) == [(500, 510), (1200, 1210)]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the 5.3.3 RocksDB fixture, its discard record at 31911 damaged
+# ------------------------------------------------------------------------------------------------------------
+
+STORE = Path(__file__).resolve().parent / "data" / "fixtures" / "rocketmq-5.3.3-rocksdb" / "store"
+DATA = Path("commitlog") / "00000000000000000000"
+DISCARD_AT, DISCARD_SIZE = 31911, 676
+#: the first byte of the record's topic ('T' -> 't')
+TOPIC_FLIP = {32253: 0x20}
+#: the mutant's own five flips (one in the body's tail, three in the topic, one in the properties)
+M04675 = {32247: 0x80, 32254: 0x40, 32261: 0x10, 32262: 0x20, 32284: 0x04}
+KEY = "C000020258044E0E2F2A89C4319B0002"
+BROKERS = ("topic", "mutant")
+
+
+def _flipped(root: Path, flips: dict) -> str:
+    shutil.copytree(STORE, root)
+    with open(root / DATA, "r+b") as f:
+        for pos, bit in flips.items():
+            f.seek(pos)
+            b = f.read(1)[0]
+            f.seek(pos)
+            f.write(bytes([b ^ bit]))
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def audits(spark, tmp_path_factory):
+    from damage_audits import audit_both_modes
+
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import reconstruct
+
+    tmp = tmp_path_factory.mktemp("cqlost")
+    roots = {"intact": str(STORE), "topic": _flipped(tmp / "topic", TOPIC_FLIP),
+             "mutant": _flipped(tmp / "mutant", M04675)}
+    got = audit_both_modes(spark, roots)
+    frames = load_store_frames(spark, list(roots.values()), mode="full", brokers=list(roots))
+    spread = reconstruct(frames, None, local=False)
+    assert spread.path != "driver"
+    got["distributed"] = {t: [r.asDict(recursive=True) for r in getattr(spread, t).collect()]
+                          for t in ("transactions", "anomalies")}
+    return got
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("broker", BROKERS)
+@pytest.mark.parametrize("mode", ("full", "indexed", "distributed"))
+def test_a_discard_record_read_under_another_topic_is_flagged(audits, mode, broker):
+    got = audits[mode]
+    tx = {b: {t["transaction_key"]: t for t in got["transactions"] if t["broker"] == b} for b in ("intact", broker)}
+    intact, damaged = tx["intact"], tx[broker]
+    assert intact[KEY]["state"] == "DISCARDED"
+    silent = [(k, intact[k]["state"], t["state"], t["flags"]) for k, t in damaged.items()
+              if k in intact and t["state"] != intact[k]["state"] and not DAMAGE & set(t["flags"])]
+    assert not silent, silent
+    assert damaged[KEY]["state"] == "PREPARED" and UNCERTAIN in damaged[KEY]["flags"], damaged[KEY]
+    cq = [(a["physical_offset"], a["topic"], a["length"]) for a in got["anomalies"]
+          if a["broker"] == broker and a["code"] == "CQ_MISMATCH"]
+    assert cq == [(DISCARD_AT, "TRANS_CHECK_MAX_TIME_TOPIC", DISCARD_SIZE)]
+    marks = [a for a in got["anomalies"] if a["broker"] == broker and a["code"] == UNCERTAIN
+             and a["transaction_key"] == KEY]
+    assert [(a["physical_offset"], a["length"]) for a in marks] == [(DISCARD_AT, DISCARD_SIZE)]
+    assert CQ_NO_RECORD in marks[0]["detail"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode", ("full", "indexed", "distributed"))
+def test_the_intact_store_has_no_such_range(audits, mode):
+    got = audits[mode]
+    assert not [a for a in got["anomalies"] if a["broker"] == "intact" and a["code"] in ("CQ_MISMATCH", UNCERTAIN)]
+    assert not [t for t in got["transactions"] if t["broker"] == "intact" and DAMAGE & set(t["flags"])]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("broker", BROKERS)
+def test_the_reduce_paths_agree(audits, broker):
+    def rows(mode, table):
+        return sorted((tuple(sorted((k, str(v)) for k, v in r.items())) for r in audits[mode][table]
+                       if r["broker"] == broker))
+
+    for table in ("transactions", "anomalies"):
+        assert rows("full", table) == rows("distributed", table), table
