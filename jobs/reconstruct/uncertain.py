@@ -131,14 +131,9 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
     if tid is not None:
         start = np.where(tid_on, tid[0][0][rows], start)
         end = np.where(tid_on, tid[0][1][rows], end)
-    cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([UNCERTAIN] * n, pa.string()),
-            "source": pa.array(["reconstruct"] * n, pa.string()),
-            "physical_offset": pa.array(start, pa.int64(), mask=~in_log),
-            "transaction_key": key.take(pa.array(rows, pa.int64())),
-            "length": pa.array(end - start, pa.int64(), mask=~in_log), "detail": detail}
-    schema = AUDIT_ANOMALIES.arrow_schema()
-    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
-                                schema=schema)
+    return _findings_table(broker, UNCERTAIN, key, rows, detail,
+                           physical_offset=pa.array(start, pa.int64(), mask=~in_log),
+                           length=pa.array(end - start, pa.int64(), mask=~in_log))
 
 
 def statetable_damage_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.ndarray, index: Nullable,
@@ -148,7 +143,6 @@ def statetable_damage_findings(broker: str, key: pa.Array, state: np.ndarray, on
     in the statetable), what it says and what the state is instead (AUDIT_ANOMALIES rows, no CommitLog range:
     the damage is in the statetable)."""
     rows = np.nonzero(on)[0]
-    n = len(rows)
     text = (lambda v, ok: pc.fill_null(pc.cast(to_arrow(v[rows], ok[rows]), pa.string()), "?"))
     idx_v, idx_ok = index
     start = (idx_v * STATETABLE_UNIT_SIZE, idx_ok)
@@ -159,9 +153,17 @@ def statetable_damage_findings(broker: str, key: pa.Array, state: np.ndarray, on
         "it was read and the redolog has no END unit for it: TransactionStateService.updateTransactionState "
         "writes that state only when its END record is dispatched, and the END's redolog unit follows it, so "
         "the unit was damaged; the state is the CommitLog's: ", pa.array(state[rows], pa.string()), "")
-    cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array(["CORRUPT_RECORD"] * n, pa.string()),
+    return _findings_table(broker, "CORRUPT_RECORD", key, rows, detail)
+
+
+def _findings_table(broker: str, code: str, key: pa.Array, rows: np.ndarray, detail: pa.Array,
+                    **columns: pa.Array) -> pa.Table:
+    """AUDIT_ANOMALIES rows of the reducer (``source`` reconstruct): one per transaction ``rows`` of ``key``,
+    with ``detail`` and the ``columns`` given; the other columns null."""
+    n = len(rows)
+    cols = {"broker": pa.array([broker] * n, pa.string()), "code": pa.array([code] * n, pa.string()),
             "source": pa.array(["reconstruct"] * n, pa.string()),
-            "transaction_key": key.take(pa.array(rows, pa.int64())), "detail": detail}
+            "transaction_key": key.take(pa.array(rows, pa.int64())), "detail": detail, **columns}
     schema = AUDIT_ANOMALIES.arrow_schema()
     return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
                                 schema=schema)
