@@ -62,3 +62,44 @@ def audit_tables(spark, store, out, mode: str, as_of: str,
 
     run_audit(spark, opts, on_result=on_result, print_summary=False)
     return got
+
+
+def flipped_copy(store, root, data, flips: Mapping[int, int]) -> str:
+    """A copy of the store ``store`` at ``root`` with the bytes of its file ``data`` (a path inside the store)
+    at each position of ``flips`` XOR-ed with its value; the copy's root."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(store, root)
+    with open(Path(root) / data, "r+b") as f:
+        for pos, bit in flips.items():
+            f.seek(pos)
+            b = f.read(1)[0]
+            f.seek(pos)
+            f.write(bytes([b ^ bit]))
+    return str(root)
+
+
+def audit_three_ways(spark, roots: Mapping[str, str]) -> Dict[str, Dict[str, List[dict]]]:
+    """``audit_both_modes`` plus ``"distributed"``: the full-mode read reduced on the executor path."""
+    from jobs.read.frames import load_store_frames
+    from jobs.reconstruct.spark import reconstruct
+
+    got = audit_both_modes(spark, roots)
+    frames = load_store_frames(spark, list(roots.values()), mode="full", brokers=list(roots))
+    spread = reconstruct(frames, None, local=False)
+    assert spread.path != "driver"
+    got["distributed"] = {t: [r.asDict(recursive=True) for r in getattr(spread, t).collect()]
+                          for t in ("transactions", "anomalies")}
+    return got
+
+
+def by_key(audit: Mapping[str, List[dict]], broker: str) -> Dict[str, dict]:
+    """transaction key -> transaction row of ``broker`` in one mode's audit."""
+    return {t["transaction_key"]: t for t in audit["transactions"] if t["broker"] == broker}
+
+
+def silent_changes(intact: Mapping[str, dict], damaged: Mapping[str, dict], damage_flags) -> List[tuple]:
+    """The transactions of ``intact`` whose state ``damaged`` changed without one of ``damage_flags``."""
+    return [(k, intact[k]["state"], t["state"], t["flags"]) for k, t in damaged.items()
+            if k in intact and t["state"] != intact[k]["state"] and not set(damage_flags) & set(t["flags"])]

@@ -13,11 +13,11 @@ transaction read DISCARDED -> PREPARED with no flag, in both modes.
 from __future__ import annotations
 
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from damage_audits import audit_three_ways, by_key, flipped_copy, silent_changes
 
 from jobs.reconstruct.damage import CQ_NO_RECORD, EMPTY, DamagedRanges, cq_lost, with_lost
 
@@ -77,33 +77,15 @@ BROKERS = ("topic", "mutant")
 
 
 def _flipped(root: Path, flips: dict) -> str:
-    shutil.copytree(STORE, root)
-    with open(root / DATA, "r+b") as f:
-        for pos, bit in flips.items():
-            f.seek(pos)
-            b = f.read(1)[0]
-            f.seek(pos)
-            f.write(bytes([b ^ bit]))
-    return str(root)
+    return flipped_copy(STORE, root, DATA, flips)
 
 
 @pytest.fixture(scope="module")
 def audits(spark, tmp_path_factory):
-    from damage_audits import audit_both_modes
-
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import reconstruct
-
     tmp = tmp_path_factory.mktemp("cqlost")
     roots = {"intact": str(STORE), "topic": _flipped(tmp / "topic", TOPIC_FLIP),
              "mutant": _flipped(tmp / "mutant", M04675)}
-    got = audit_both_modes(spark, roots)
-    frames = load_store_frames(spark, list(roots.values()), mode="full", brokers=list(roots))
-    spread = reconstruct(frames, None, local=False)
-    assert spread.path != "driver"
-    got["distributed"] = {t: [r.asDict(recursive=True) for r in getattr(spread, t).collect()]
-                          for t in ("transactions", "anomalies")}
-    return got
+    return audit_three_ways(spark, roots)
 
 
 @pytest.mark.spark
@@ -111,11 +93,9 @@ def audits(spark, tmp_path_factory):
 @pytest.mark.parametrize("mode", ("full", "indexed", "distributed"))
 def test_a_discard_record_read_under_another_topic_is_flagged(audits, mode, broker):
     got = audits[mode]
-    tx = {b: {t["transaction_key"]: t for t in got["transactions"] if t["broker"] == b} for b in ("intact", broker)}
-    intact, damaged = tx["intact"], tx[broker]
+    intact, damaged = by_key(got, "intact"), by_key(got, broker)
     assert intact[KEY]["state"] == "DISCARDED"
-    silent = [(k, intact[k]["state"], t["state"], t["flags"]) for k, t in damaged.items()
-              if k in intact and t["state"] != intact[k]["state"] and not DAMAGE & set(t["flags"])]
+    silent = silent_changes(intact, damaged, DAMAGE)
     assert not silent, silent
     assert damaged[KEY]["state"] == "PREPARED" and UNCERTAIN in damaged[KEY]["flags"], damaged[KEY]
     cq = [(a["physical_offset"], a["topic"], a["length"]) for a in got["anomalies"]

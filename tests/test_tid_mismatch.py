@@ -15,11 +15,11 @@ the 5.3.3 RocksDB fixture with the mutant's two flipped bytes (Spark, both modes
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from damage_audits import audit_three_ways, by_key, flipped_copy, silent_changes
 from partition_steps import assert_partition_steps_equal_reducer, linked
 from test_txreduce import PARAMS, _record
 
@@ -153,33 +153,15 @@ BROKERS = ("damaged", "mutant")
 
 
 def _flipped(root: Path, flips: dict) -> str:
-    shutil.copytree(STORE, root)
-    with open(root / DATA, "r+b") as f:
-        for pos, bit in flips.items():
-            f.seek(pos)
-            b = f.read(1)[0]
-            f.seek(pos)
-            f.write(bytes([b ^ bit]))
-    return str(root)
+    return flipped_copy(STORE, root, DATA, flips)
 
 
 @pytest.fixture(scope="module")
 def fixture_audits(spark, tmp_path_factory):
-    from damage_audits import audit_both_modes
-
-    from jobs.read.frames import load_store_frames
-    from jobs.reconstruct.spark import reconstruct
-
     tmp = tmp_path_factory.mktemp("tid")
     roots = {"intact": str(STORE), "damaged": _flipped(tmp / "damaged", FLIPS),
              "mutant": _flipped(tmp / "mutant", M02281)}
-    got = audit_both_modes(spark, roots)
-    frames = load_store_frames(spark, list(roots.values()), mode="full", brokers=list(roots))
-    spread = reconstruct(frames, None, local=False)
-    assert spread.path != "driver"
-    got["distributed"] = {t: [r.asDict(recursive=True) for r in getattr(spread, t).collect()]
-                          for t in ("transactions", "anomalies")}
-    return got
+    return audit_three_ways(spark, roots)
 
 
 @pytest.mark.spark
@@ -187,11 +169,9 @@ def fixture_audits(spark, tmp_path_factory):
 @pytest.mark.parametrize("mode", ("full", "indexed", "distributed"))
 def test_a_flipped_uniq_key_in_a_discard_record_is_flagged(fixture_audits, mode, broker):
     got = fixture_audits[mode]
-    tx = {b: {t["transaction_key"]: t for t in got["transactions"] if t["broker"] == b} for b in ("intact", broker)}
-    intact, damaged = tx["intact"], tx[broker]
+    intact, damaged = by_key(got, "intact"), by_key(got, broker)
     assert intact[KEY]["state"] == "DISCARDED"
-    silent = [(k, intact[k]["state"], t["state"], t["flags"]) for k, t in damaged.items()
-              if k in intact and t["state"] != intact[k]["state"] and not DAMAGE & set(t["flags"])]
+    silent = silent_changes(intact, damaged, DAMAGE)
     assert not silent, silent
     t = damaged[KEY]
     assert t["state"] == "PREPARED" and {"CORRUPT_RECORD", UNCERTAIN} <= set(t["flags"]), t
