@@ -178,6 +178,10 @@ def build_session(app_name: str = "txaudit", master: Optional[str] = None,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.python.filterPushdown.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
+        # a persisted DataFrame (persist_on_disk) is built as columnar batches whatever its storage level;
+        # compressed, every string value of every batch goes through DictionaryEncoding's hash-set probe
+        # (CompressibleColumnBuilder.gatherCompressibilityStats) before the batch is written to local disk
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     if local:
         conf["spark.driver.host"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")

@@ -23,7 +23,7 @@ driver around the modules that do the work, one function per stage, each handed 
 3. **reconstruct** -- ``jobs.reconstruct.spark.reconstruct``: on the driver when the records read are few (the
    outputs come back as Arrow tables and are counted and written from the driver, without Spark jobs), else
    distributed on the executors (linking as Spark joins, the rules per partition of transactions; the
-   transactions DataFrame is then persisted while the outputs are written); ``reconstruct.path`` forces a
+   outputs are checkpointed once and written from there); ``reconstruct.path`` forces a
    path (driver, broker = one task per broker, distributed), and ``audit_runs.config_json`` records the path
    taken and its reduce tasks (``"reconstruct": {"path", "reduce_tasks"}``).
 4. **aggregate** -- counts per state / flag / broker (small ``groupBy`` results, the only things collected).
@@ -214,12 +214,12 @@ def read_inputs(spark, plan: AuditPlan, persist, phases: Dict[str, float]) -> Au
 
 @dataclass
 class Reconstructed:
-    """The reconstruction's outputs: ``arrow`` (reduced on the driver) or the persisted DataFrames of
+    """The reconstruction's outputs: ``arrow`` (reduced on the driver) or the checkpointed DataFrames of
     ``result`` (reduced on the executors)."""
 
     result: Any                     # jobs.reconstruct.spark.AuditResult
     arrow: Optional[Dict[str, pa.Table]]
-    transactions: Any = None        # persisted DataFrame when reduced on the executors
+    transactions: Any = None        # a slice of the checkpointed outputs when reduced on the executors
     findings: Any = None
 
 
@@ -263,10 +263,11 @@ def reconstruct_inputs(spark, plan: AuditPlan, inputs: AuditInputs, persist,
         persist.frames.append(result.linked)
     arrow = result.arrow                          # None: reduced on the executors
     # Arrow outputs stay Arrow: a DataFrame of them (createDataFrame, ~0.3 s each on the 8 GiB bench) only
-    # for the bodies join
+    # for the bodies join.  Executor outputs are slices of the one checkpointed output frame
+    # (``materialize``): read from there, not cached a second time
     return Reconstructed(result=result, arrow=arrow,
-                         transactions=None if arrow else persist(result.transactions),
-                         findings=None if arrow else persist(result.anomalies))
+                         transactions=None if arrow else result.transactions,
+                         findings=None if arrow else result.anomalies)
 
 
 def _aggregates_arrow(arrow):

@@ -121,17 +121,23 @@ def _evidence_and_facts(wide: DataFrame, op_bodies_given: bool,
 
     One Python pass over the input rows gives both the evidence rows and each partition's partial facts
     (``partitioned.evidence_and_facts``); the job that collects the facts rows (one per broker and partition)
-    materializes the evidence.  The findings are a second, small job: ``wide`` is a union whose branches carry
-    their ``src`` as a literal, so the filter reads only the findings' branch."""
+    materializes the evidence.  Consume-queue units give no evidence and are only counted: they stay out of
+    the Python pass, and their counts per broker (one aggregation in Spark) are merged as the facts the pass
+    would have given them (``partitioned.queue_unit_facts``).  The findings are a second, small job: ``wide``
+    is a union whose branches carry their ``src`` as a literal, so a filter on ``src`` reads only the
+    branches it keeps."""
     def to_rows(it):
         from pyspark import TaskContext
 
         yield from part.evidence_and_facts(it, TaskContext.get().partitionId(), op_bodies_given)
 
     c = F.col
-    both = persist_on_disk(wide.mapInArrow(to_rows, RECON_EVIDENCE_PASS.spark_schema()), persisted)
+    is_unit = F.coalesce(c("src") == "consumequeue", F.lit(False))
+    both = persist_on_disk(wide.where(~is_unit).mapInArrow(to_rows, RECON_EVIDENCE_PASS.spark_schema()),
+                           persisted)
     rows = both.where(c("facts_json").isNotNull()).select("broker", "facts_json").collect()
-    merged = part.merge_facts(r.asDict() for r in rows)
+    units = wide.where(is_unit).groupBy("broker").agg(F.count(F.lit(1)).alias("n")).collect()
+    merged = part.add_queue_units(part.merge_facts(r.asDict() for r in rows), (r.asDict() for r in units))
     ev = both.where(c("facts_json").isNull()).select(*_EV)
     anomalies = wide.where(c("src") == "anomaly").select("broker", *_ANOMALY_COLUMNS).toArrow()
     by_broker = {b: t for b, t in part.by_broker(anomalies)} if anomalies.num_rows else {}

@@ -52,6 +52,7 @@ from jobs.reconstruct.evidence import (
 from jobs.reconstruct.groups import ints, strings
 from jobs.reconstruct.params import AuditParams
 from jobs.reconstruct.reducer import (
+    _FACT_SUMS,
     _BySrc,
     _corrupt_rows,
     _cq_mismatches,
@@ -280,6 +281,23 @@ def partial_facts(batches: Iterable[pa.RecordBatch], op_bodies_given: bool) -> I
                                          schema=RECON_FACTS.arrow_schema())
 
 
+def queue_unit_facts(n: int) -> dict:
+    """The partial facts ``_facts`` gives a partition holding ``n`` consume-queue units of a broker and no
+    other rows (the units are only counted): what the evidence pass would add for them."""
+    d = {k: 0 for k in _FACT_SUMS}
+    d["n_cq"] = n
+    d[CQ_UNITS] = n
+    return d
+
+
+def add_queue_units(merged: Dict[str, dict], counts: Iterable[Mapping]) -> Dict[str, dict]:
+    """``merged`` facts ({broker: facts}) with ``counts`` ({"broker", "n"} rows: consume-queue units per
+    broker) added as :func:`queue_unit_facts`."""
+    for r in counts:
+        _merge(merged.setdefault(r["broker"], {}), queue_unit_facts(int(r["n"])))
+    return merged
+
+
 def merge_facts(rows: Iterable[Mapping]) -> Dict[str, dict]:
     """RECON_FACTS rows (dicts) -> {broker: facts} as ``reducer._facts`` gives them for all the rows."""
     out: Dict[str, dict] = {}
@@ -379,6 +397,7 @@ def decoder_findings(broker: str, anomalies: pa.Table) -> List[dict]:
 
 
 __all__ = ["evidence_batches", "evidence_and_facts", "evidence_table", "evidence_of", "partial_facts", "merge_facts",
+           "queue_unit_facts", "add_queue_units",
            "reduce_chunks", "orphan_batches", "cq_chunks", "cq_key", "missing_body_batches",
            "decoder_findings", "chunks_by_key", "by_broker", "output_union", "BrokerContext", "Context",
            "PROBLEM_BITS", "CQ_UNITS", "KIND_SHIFT", "KIND_ORIGREF", "KIND_XREF", "KIND_TIDREF",
