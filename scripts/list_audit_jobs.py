@@ -72,14 +72,14 @@ def main(argv=None) -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--read", default="auto",
                    help="auto (the read's own choice), job (forced into its Spark job: "
-                        "full_read.SMALL_READ_DRIVER_BYTES = 0), or both, alternating run by run")
+                        "full_read.LOCAL_READ_DRIVER_BYTES = 0), or both, alternating run by run")
     a = p.parse_args(argv)
     from jobs.read import full
     from jobs.session import build_session
 
     stores = a.store or [str(ROOT / "tests" / "data" / "fixtures" / "rocketmq-4.9.8" / "store")]
     variants = ["auto", "job"] if a.read == "both" else [a.read]
-    bound = {"auto": full.SMALL_READ_DRIVER_BYTES, "job": 0}
+    bound = {"auto": full.LOCAL_READ_DRIVER_BYTES, "job": 0}
     spark = build_session(app_name="audit-jobs", master=a.master,
                           extra_conf={"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false"})
     result = {}
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
             last: dict = {}
             for i in range(a.runs + 1):
                 for v in variants:
-                    full.SMALL_READ_DRIVER_BYTES = bound[v]
+                    full.LOCAL_READ_DRIVER_BYTES = bound[v]
                     secs, jobs, summary = audit_once(spark, stores, Path(tmp) / f"out-{mode}-{v}", mode)
                     last[v] = (jobs, summary)
                     if i:

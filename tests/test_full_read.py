@@ -236,16 +236,16 @@ READ_TABLES = ("commitlog", "op_bodies", "anomalies", "scan_findings", "consumeq
 
 
 def test_a_small_read_in_the_driver_equals_the_job(spark, stores, monkeypatch):
-    """A read up to small_read_bytes runs its tasks in the driver's threads, no Spark job (counted by Spark's
+    """A read up to driver_read_bound runs its tasks in the driver's threads, no Spark job (counted by Spark's
     status store); forced into the job (bound 0) the same tasks give the same tables, row order included."""
     from jobs.bench.sparkjobs import job_mark, jobs_since
     from jobs.read import full
 
     spec = _options(stores[:8])            # the fixtures and four generated stores
-    assert full.small_read_bytes(spark.sparkContext) == full.SMALL_READ_DRIVER_BYTES
+    assert full.driver_read_bound(spark.sparkContext) == full.LOCAL_READ_DRIVER_BYTES
     reads = {}
-    for label, bound in (("driver", full.SMALL_READ_DRIVER_BYTES), ("job", 0)):
-        monkeypatch.setattr(full, "SMALL_READ_DRIVER_BYTES", bound)
+    for label, bound in (("driver", full.LOCAL_READ_DRIVER_BYTES), ("job", 0)):
+        monkeypatch.setattr(full, "LOCAL_READ_DRIVER_BYTES", bound)
         mark = job_mark(spark)
         reads[label] = full.read_local(spark, spec, 10 ** 9)
         assert len(jobs_since(spark, mark)) == (label == "job"), label
@@ -253,5 +253,5 @@ def test_a_small_read_in_the_driver_equals_the_job(spark, stores, monkeypatch):
     assert reads["driver"].commitlog.num_rows > 100 and reads["driver"].anomalies.num_rows > 0
     for name in READ_TABLES:
         assert getattr(reads["driver"], name).equals(getattr(reads["job"], name)), name
-    monkeypatch.setattr(full, "SMALL_READ_DRIVER_BYTES", 10 ** 12)
+    monkeypatch.setattr(full, "LOCAL_READ_DRIVER_BYTES", 10 ** 12)
     assert full.read_local(spark, spec, 1) is None          # over the rows' bound in the driver too

@@ -117,6 +117,7 @@ def test_resumes_at_the_newest_relevant_record_inside_its_cell(spark, tmp_path, 
         _resume_at(again, "s0", live, offset)
         if k == 1:
             monkeypatch.setattr(jobs.read.full, "CONTINUATION_DRIVER_BYTES", 0)
+            monkeypatch.setattr(jobs.read.full, "LOCAL_READ_DRIVER_BYTES", 0)
         info = _continue_and_compare(spark, tmp_path, again, live, conf, "s1", "full")
         assert info["read_from"] == {"b1": offset} and info["read_in_driver"] == (k == 0)
 

@@ -180,7 +180,7 @@ def test_indexed_audit_reads_in_one_job_with_the_fallbacks_tables(spark, damaged
 
 
 def test_a_small_indexed_read_in_the_driver_equals_the_job(spark, stores, monkeypatch):
-    """The indexed read's groups run in the driver's threads up to full_read.small_read_bytes (no Spark job),
+    """The indexed read's groups run in the driver's threads up to full_read.driver_read_bound (no Spark job),
     else as the job's tasks: the same tables, row order included (3.x stores' probes among them)."""
     from test_full_read import READ_TABLES
 
@@ -189,8 +189,8 @@ def test_a_small_indexed_read_in_the_driver_equals_the_job(spark, stores, monkey
     from jobs.read.indexed import read as indexed_read
 
     reads = {}
-    for label, bound in (("driver", full.SMALL_READ_DRIVER_BYTES), ("job", 0)):
-        monkeypatch.setattr(full, "SMALL_READ_DRIVER_BYTES", bound)
+    for label, bound in (("driver", full.LOCAL_READ_DRIVER_BYTES), ("job", 0)):
+        monkeypatch.setattr(full, "LOCAL_READ_DRIVER_BYTES", bound)
         mark = job_mark(spark)
         reads[label] = indexed_read.read_indexed_local(spark, _options(stores), 10 ** 9)
         assert len(jobs_since(spark, mark)) == (label == "job"), label

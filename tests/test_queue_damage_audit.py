@@ -201,7 +201,7 @@ def test_a_hole_in_the_half_queue_keeps_full_mode_s_flags(spark, audits, stores,
     monkeypatch.undo()
     from jobs.read import full as full_read
 
-    monkeypatch.setattr(full_read, "SMALL_READ_DRIVER_BYTES", 0)     # the rounds as Spark jobs, to count them
+    monkeypatch.setattr(full_read, "LOCAL_READ_DRIVER_BYTES", 0)     # the rounds as Spark jobs, to count them
     cut_flags, cut_jobs = _one_job_flags(spark, roots, "hole_cut")
     intact_flags, intact_jobs = _one_job_flags(spark, roots, "hole_intact")
     assert cut_flags == _flags(full, "hole_cut") and intact_flags == _flags(full, "hole_intact")

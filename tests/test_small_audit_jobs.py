@@ -1,7 +1,7 @@
 """The Spark jobs a small audit runs -- the fixed cost every scheduled or CI audit pays -- counted by Spark's
 own status store (jobs.bench.sparkjobs, fed by its listener bus), not timed: the 4.9.8 real-broker fixture
 audited in each mode runs no Spark job (read, reduction, aggregates and Delta writes all on the driver);
-forced to read in the one Spark job (``full_read.SMALL_READ_DRIVER_BYTES`` = 0) it runs exactly that job
+forced to read in the one Spark job (``full_read.LOCAL_READ_DRIVER_BYTES`` = 0) it runs exactly that job
 and writes the same tables, row for row."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_a_small_audit_runs_no_spark_job(spark, tmp_path, monkeypatch, mode):
     jobs, tables, summary = _audit(spark, tmp_path / "driver", mode)
     assert len(jobs) <= MAX_JOBS, [(j.description, j.callsite) for j in jobs]
     assert summary.transactions > 10 and len(tables["transactions"]) == summary.transactions
-    monkeypatch.setattr(full, "SMALL_READ_DRIVER_BYTES", 0)
+    monkeypatch.setattr(full, "LOCAL_READ_DRIVER_BYTES", 0)
     jobs, in_job, _ = _audit(spark, tmp_path / "job", mode)
     # the counter sees the one-job read: the count above is not vacuous
     assert [j.description for j in jobs] == ["txaudit read"], [(j.description, j.callsite) for j in jobs]

@@ -10,8 +10,8 @@ driver around the modules that do the work, one function per stage, each handed 
 2. **read** -- full mode, reduced on the driver (no bodies; an incremental run from its resume offset):
    ``jobs.read.full``, ONE Spark job whose tasks send the driver Arrow (records, op bodies, findings,
    transaction queues, statetable, redolog, consumer offsets), with the store's DataFrames never built
-   (``store_frames.LazyStoreFrames``); a small store's (``full_read.small_read_bytes``) tasks run in the
-   driver's threads instead, so its audit runs no Spark job at all.  Otherwise
+   (``store_frames.LazyStoreFrames``); on a local master (any store) or for a small store
+   (``full_read.driver_read_bound``) the tasks run in the driver's threads instead: no Spark job at all.  Otherwise
    the transaction-relevant CommitLog records are persisted (``MEMORY_AND_DISK``) once, together
    with the small side inputs (consume queues, statetable, redolog, consumer offsets, decoder anomalies) and
    the op message bodies, so the reconstruction's many uses of them do not re-read the store.  ``full`` mode

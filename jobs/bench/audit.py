@@ -25,8 +25,9 @@ Per size:
 4. **indexed** -- the same in ``indexed`` mode (records fetched through the consume queues) into
    ``out-indexed``.
 
-A store whose read's work items come to at most ``jobs.read.full.small_read_bytes`` (2 GiB of files on a
-local master) is read by the same tasks in the driver's threads, not in a Spark job (no Python worker then).
+On a local master every one-job read (any store size) runs its tasks in the driver's threads, not in a
+Spark job (``jobs.read.full.driver_read_bound``; no Python worker then); on a cluster only one of at most
+``CLUSTER_READ_DRIVER_BYTES`` does.
 
 All three run in one SparkSession, after untimed warm-up audits (both modes) of a small store with the same
 mix, so JVM start-up, JIT compilation and the Python workers' imports are charged to neither mode

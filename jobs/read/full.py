@@ -23,8 +23,8 @@ decoders over the same partitions; tested against it in tests/test_full_read.py)
 
 An incremental run's continuation reads little (the CommitLog from its resume offset, the unit files): up to
 ``CONTINUATION_DRIVER_BYTES`` the same tasks run in the driver's threads instead (:func:`driver_job`), no
-Spark job; so does any read of a small store (up to ``SMALL_READ_DRIVER_BYTES`` on a local master, less on a
-cluster: :func:`small_read_bytes`), where the job's fixed cost was most of the audit's time.
+Spark job; so does any fresh read on a local master, whatever its size, and a small one on a cluster
+(:func:`driver_read_bound`): where the executor's cores are the driver's, the job adds only its fixed cost.
 
 Bound: a task holding more than ``LOCAL_MAX_ROWS`` rows returns only its count, and a read whose rows add up
 to more than that returns None: the caller then takes the DataFrame plan (executor-side reduction), at the
@@ -32,6 +32,7 @@ price of reading the CommitLog again -- only for stores whose reduction is itsel
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
@@ -93,12 +94,12 @@ PACK_BYTES = READ_PACK_BYTES
 #: on the 8 GiB bench the continuation's decoding is ~0.25 s of CPU, one job's fixed cost 0.5-0.9 s idle
 CONTINUATION_DRIVER_BYTES = 1 << 30
 #: any other one-job read (a fresh full or indexed audit) of at most this many work-item bytes (file bytes,
-#: a sparse file's unwritten tail included) runs in the driver's threads too, on a local master: the
-#: executor's cores are the driver's, so the job only adds its fixed cost and the Python workers' round
-#: trips.  The small audits every schedule and CI run pays had this read as their only Spark job (0.4-0.9 s
-#: of a ~1 s audit); 1.62 GB of records in 2.27 GB of items read in 2.8-2.9 s in the driver, 5.2-7.1 s
-#: as the job (local[2], load 11; docs/ARCHITECTURE.md)
-SMALL_READ_DRIVER_BYTES = 2 << 30
+#: a sparse file's unwritten tail included) runs in the driver's threads too, on a local master -- any size:
+#: the executor's cores are the driver's, so the job only adds its fixed cost, the Python workers' start
+#: (each imports the readers and loads the compiled kernels: ~1.3-1.5 s of CPU), one scheduling round trip
+#: per task and the results' trip through the JVM (measured on the 4 GiB bench store: docs/ARCHITECTURE.md,
+#: "Full-mode read, eighth pass")
+LOCAL_READ_DRIVER_BYTES = sys.maxsize
 #: the same bound on a cluster master, where the job's tasks may spread over more cores than the driver's
 CLUSTER_READ_DRIVER_BYTES = 256 << 20
 
@@ -359,12 +360,12 @@ def run_tasks(sc, items: list, task, in_driver: bool) -> Optional[List[tuple]]:
     return collect_job(sc, items, len(items), task)
 
 
-def small_read_bytes(sc) -> int:
-    """The work-item bytes up to which a fresh one-job read runs in the driver's threads on ``sc``'s master
-    (``SMALL_READ_DRIVER_BYTES``; a cluster's at most ``CLUSTER_READ_DRIVER_BYTES``)."""
+def driver_read_bound(sc) -> int:
+    """The work-item bytes up to which a one-job read runs in the driver's threads on ``sc``'s master
+    (``LOCAL_READ_DRIVER_BYTES``: no bound; a cluster's at most ``CLUSTER_READ_DRIVER_BYTES``)."""
     if is_local_master(sc.master):
-        return SMALL_READ_DRIVER_BYTES
-    return min(SMALL_READ_DRIVER_BYTES, CLUSTER_READ_DRIVER_BYTES)
+        return LOCAL_READ_DRIVER_BYTES
+    return min(LOCAL_READ_DRIVER_BYTES, CLUSTER_READ_DRIVER_BYTES)
 
 
 def job_tables(got: List[tuple], kinds: Dict[str, pa.Schema]) -> Dict[str, pa.Table]:
@@ -402,7 +403,7 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
     ``units`` (an incremental run's): ``units.seen(findings_only_units(items))`` is called before the job,
     and the files in ``units.skip`` (broker -> paths) are not read (their findings are carried).
     The same tasks run in the driver (:func:`driver_job`, ``LocalRead.in_driver``) when they read at most
-    :func:`small_read_bytes`, or ``CONTINUATION_DRIVER_BYTES`` with ``in_driver`` (a continuation)."""
+    :func:`driver_read_bound`, or ``CONTINUATION_DRIVER_BYTES`` with ``in_driver`` (a continuation) if that is more."""
     t0 = time.monotonic()
     if start is None and above_bound(spec, max_rows):
         return None
@@ -414,7 +415,7 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
         items = _skipping(items, units.skip)
     task = ReadTask(sources, max_rows)
     items = pack_items(items, cores)
-    bound = CONTINUATION_DRIVER_BYTES if in_driver else small_read_bytes(sc)
+    bound = max(driver_read_bound(sc), CONTINUATION_DRIVER_BYTES if in_driver else 0)
     driver = sum(item_bytes(p) for p in items) <= bound
     got = run_tasks(sc, items, task, driver)
     t1 = time.monotonic()
@@ -435,5 +436,5 @@ def read_local(spark, spec: ReadSpec, max_rows: int, timings: Optional[dict] = N
     return None if read.rows > max_rows else read
 
 
-__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items", "above_bound", "small_read_bytes",
+__all__ = ["LocalRead", "ReadTask", "read_local", "plan_items", "pack_items", "above_bound", "driver_read_bound",
            "run_tasks"]

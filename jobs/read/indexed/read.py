@@ -8,7 +8,7 @@ The same shape as full mode's one-job read (jobs/read/full.py), for ``--mode ind
   ``REAL_TOPIC#UNIQ_KEY`` keys, the units of the real topics a 3.x store's records name (its PREPARED /
   COMMIT records are in those topics), the ranges no index covers (``indexed_gap_rows``);
 * **one ``RDD.mapPartitions`` job** (in the driver's threads when the items read at most
-  ``full_read.small_read_bytes``: no Spark job) whose tasks each take a few work items: a group of IndexFiles
+  ``full_read.driver_read_bound``: no Spark job) whose tasks each take a few work items: a group of IndexFiles
   searched for the keys, the COMMIT records at the offsets found fetched in the same task (``indexed_lookup.LookupAt``),
   a slice of the real topics' units probed (``indexed_lookup.ProbeAt``: non-NOT records kept), a
   gap-scan cell (``decode_log_range(tx_relevant=True)`` filtered as the DataFrame plan's ``_ScanCells``), or a
@@ -40,11 +40,11 @@ from jobs.read.full import (
     LocalRead,
     ReadTask,
     above_bound,
+    driver_read_bound,
     item_bytes,
     job_tables,
     record_rows,
     run_tasks,
-    small_read_bytes,
     split_op_bodies,
 )
 from jobs.read.indexed.gaps import (
@@ -226,7 +226,7 @@ def read_indexed_local(spark, spec: ReadSpec, max_rows: int,
     groups = _balanced(plan.items, max(1, min(len(plan.items), 3 * cores)))
     task = _ReadTask(plan.sources, max_rows)
     # a small read runs in the driver's threads, the groups as the job's tasks would (full_read.run_tasks)
-    in_driver = sum(_read_bytes(p) for p in plan.items) <= small_read_bytes(sc)
+    in_driver = sum(_read_bytes(p) for p in plan.items) <= driver_read_bound(sc)
     got = run_tasks(sc, groups, task, in_driver)
     t2 = time.monotonic()
     if got is None:
