@@ -126,7 +126,7 @@ FLAGS: dict = {
         "itself acts on).  The same for flags reached by absence on a state read from a record: "
         "COMMIT_WITHOUT_OP is then not asserted (its op is written after the COMMIT, any time later), "
         "RESOLVED_COPY_PENDING_CHECK is kept (lost range after the newest copy); the same where the "
-        "transaction's own half copy lacks REAL_TOPIC / REAL_QID, or a COMMIT / ROLLBACK record carrying its "
+        "transaction's own half copy lacks REAL_TOPIC / REAL_QID / PGROUP, or a COMMIT / ROLLBACK record carrying its "
         "id names another transaction's half copy, or a record whose __transactionId__ is its id carries another "
         "UNIQ_KEY (CORRUPT_RECORD: its resolution may be that record); "
         "and, 3.x, for "

@@ -358,7 +358,7 @@ def transactions(broker: str, ev: Evidence, facts: Mapping, profile: Optional[st
     none = np.full(G, -1, np.int64)
     lost = damaged.first_overlap(first_any, window_hi) if len(damaged) else none
     own = unlinked_half(g, is_copy & (c["mechanism"] == HALF_Q) & pok, s["real_topic"], i["real_qid"],
-                         i["physical_offset"], i["total_size"])
+                        s["pgroup"], i["physical_offset"], i["total_size"])
     own_only = (rb_absent | open_ended) & own[1] & (lost < 0)
     # an END carrying this transaction's id names another transaction's half copy: its resolution may be
     # that END (linked there), so a state by absence is unsure

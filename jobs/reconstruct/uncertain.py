@@ -18,15 +18,20 @@ from schemas.audit import AUDIT_ANOMALIES
 from txlog_io.consumequeue import STATETABLE_UNIT_SIZE
 
 
-def unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_qid: Nullable,
-                   phys: Nullable, size: Nullable) -> Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]:
+def unlinked_half(g: Groups, half_copy: np.ndarray, real_topic: pa.Array, real_qid: Nullable, pgroup: pa.Array,
+                  phys: Nullable, size: Nullable) -> Tuple[Tuple[np.ndarray, np.ndarray], np.ndarray]:
     """Per transaction the ``([start, end), present)`` CommitLog range of its first half-queue copy that lacks
-    REAL_TOPIC or REAL_QID.  TransactionalMessageBridge.parseHalfMessageInner sets both on every half it puts
-    and renewHalfMessageInner copies them to every re-put copy (4.3+, 5.x), so such a copy's properties were
-    damaged after the write: what finds a half by ``REAL_TOPIC#UNIQ_KEY`` (its re-put copies, an indexed
-    read's COMMIT lookup) may not have reached this transaction, and a state reached by absence is unsure."""
-    has_rt = np.asarray(real_topic.is_valid()) if len(real_topic) else np.zeros(0, bool)
-    rng, ok, _ = record_range(g.pick(half_copy & ~(has_rt & real_qid[1]), phys[0]), phys, size)
+    REAL_TOPIC, REAL_QID or PGROUP.  TransactionalMessageBridge.parseHalfMessageInner sets the first two on
+    every half it puts, the producer sets PGROUP on every transactional message
+    (DefaultMQProducerImpl.sendMessageInTransaction; the broker reads it back to check a half,
+    AbstractTransactionalMessageCheckListener.resolveHalfMsg, and to end it, EndTransactionProcessor.
+    checkPrepareMessage), and renewHalfMessageInner copies all three to every re-put copy (4.3+, 5.x), so such a
+    copy's properties were damaged after the write: what finds a half by ``REAL_TOPIC#UNIQ_KEY`` or keys it by
+    (UNIQ_KEY, PGROUP, topic) (its re-put copies, its discard, an indexed read's COMMIT lookup) may not have
+    reached this transaction, and a state reached by absence is unsure."""
+    valid = (lambda a: np.asarray(a.is_valid()) if len(a) else np.zeros(0, bool))
+    whole = valid(real_topic) & real_qid[1] & valid(pgroup)
+    rng, ok, _ = record_range(g.pick(half_copy & ~whole, phys[0]), phys, size)
     return rng, ok
 
 
@@ -89,10 +94,11 @@ def uncertain_findings(broker: str, key: pa.Array, state: np.ndarray, on: np.nda
             + damaged.redolog, "")),
     ]
     unlinked = pc.binary_join_element_wise(
-        "its half copy at CommitLog offset ", text(own[0][0], own[1]), " lacks REAL_TOPIC or REAL_QID, which "
-        "TransactionalMessageBridge.parseHalfMessageInner sets on every half: its properties were damaged "
-        "after the write, so a record that finds it by REAL_TOPIC#UNIQ_KEY (its COMMIT record in an indexed "
-        "read, its re-put copies) may not be linked to it", "")
+        "its half copy at CommitLog offset ", text(own[0][0], own[1]), " lacks REAL_TOPIC, REAL_QID or PGROUP, "
+        "which every half carries (TransactionalMessageBridge.parseHalfMessageInner, the producer's "
+        "sendMessageInTransaction): its properties were damaged after the write, so a record that finds it by "
+        "REAL_TOPIC#UNIQ_KEY or keys it by UNIQ_KEY, PGROUP and topic (its COMMIT record in an indexed read, "
+        "its re-put copies, its discard) may not be linked to it", "")
 
     def not_linked(code: int, because: pa.Array) -> list:
         """The two variants of a resolution that may exist but was not linked: ``code`` rolled back by an
