@@ -184,9 +184,13 @@ for set in ${_sets[@]+"${_sets[@]}"}; do
     for j in "$JAR_CACHE/$set"/*.jar; do CACHED_JARS="${CACHED_JARS:+$CACHED_JARS,}$j"; done
 done
 
-# pre-check: parse and validate the job's arguments without starting a JVM (exit 2 + one line on error)
+# pre-check: parse and validate the job's arguments without starting a JVM (exit 2 + one line on error); it
+# prints the driver JVM options a short run wants (C1-only JIT: jobs/session.py QUICK_JIT)
 export TXAUDIT_CONF_DIR="${TXAUDIT_CONF_DIR:-$ROOT/conf}"
-"$VENV_PY" "$ROOT/jobs/main.py" --validate-only "$SUB" ${APP_ARGS[@]+"${APP_ARGS[@]}"} || exit $?
+PRECHECK=$("$VENV_PY" "$ROOT/jobs/main.py" --validate-only "$SUB" ${APP_ARGS[@]+"${APP_ARGS[@]}"}) || exit $?
+JIT_OPTS=$(printf '%s\n' "$PRECHECK" | grep -E -x -- '-XX:[A-Za-z0-9]+(=[A-Za-z0-9]+)?' | tr '\n' ' ' || true)
+JIT_OPTS="${JIT_OPTS% }"
+printf '%s\n' "$PRECHECK" | grep -v -E -x -- '-XX:[A-Za-z0-9]+(=[A-Za-z0-9]+)?|' || true
 
 # the project's packages as one zip, so executors on a real cluster import the same code
 mkdir -p "$BUILD_DIR"
@@ -232,6 +236,12 @@ if [ -f "$LOG4J" ]; then
            FILES="${FILES:+$FILES,}$LOG4J" ;;
     esac
 fi
+
+# the JIT choice is ours only when the user's driver options make none
+case "$DRIVER_JAVA" in
+    *-XX:TieredStopAtLevel*|*-XX:-TieredCompilation*) ;;
+    *) [ -n "$JIT_OPTS" ] && DRIVER_JAVA="${DRIVER_JAVA:+$DRIVER_JAVA }$JIT_OPTS" ;;
+esac
 
 EXTRA=(--py-files "$PYZIP${USER_PYFILES:+,$USER_PYFILES}")
 [ -n "$DRIVER_JAVA" ] && EXTRA+=(--driver-java-options "$DRIVER_JAVA")

@@ -19,7 +19,8 @@ audit and demo write ``OUT/report/<run_id>.html`` at the end of the run unless `
 
 Arguments are parsed and validated on the driver into frozen dataclasses (:class:`AuditOptions`,
 :class:`DemoOptions`) before any JVM starts; ``--validate-only`` (used by spark-submit.sh as a pre-check)
-stops there.  Then ``jobs.audit.run.run_audit(spark, options)`` / ``jobs.demo.run_demo(spark, options)`` run.
+stops there, printing the driver JVM's options the run wants (``jobs.session.QUICK_JIT`` for a short run,
+:func:`quick_run`; nothing otherwise).  Then ``jobs.audit.run.run_audit(spark, options)`` / ``jobs.demo.run_demo(spark, options)`` run.
 
 Exit codes: 0 ok; 2 usage error (one line on stderr: ``txaudit: error: ...``); 1 audit failure.
 """
@@ -364,6 +365,30 @@ def _run_recover(opts) -> int:
         return EXIT_FAILURE
 
 
+def _validate(opts, is_check: bool) -> int:
+    """``--validate-only``: the exit code of the checks made before a JVM starts (the arguments were parsed)."""
+    if is_check:
+        from jobs.check.cli import run_check_command
+
+        return run_check_command(opts, validate_only=True)
+    if isinstance(opts, (AuditOptions, DemoOptions)):
+        held = guard.probe_lock(opts.out)
+        return _usage_error(held) if held else EXIT_OK
+    return EXIT_OK
+
+
+def quick_run(opts) -> bool:
+    """Whether the command's driver JVM is better off compiling with C1 only (``jobs.session.QUICK_JIT``): an
+    audit expected to reduce on the driver (``jobs.audit.plan.quick_start``), a check (of such an audit, or of
+    the tables alone), the demo's small store, and report / repair / recover, which run on the driver."""
+    from jobs.audit.plan import quick_start
+
+    if isinstance(opts, AuditOptions):
+        return quick_start(opts)
+    audit = getattr(opts, "audit", None)        # check: with --store it audits first
+    return audit is None or quick_start(audit)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     is_check = next((a for a in argv if not a.startswith("-")), None) == "check"
@@ -373,21 +398,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _usage_error(str(e), EXIT_CHECK_ERROR if is_check else EXIT_USAGE)
     except SystemExit as e:              # --help printed the usage
         return int(e.code or 0)
+    if validate_only:
+        code = _validate(opts, is_check)
+        if code == EXIT_OK and quick_run(opts):      # spark-submit.sh gives it to the driver JVM it starts
+            from jobs.session import QUICK_JIT
+
+            print(QUICK_JIT)
+        return code
     if is_check:
         from jobs.check.cli import run_check_command
 
-        return run_check_command(opts, validate_only)
+        return run_check_command(opts)
     if isinstance(opts, ReportOptions):
-        return EXIT_OK if validate_only else run_report(opts)
+        return run_report(opts)
     if type(opts).__name__ == "RepairOptions":
-        return EXIT_OK if validate_only else _run_repair(opts)
+        return _run_repair(opts)
     if type(opts).__name__ == "RecoverOptions":
-        return EXIT_OK if validate_only else _run_recover(opts)
+        return _run_recover(opts)
     command = "audit" if isinstance(opts, AuditOptions) else "demo"
-    if validate_only:
-        held = guard.probe_lock(opts.out)
-        return _usage_error(held) if held else EXIT_OK
-
     # the job modules are imported before Spark starts, so a broken import fails fast
     if command == "audit":
         from jobs.audit.run import run_audit as run
@@ -408,7 +436,8 @@ def _run(run, build_session, command: str, opts) -> int:
     from jobs.session import disk_full
 
     try:
-        spark = build_session(app_name=f"txaudit-{command}", extra_conf=object_store_conf())
+        spark = build_session(app_name=f"txaudit-{command}", extra_conf=object_store_conf(),
+                              quick_jit=quick_run(opts))
     except UsageError as e:             # a full or unwritable Spark local directory
         return _usage_error(str(e))
     try:

@@ -27,6 +27,11 @@ from pathlib import Path
 from typing import Callable, List, Mapping, Optional
 
 LOG4J2_CONF = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+#: the driver JVM's JIT for a short run (``build_session(quick_jit=True)``, spark-submit.sh from the pre-check):
+#: C1 only.  A fresh JVM's C2 compiler otherwise spends tens of CPU seconds compiling Spark's start-up and
+#: first jobs (its compiler threads: 45-54 s of CPU in a 65 s audit), which on a small machine competes with
+#: the run itself; a run that reduces on the driver never reaches the steady state C2 pays off in.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 #: free space below which a local directory counts as full: the context copies the job's files (the
 #: project's py-files zip, a few MB) there before the first job, and every shuffle spills there
 MIN_LOCAL_DIR_FREE = 64 << 20
@@ -160,8 +165,30 @@ def disk_full(exc: BaseException, out: str, spark) -> Optional[str]:
     return f"a disk is full (--out {out}, Spark local directories {','.join(local_dirs_of(spark))}): {full}"
 
 
+def driver_java_options(extra: Mapping[str, str], quick_jit: bool) -> Optional[str]:
+    """``spark.driver.extraJavaOptions`` for a JVM this process starts: Log4j2 pointed at conf/ and, with
+    ``quick_jit``, :data:`QUICK_JIT`; None when the caller gives its own options (they stand as given) or there
+    is nothing to add."""
+    if "spark.driver.extraJavaOptions" in extra:
+        return None
+    options = [f"-Dlog4j2.configurationFile={LOG4J2_CONF.as_uri()}"] if LOG4J2_CONF.is_file() else []
+    if quick_jit:
+        options.append(QUICK_JIT)
+    return " ".join(options) or None
+
+
+def driver_jit(spark) -> str:
+    """The driver JVM's JIT as started: its ``-XX:TieredStopAtLevel`` / ``-XX:-TieredCompilation`` arguments
+    (``RuntimeMXBean.getInputArguments``), or ``"tiered"`` (the JVM's default) when it has none."""
+    args = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    jit = [str(a) for a in args if str(a).startswith(("-XX:TieredStopAtLevel", "-XX:-TieredCompilation"))]
+    return " ".join(jit) or "tiered"
+
+
 def build_session(app_name: str = "txaudit", master: Optional[str] = None,
-                  extra_conf: Optional[Mapping[str, str]] = None):
+                  extra_conf: Optional[Mapping[str, str]] = None, quick_jit: bool = False):
+    """The session (``getOrCreate``).  ``quick_jit``: the run is short (a driver reduce, a check): a JVM
+    started here compiles with C1 only (:data:`QUICK_JIT`); an existing JVM keeps its own."""
     local = is_local_master(_effective_master(master))
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -189,8 +216,9 @@ def build_session(app_name: str = "txaudit", master: Optional[str] = None,
     extra = dict(extra_conf or {})
     if SparkSession.getActiveSession() is None:
         check_local_dirs(extra)
-    if (LOG4J2_CONF.is_file() and "spark.driver.extraJavaOptions" not in extra and not _jvm_started()):
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONF.as_uri()}"
+    java = driver_java_options(extra, quick_jit)
+    if java and not _jvm_started():
+        conf["spark.driver.extraJavaOptions"] = java
     conf.update(extra)
     for k, v in conf.items():
         builder = builder.config(k, v)

@@ -19,9 +19,9 @@ SUBMIT = os.path.join(ROOT, "spark-submit.sh")
 CLEAN = FIXTURES / "rocketmq-4.9.8-dledger" / "store-clean"
 
 
-def _submit(*args, timeout=120):
+def _submit(*args, timeout=120, env=None):
     return subprocess.run(["bash", SUBMIT, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, cwd=ROOT)
+                          stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
 
 
 def test_store_without_a_message_log_is_a_usage_error(tmp_path):
@@ -52,8 +52,9 @@ def test_spark_submit_audit_of_a_dledger_store_reports_its_transactions(tmp_path
     truth = json.loads((FIXTURES / "rocketmq-4.9.8-dledger" / "truth" / "clean" /
                         "workload_client_side.json").read_text())["intended_tx_outcome_by_key"]
     out = tmp_path / "out"
+    # without the suite's own C1 setting (conftest's SPARK_SUBMIT_OPTS): the launcher's JIT choice shows
     p = _submit("--master", "local[2]", "audit", "--store", str(CLEAN), "--out", str(out), "--conf",
-                "spark.sql.shuffle.partitions=2", timeout=900)
+                "spark.sql.shuffle.partitions=2", timeout=900, env=dict(os.environ, SPARK_SUBMIT_OPTS=""))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     both = p.stdout + p.stderr
     m = re.search(r"^Transactions: (\d+)$", both, re.M)
@@ -70,6 +71,11 @@ def test_spark_submit_audit_of_a_dledger_store_reports_its_transactions(tmp_path
                 "txlog_io/errors.py"):
         assert mod in names
     assert not any("__pycache__" in n for n in names)
+    # a small store reduces on the driver: the pre-check gave the driver JVM the C1-only JIT
+    from jobs.session import QUICK_JIT
+
+    run = deltalake.DeltaTable(str(out / "audit_runs")).to_pyarrow_table().to_pylist()[0]
+    assert json.loads(run["config_json"])["driver_jit"] == QUICK_JIT
 
 
 def test_one_broker_name_for_several_stores_only_for_dledger_replicas(tmp_path):

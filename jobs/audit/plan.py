@@ -188,11 +188,39 @@ def local_read_applies(spec: ReadSpec, incremental: bool, reconstruct_path: str 
             and (spec.mode == "full" or (spec.mode == "indexed" and not incremental)))
 
 
+def quick_start(options) -> bool:
+    """Whether an audit of ``options`` (``AuditOptions``) is expected to reduce on the driver, so that its JVM
+    mostly starts up and runs a few small jobs (``jobs.session.QUICK_JIT``): the one-job read applies
+    (:func:`local_read_applies`), every store is a local directory, and the stores' transaction queues hold at
+    most ``LOCAL_MAX_ROWS`` units (``jobs.read.full.above_bound``, the read's own test: a lower bound of the
+    transaction-relevant records from a few positional reads; a 3.x store, without transaction queues, counts
+    as small there too).  It only chooses the driver JVM's compiler: a wrong guess costs time, never a row, and
+    a guess that cannot be made (an unreadable store, options it cannot read) is False -- the run itself then
+    says what is wrong."""
+    from jobs.read.full import above_bound
+    from jobs.reconstruct.spark import LOCAL_MAX_ROWS
+    from txlog_io.storefs import is_remote
+
+    try:
+        cfg = options.config
+        spec = ReadSpec(stores=tuple(options.stores), brokers=tuple(options.brokers), mode=options.mode,
+                        include_bodies=bool(options.include_bodies), split_bytes=int(cfg.split_bytes))
+        if not local_read_applies(spec, bool(getattr(options, "incremental", False)),
+                                  getattr(cfg, "reconstruct_path", "auto")):
+            return False
+        if any(is_remote(s) for s in spec.stores):
+            return False
+        return not above_bound(spec, LOCAL_MAX_ROWS)
+    except Exception:  # noqa: BLE001 - an optimisation never fails the command
+        return False
+
+
 def plan_audit(spark, options, reopened: Optional[str] = None) -> AuditPlan:
     """The plan of a run of ``options`` (a validated ``jobs.cli_options.AuditOptions``).  ``reopened``: why
     the incremental run is being done again as a full audit (jobs.read.incremental.plan, FINAL_REOPENED)."""
     from jobs.delta import sink as delta_sink
     from jobs.read.frames import LazyStoreFrames, load_store_frames
+    from jobs.session import driver_jit
 
     cfg = options.config
     spec = ReadSpec(stores=tuple(options.stores), brokers=tuple(options.brokers), mode=options.mode,
@@ -209,6 +237,7 @@ def plan_audit(spark, options, reopened: Optional[str] = None) -> AuditPlan:
         include_bodies=spec.include_bodies, split_bytes=spec.split_bytes, columns="reducer")
     params, override, params_doc = audit_params(cfg, options.profile, as_of_ms)
     doc = config_document(options, params_doc, override)
+    doc["driver_jit"] = driver_jit(spark)
     names = cfg.table_names
     plan = AuditPlan(
         spec=spec, run_id=options.run_id, as_of=options.as_of, as_of_ms=as_of_ms,
@@ -234,6 +263,6 @@ def plan_audit(spark, options, reopened: Optional[str] = None) -> AuditPlan:
     return plan
 
 
-__all__ = ["AuditPlan", "plan_audit", "local_read_applies", "store_fingerprint", "store_file_rows",
+__all__ = ["AuditPlan", "plan_audit", "local_read_applies", "quick_start", "store_fingerprint", "store_file_rows",
            "audit_params", "config_document", "auto_shuffle_partitions", "epoch_ms", "RECON_TO_CONFIG",
            "CONFIG_TO_RECON", "REQUIRED_TABLES", "SHUFFLE_PARTITIONS"]

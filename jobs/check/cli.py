@@ -107,12 +107,14 @@ def run_check_command(opts: CheckOptions, validate_only: bool = False) -> int:
     spark = None
     try:
         if opts.audit is not None:
+            from jobs.audit.plan import quick_start
             from jobs.audit.run import run_audit
             from jobs.config import object_store_conf
             from jobs.session import build_session, disk_full
 
             try:
-                spark = build_session(app_name="txaudit-check", extra_conf=object_store_conf())
+                spark = build_session(app_name="txaudit-check", extra_conf=object_store_conf(),
+                                      quick_jit=quick_start(opts.audit))
             except UsageError as e:     # a full or unwritable Spark local directory
                 return _error(str(e))
             try:
