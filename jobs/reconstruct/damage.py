@@ -396,5 +396,6 @@ def with_lost(damaged: DamagedRanges, found: List[Tuple[int, int, str]]) -> Dama
     starts, ends, what = _merged(mine + found)
     return replace(damaged, start=starts, end=ends, what=what)
 
+
 __all__ = ["DamagedRanges", "EMPTY", "RedologGap", "redolog_gap", "redolog_units_lost", "with_redolog_gap", "LOST_KINDS", "PAST_END", "PastEnd", "TABLE_KINDS", "damaged_ranges",
            "past_end_of", "past_end_ranges", "torn_ends", "units_past_end", "cq_lost", "with_lost", "CQ_NO_RECORD"]
