@@ -34,8 +34,13 @@ What counts as a lost range (``source`` commitlog or dledger, an offset known):
   comparison's CQ_MISMATCH "no record", which carries the unit's size as ``length``: :func:`cq_lost`):
   ``[offset, offset + size)`` (``CQ_NO_RECORD``).  ReputMessageService builds every unit from the record it
   dispatched, with that record's topic, offset and size, so the record is no longer readable as what it was
-  (a flipped topic byte makes the read drop it as no transaction record).  Not one: a unit below the first
-  CommitLog file (retention: EVIDENCE_IN_DELETED_RANGE), a record there with other queue fields (read).
+  (a flipped topic byte makes the read drop it as no transaction record).  So is one unit whose record is
+  there but was changed after it was written (``reducer._rewritten``): the record fails its body or properties
+  CRC (its header, which no CRC covers, is no evidence then), or it has the unit's topic and size but another
+  queue id (a unit's queue id is its directory's; damage to a unit moves its offset or size).  A flipped
+  queue id makes an op name halves of another queue, and its own half keeps no op.  Not one: a unit below the
+  first CommitLog file (retention: EVIDENCE_IN_DELETED_RANGE), an intact record with another queue offset or
+  size (a hole in a queue, a garbled unit: the record is read as it was).
 * DLEDGER_INDEX_MISMATCH "has no entry in the data files" with a position (txlog_io/dledger_store.py gives
   one only for a unit before the last entry read): an entry DLedger appended and indexed there is gone -- a
   point, like CQ_ENTRY_MISMATCH; indexed mode's only sign of an entry garbled in the middle of the log when no
@@ -374,7 +379,8 @@ def _merged(found: List[Tuple[int, int, str]]) -> Tuple[np.ndarray, np.ndarray, 
 def cq_lost(findings: Iterable[Mapping]) -> List[Tuple[int, int, str]]:
     """One broker's consume-queue comparison findings (AUDIT_ANOMALIES rows as mappings) -> the lost ranges of
     ``CQ_NO_RECORD``: a CQ_MISMATCH of a half / op / discard queue unit with no record of its topic at its
-    CommitLog offset, which the comparison reports with the unit's size as ``length`` (module docstring)."""
+    CommitLog offset, or whose record there was changed after it was written, which the comparison reports with
+    the unit's size as ``length`` (module docstring)."""
     found = []
     for f in findings:
         off, length = f.get("physical_offset"), f.get("length")
@@ -382,7 +388,7 @@ def cq_lost(findings: Iterable[Mapping]) -> List[Tuple[int, int, str]]:
                 and f.get("topic") in TX_SYSTEM_TOPICS):
             end = off + max(int(length), 1)
             found.append((int(off), end, f"{CQ_NO_RECORD} [{off}, {end}) (a {f['topic']} unit names a record "
-                                         "of that topic the CommitLog does not hold there)"))
+                                         "the CommitLog no longer holds there as it was written)"))
     return found
 
 

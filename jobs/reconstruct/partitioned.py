@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -66,6 +67,7 @@ from jobs.reconstruct.reducer import (
     cq_records,
     merge_facts_into,
     op_rows_of,
+    record_finding_offsets,
 )
 from schemas.audit import AUDIT_ANOMALIES
 from schemas.recon import (
@@ -321,6 +323,11 @@ class BrokerContext:
     anomalies: pa.Table                     # its decoder findings (kind, source, physical_offset, ...)
     findings: List[dict] = field(default_factory=list)     # the same as dicts (for drop_misplaced_units)
 
+    @cached_property
+    def corrupt(self) -> np.ndarray:
+        """``reducer.record_finding_offsets`` of its decoder findings."""
+        return record_finding_offsets(self.anomalies)
+
 
 @dataclass
 class Context:
@@ -374,7 +381,7 @@ def cq_chunks(batches: Iterable[pa.RecordBatch], ctx: Context) -> Iterator[pa.Re
             src = _BySrc(sub)
             units = drop_misplaced_units(src["consumequeue"], bc.findings)
             rows = [cq_finding(m) for m in _cq_mismatches(broker, cq_records(src["commitlog"], src), units,
-                                                          bc.facts)]
+                                                          bc.facts, bc.corrupt)]
             if rows:
                 yield from anomalies_table(rows).to_batches()
 

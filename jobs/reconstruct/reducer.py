@@ -246,11 +246,16 @@ def _fmt(v) -> str:
     return "null" if v is None else str(v)
 
 
-def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mapping) -> List[dict]:
+def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mapping,
+                   corrupt: Optional[np.ndarray] = None) -> List[dict]:
     """Consume-queue units of the half/op/discard queues vs the CommitLog records of those topics, both ways,
     per CommitLog offset: NO_RECORD / NO_UNIT / DIFFERS (see jobs/reconstruct/spark.py).  Where several units (or
     records) share an offset the largest (topic, queue id, queue offset, size) tuple stands for them, nulls
-    lowest (Spark's struct ordering for max)."""
+    lowest (Spark's struct ordering for max).
+
+    ``length`` (a lost range, ``damage.cq_lost``) is the unit's size for a unit with no record of its topic,
+    and for one unit whose record is there but was damaged after the broker wrote it (``_rewritten``);
+    ``corrupt``: ``record_finding_offsets`` of the broker's decoder findings."""
     # the compared columns only: filtering the wide input tables cost more than the comparison
     units = units.select(["topic", "commitlog_offset", "queue_id", "queue_offset", "size"])
     records = records.select(["topic", "physical_offset", "queue_id", "queue_offset", "total_size"])
@@ -320,12 +325,44 @@ def _cq_mismatches(broker: str, records: pa.Table, units: pa.Table, facts: Mappi
         deleted = problem == "NO_RECORD" and o is not None and mco is not None and o < mco
         where = unit if unit is not None else rec
         assert where is not None
-        # a unit with no record of its topic: the bytes its size names are a lost range (damage.cq_lost)
-        lost = unit[3] if problem == "NO_RECORD" and not deleted and unit is not None else None
+        # a unit with no record of its topic, or with a record there that is not as it was written: the bytes
+        # its size names are a lost range (damage.cq_lost)
+        gone = problem == "NO_RECORD" and not deleted or problem == "DIFFERS" and n_units[k] <= 1 \
+            and _rewritten(unit, rec, o, corrupt)
+        lost = unit[3] if gone and unit is not None else None
         out.append({"broker": broker, "code": "EVIDENCE_IN_DELETED_RANGE" if deleted else "CQ_MISMATCH",
                     "physical_offset": o, "topic": where[0], "queue_id": where[1], "queue_offset": where[2],
                     "detail": detail, "length": lost})
     return out
+
+
+def _rewritten(unit, rec, offset: Optional[int], corrupt: Optional[np.ndarray]) -> bool:
+    """Whether the record one unit names differs from it because the record's bytes changed, not the unit's.
+
+    Either the record has a record-level decoder finding (its body or properties fail their CRC: it was
+    damaged in place, so its header fields, which no CRC covers, are no evidence), or the unit matches the
+    record's topic and size exactly but names another queue id.  A unit holds only a CommitLog offset, a size
+    and a tag hash; its queue id is its directory's name.  Damage to a unit moves its offset or size: it names
+    the start of a record of its own topic and size only by accident, and a hole in a queue shifts queue
+    offsets, not queue ids.  A record whose queue id changed names halves of another queue (an op) or is no
+    half of its own (a half)."""
+    if unit is None or rec is None or offset is None:
+        return False
+    if unit[0] == rec[0] and unit[3] == rec[3] and unit[1] != rec[1]:
+        return True
+    if corrupt is None or not len(corrupt):
+        return False
+    i = int(np.searchsorted(corrupt, offset, "left"))
+    return i < len(corrupt) and int(corrupt[i]) < offset + max(rec[3] or 0, 1)
+
+
+def record_finding_offsets(anomalies: pa.Table) -> np.ndarray:
+    """The sorted CommitLog offsets of a broker's record-level decoder findings (source commitlog, not a
+    file-level kind): where a record was framed and read but its bytes fail a check."""
+    kind, phys = anomalies.column("kind"), anomalies.column("physical_offset")
+    sel = pc.and_(pc.and_(pc.is_valid(phys), pc.equal(anomalies.column("source"), "commitlog")),
+                  pc.invert(pc.is_in(kind, pa.array(sorted(_FILE_LEVEL)))))
+    return np.sort(np.asarray(phys.filter(pc.fill_null(sel, False)).cast(pa.int64())))
 
 
 _EVIDENCE_ROLES = (COPY, END, OP, DISCARD)
@@ -338,10 +375,7 @@ def _tx_rows(ev: Evidence) -> np.ndarray:
 
 def _corrupt_rows(ev: Evidence, anomalies: pa.Table) -> np.ndarray:
     """Evidence rows (of a transaction) that contain a record-level CommitLog decoder finding."""
-    kind, phys = anomalies.column("kind"), anomalies.column("physical_offset")
-    sel = pc.and_(pc.and_(pc.is_valid(phys), pc.equal(anomalies.column("source"), "commitlog")),
-                  pc.invert(pc.is_in(kind, pa.array(sorted(_FILE_LEVEL)))))
-    offs = np.sort(np.asarray(phys.filter(pc.fill_null(sel, False)).cast(pa.int64())))
+    offs = record_finding_offsets(anomalies)
     if not len(offs):
         return np.zeros(0, np.int64)
     lo, ok = ev.i["physical_offset"]
@@ -518,7 +552,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
         cqm = []
         if has_cq:
             units = drop_misplaced_units(sub["consumequeue"], (dict(a, broker=b) for a in decoder_findings))
-            cqm = _cq_mismatches(b, cq_records(records, sub), units, facts)
+            cqm = _cq_mismatches(b, cq_records(records, sub), units, facts, record_finding_offsets(anomalies))
         return facts, decoder_findings, cqm, _missing_bodies(b, records, op_rows, has_op_input)
 
     later = pool.submit(side) if pool is not None else None
