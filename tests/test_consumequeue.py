@@ -597,3 +597,23 @@ def test_last_unit_end_reads_backwards_to_the_newest_real_unit(tmp_path):
     bad.write_bytes(units[0] + encode_cq_unit(5, 1, 0, allow_invalid=True)[:8] + (-3).to_bytes(4, "big", signed=True)
                     + bytes(8))
     assert last_unit_end(bad) is None               # an impossible newest unit: no claim at all
+
+
+def test_first_and_last_unit_name_the_queue_ends_of_a_file(tmp_path):
+    from txlog_io.consumequeue import encode_cq_unit, encode_pre_blank, first_unit, last_unit
+
+    units = [encode_cq_unit(1000 + 300 * i, 250 + i, 7) for i in range(50)]
+    f = tmp_path / "00000000000000000000"
+    f.write_bytes(encode_pre_blank() * 3 + b"".join(units) + bytes(20 * 400))
+    for block in (20, 60, 1000, 4096, 64 * 1024):
+        assert first_unit(f, block_bytes=block) == (3, 1000, 250)
+        assert last_unit(f, block_bytes=block) == (52, 1000 + 300 * 49, 250 + 49)
+    leading_zeros = tmp_path / "00000000000000001000"          # units not yet written before the first one
+    leading_zeros.write_bytes(bytes(20 * 300) + units[0] + bytes(40))
+    assert first_unit(leading_zeros, block_bytes=100) == (300, 1000, 250)
+    blank = tmp_path / "00000000000000002000"
+    blank.write_bytes(encode_pre_blank() * 5 + bytes(200))
+    bad = tmp_path / "00000000000000003000"
+    bad.write_bytes((-3).to_bytes(8, "big", signed=True) + (5).to_bytes(4, "big") + bytes(8) + units[1])
+    assert first_unit(blank) is None and last_unit(blank) is None
+    assert first_unit(bad) is None                      # an impossible oldest unit: no claim at all

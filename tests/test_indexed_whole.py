@@ -126,15 +126,20 @@ def _info(root: str):
     return store_info("b", root, None)
 
 
-def test_a_store_read_whole_costs_full_modes_bytes_and_one_probe(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("chosen_from", ["units", "queue_ends"])
+def test_a_store_read_whole_costs_full_modes_bytes_and_one_probe(spark, tmp_path, monkeypatch, chosen_from):
     """Every file kind together, on the DataFrame plan (a store above the driver's bound): indexed mode's read
     of a mostly transactional store is full mode's read plus the one page ``commitlog_written_past`` reads
-    past its last record -- its transaction queues' units are read once (on the driver, handed to Spark),
-    and no queue's dispatch point, consumer offset or checkpoint is looked up for it."""
+    past its last record -- its transaction queues' units are read once (on the driver, handed to Spark; or,
+    with more units than the driver hands over, chosen from the queues' ends and read by Spark alone), and no
+    queue's dispatch point, consumer offset or checkpoint is looked up for it."""
     import jobs.reconstruct.spark as recon_spark
 
     monkeypatch.setattr(indexed_plan, "WHOLE_READ_MIN_BYTES", 0)
     monkeypatch.setattr(recon_spark, "LOCAL_MAX_ROWS", 0)       # no one-job read: the DataFrame plan
+    if chosen_from == "queue_ends":     # as a store with more units than DRIVER_FETCH_UNITS
+        monkeypatch.setattr(indexed_plan, "QUEUE_ENDS_MIN_UNITS", 1)
+        monkeypatch.setattr(indexed_plan, "DRIVER_FETCH_UNITS", 0)
     dense = _store(tmp_path, "dense", 60, 0)
     stats = B.read_stats_dir(spark, tmp_path / "stats")
     assert stats is not None
@@ -150,10 +155,14 @@ def test_a_store_read_whole_costs_full_modes_bytes_and_one_probe(spark, tmp_path
         spark.sparkContext.environment.pop(readstats.ENV, None)
     assert states["indexed"] == states["full"] and len(states["full"]) == 60
     assert doc["indexed_read"]["dense"]["read"] == "full"
+    assert doc["indexed_read"]["dense"]["from"] == chosen_from
     assert read["full"]["commitlog"] > 0 and read["full"]["consumequeue"] > 0
+    # the probes: a CommitLog page past the last record; from the queue ends, per transaction queue its oldest
+    # unit, a bisection to its zero tail (20 bytes a step) and a block before it
+    queue_ends = 3 * (20 + 20 * 32 + indexed_plan.QUEUE_TAIL_BLOCK) if chosen_from == "queue_ends" else 0
+    probes = {"commitlog": indexed_plan.WRITTEN_PROBE_BYTES, "consumequeue": queue_ends}
     for kind in set(read["full"]) | set(read["indexed"]):
-        extra = indexed_plan.WRITTEN_PROBE_BYTES if kind == "commitlog" else 0
-        assert read["indexed"].get(kind, 0) <= read["full"].get(kind, 0) + extra, (kind, read)
+        assert read["indexed"].get(kind, 0) <= read["full"].get(kind, 0) + probes.get(kind, 0), (kind, read)
 
 
 def test_written_past_reads_zero_tails_and_the_next_file(tmp_path):

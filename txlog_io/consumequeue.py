@@ -44,7 +44,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -339,10 +339,17 @@ def iter_consumequeue_dicts(path, *, topic: str, queue_id: int, base_offset: Opt
 
 
 def last_unit_end(path, block_bytes: int = 64 * 1024) -> Optional[int]:
-    """CommitLog offset just past the record of the newest real unit of a ConsumeQueue file, reading backwards
-    from the end of the file (files are preallocated and zero-filled: the data ends at the last non-zero
-    unit), so finding a queue's dispatch point costs a block, not the whole queue.  None when the file holds
-    no plausible unit (empty, only pre-blank units, or a last unit with impossible values: the caller then
+    """CommitLog offset just past the record of the newest real unit of a ConsumeQueue file (:func:`last_unit`),
+    or None."""
+    last = last_unit(path, block_bytes)
+    return None if last is None else last[1] + last[2]
+
+
+def last_unit(path, block_bytes: int = 64 * 1024) -> Optional[Tuple[int, int, int]]:
+    """(unit index in the file, CommitLog offset, size) of the newest real unit of a ConsumeQueue file, reading
+    backwards from the end of the file (files are preallocated and zero-filled: the data ends at the last
+    non-zero unit), so finding a queue's dispatch point costs a block, not the whole queue.  None when the file
+    holds no plausible unit (empty, only pre-blank units, or a last unit with impossible values: the caller then
     knows less, never more).
 
     Where the zero-filled tail starts is found by bisection on single units first (~20 reads of 20 bytes
@@ -368,15 +375,40 @@ def last_unit_end(path, block_bytes: int = 64 * 1024) -> Optional[int]:
             raw = fh.read(end - start)
             readstats.add(len(raw), "consumequeue")
             units = np.frombuffer(raw, dtype=CQ_UNIT_DTYPE)
-            real = np.flatnonzero((units["commitlog_offset"] != 0) | (units["size"] != 0)
-                                  | (units["tags_code"] != 0))
-            real = real[units["size"][real] != PRE_BLANK_SIZE]
+            real = _real_units(units)
             if real.size:
-                last = units[real[-1]]
-                offset, length = int(last["commitlog_offset"]), int(last["size"])
-                return offset + length if offset >= 0 and length > 0 else None
+                return _plausible(units, real[-1], start // unit)
             end = start
     return None
+
+
+def first_unit(path, block_bytes: int = 4096) -> Optional[Tuple[int, int, int]]:
+    """(unit index in the file, CommitLog offset, size) of the oldest real unit of a ConsumeQueue file (pre-blank
+    and all-zero units skipped), reading its first unit, then ``block_bytes`` at a time; None as for
+    :func:`last_unit`."""
+    unit = CQ_UNIT_DTYPE.itemsize
+    step = max(unit, block_bytes - block_bytes % unit)
+    with _open_read_only(path) as fh:
+        size = input_size(fh) // unit * unit
+        starts = [0, *range(unit, size, step)]          # a queue's oldest file mostly starts with a real unit
+        for start, stop in zip(starts, [*starts[1:], size], strict=True):
+            raw = input_pread(fh, stop - start, start)
+            readstats.add(len(raw), "consumequeue")
+            units = np.frombuffer(raw, dtype=CQ_UNIT_DTYPE)
+            real = _real_units(units)
+            if real.size:
+                return _plausible(units, real[0], start // unit)
+    return None
+
+
+def _real_units(units: np.ndarray) -> np.ndarray:
+    real = np.flatnonzero((units["commitlog_offset"] != 0) | (units["size"] != 0) | (units["tags_code"] != 0))
+    return real[units["size"][real] != PRE_BLANK_SIZE]
+
+
+def _plausible(units: np.ndarray, i: int, first_index: int) -> Optional[Tuple[int, int, int]]:
+    offset, length = int(units[i]["commitlog_offset"]), int(units[i]["size"])
+    return (first_index + int(i), offset, length) if offset >= 0 and length > 0 else None
 
 
 def _check_range(field: str, value, low: int, high: int) -> int:

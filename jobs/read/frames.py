@@ -240,10 +240,12 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             # (226k units, 42 MB: the distributed reconstruction took 167 s instead of 60 s), and a checkpoint
             # of it ships ~190 bytes per unit through the driver to save re-reading 20 bytes per unit
             tx_queues = spark.createDataFrame(plan.units, SOURCE_TABLES[CONSUMEQUEUE_FORMAT].spark_schema())
-        scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
-                                 plan=plan, opts_for=opts_for)
         decoders = read(ANOMALIES_FORMAT, sources=SIDE_SOURCES)
         gap_rows, idle_tails = indexed_gap_rows(plan, indexed, unindexed)
+        # every indexed store read whole (plan.full_read): nothing to fetch by position, the gap scan is the read
+        fetched = not (indexed and gap_rows and all(s.broker in plan.full_read for s in indexed))
+        scan = indexed_commitlog(spark, consumequeue, statetable, redolog, info, opts, tx_queues=tx_queues,
+                                 plan=plan, opts_for=opts_for) if fetched else None
         if gap_rows:
             gaps = spark.createDataFrame(gap_rows, GAPS_SCHEMA)
             scanned_stores = indexed + unindexed
@@ -254,7 +256,7 @@ def load_store_frames(spark, stores: Union[str, Sequence[str]], mode: str = "ind
             # re-read the store in every action); an idle queue tail's range keeps only that queue's records
             gap_scan = only_queue_records(scan_cells(spark, gap_rows, scanned_stores, opts), gap_rows,
                                           TX_SYSTEM_TOPICS, (GAP_FILE_END,))
-            scan = scan.unionByName(gap_scan)
+            scan = gap_scan if scan is None else scan.unionByName(gap_scan)
             scan = _damage_gap_commits(spark, scan, gap_rows, indexed, info, opts)
             commitlog, findings = split_tx_scan(scan)
             commitlog = commitlog.dropDuplicates(["broker", "physical_offset"])

@@ -38,6 +38,9 @@ class StoreInfo:
     tx_queue_bytes: int = 0         # file bytes of the half / op / discard consume queues
     tx_table_bytes: int = 0         # file bytes of the 3.x statetable and redolog
     rocksdb_cq: str = ""            # the RocksDB consume-queue database directory ("" for file queues)
+    #: the half / op / discard consume queues' end files: ((topic, queue_id, oldest file's path, its base
+    #: offset, newest file's path, its base offset), ...); base offsets are logical bytes (20 per unit)
+    tx_queue_ends: tuple = ()
 
     @property
     def commitlog_bytes(self) -> int:
@@ -70,6 +73,10 @@ def store_info(broker: str, root: str, commitlog_dirs) -> StoreInfo:
         + sum((last - first + 1) * ROCKSDB_UNIT for (topic, _), (first, last) in layout.rocksdb_queues.items()
               if topic in TX_SYSTEM_TOPICS),
         rocksdb_cq=str(layout.rocksdb_path) if layout.rocksdb_queues else "",
+        tx_queue_ends=tuple((topic, int(qid), str(files[0].path), int(files[0].base_offset), str(files[-1].path),
+                             int(files[-1].base_offset))
+                            for (topic, qid), files in sorted(layout.consume_queues.items())
+                            if topic in TX_SYSTEM_TOPICS and files),
         tx_table_bytes=sum(int(f.size) for f in (*layout.statetable, *layout.redolog)))
 
 

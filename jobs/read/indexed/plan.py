@@ -143,9 +143,49 @@ def extremes_of_frame(units) -> List[dict]:
     return [{k: r[k] for k in _EXTREMES} for r in rows]
 
 
-def dispatch_ends(stores) -> Dict[str, int]:
+def queue_end_extremes(stores, tails: Optional[Dict[str, tuple]] = None) -> Optional[List[dict]]:
+    """:func:`extremes_of_units` of ``stores``' transaction queues from each queue's oldest and newest unit alone
+    (``consumequeue.first_unit`` / ``last_unit``: a block from the start of its oldest file, a bisection to the
+    zero tail of its newest), or None when a store's queues cannot give them: RocksDB consume queues, a queue
+    file with no plausible unit at that end, ends out of CommitLog order or past the CommitLog's end.  Queue
+    offsets count 20-byte units from the files' names, so a hole in the middle of a queue counts as units (the
+    whole read these extremes can choose reads every byte anyway).  ``tails``: filled with each newest file's
+    ``last_unit`` (path -> (index, offset, size) or None), for :func:`dispatch_ends`."""
+    from txlog_io.consumequeue import CQ_UNIT_DTYPE, first_unit, last_unit
+    from txlog_io.errors import TxlogError
+
+    unit = CQ_UNIT_DTYPE.itemsize
+    out: List[dict] = []
+    for s in stores:
+        if s.rocksdb_cq or not s.commitlog_files:
+            return None
+        end = commitlog_ends([s])[s.broker]
+        for topic, qid, head, head_base, tail, tail_base in s.tx_queue_ends:
+            try:
+                first, last = first_unit(head), last_unit(tail, QUEUE_TAIL_BLOCK)
+            except TxlogError:
+                return None
+            if tails is not None:
+                tails[tail] = last
+            if first is None or last is None:
+                return None
+            q_first, q_last = head_base // unit + first[0], tail_base // unit + last[0]
+            if q_last < q_first or last[1] < first[1] or last[1] + last[2] > end:
+                return None
+            out.append(dict(zip(_EXTREMES, (s.broker, topic, qid, q_first, q_last, first[1], last[1] + last[2]),
+                                strict=True)))
+    return out
+
+
+#: bytes ``consumequeue.last_unit`` reads per block backwards from a queue file's zero tail (the newest unit
+#: is mostly in the first block)
+QUEUE_TAIL_BLOCK = 4096
+
+
+def dispatch_ends(stores, known: Optional[Dict[str, tuple]] = None) -> Dict[str, int]:
     """broker -> the end of the record the newest unit of any of its consume queues indexes (a block read
-    backwards per queue; an unreadable file or one without a plausible unit says nothing)."""
+    backwards per queue; an unreadable file or one without a plausible unit says nothing).  ``known``: queue
+    files whose ``last_unit`` was read already (:func:`queue_end_extremes`)."""
     from txlog_io.consumequeue import last_unit_end
     from txlog_io.errors import TxlogError
     from txlog_io.rocksdb_cq import dispatch_end
@@ -160,10 +200,14 @@ def dispatch_ends(stores) -> Dict[str, int]:
             if end is not None:
                 out[s.broker] = max(out.get(s.broker, end), end)
         for path in s.queue_tails:
-            try:
-                end = last_unit_end(path)
-            except TxlogError:
-                end = None
+            if known is not None and path in known:
+                last = known[path]
+                end = None if last is None else last[1] + last[2]
+            else:
+                try:
+                    end = last_unit_end(path, QUEUE_TAIL_BLOCK)
+                except TxlogError:
+                    end = None
             if end is not None:
                 out[s.broker] = max(out.get(s.broker, end), end)
     return out
@@ -322,12 +366,20 @@ class IndexedPlan:
         return frozenset(b for b, c in self.choices.items() if c["read"] == "full")
 
 
-def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -> IndexedPlan:
+def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog,
+                 queue_ends: bool = True) -> IndexedPlan:
     """:func:`queue_gaps` of the indexed ``stores``, its inputs read on the driver when small (see the module
     docstring).  ``opts_for(fmt, **extra)``: the SourceOptions of a format for ``all_stores``; the three
-    frames are the lazy Spark inputs used when the files are large."""
+    frames are the lazy Spark inputs used when the files are large.  ``queue_ends``: a store dense with
+    transaction records may be chosen for the whole read from its queues' ends alone
+    (:func:`_whole_from_queue_ends`; the plan then holds no units)."""
     brokers = {s.broker for s in stores}
     units = None
+    tails: Dict[str, tuple] = {}
+    if queue_ends and not any(s.statetable_files or s.redolog_files for s in stores):
+        quick = _whole_from_queue_ends(stores, tails)
+        if quick is not None:
+            return IndexedPlan([], None, None, quick)
     if sum(s.tx_queue_bytes for s in all_stores) <= DRIVER_READ_BYTES:
         units = driver_table(CONSUMEQUEUE_FORMAT,
                              opts_for(CONSUMEQUEUE_FORMAT, topics=",".join(TX_SYSTEM_TOPICS)))
@@ -342,7 +394,7 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
     choices = read_choices(stores, extremes, None if units is None else mine)
     # a store read whole has no queue gaps to scan: every byte of it is
     whole = {b for b, c in choices.items() if c["read"] == "full"}
-    ends = dispatch_ends([s for s in stores if s.broker not in whole])
+    ends = dispatch_ends([s for s in stores if s.broker not in whole], tails)
     driver_tables = redolog_units = None
     if any(s.statetable_files or s.redolog_files for s in stores):
         if sum(s.tx_table_bytes for s in stores) <= DRIVER_READ_BYTES:
@@ -368,6 +420,40 @@ def plan_indexed(stores, all_stores, opts_for, tx_queues, statetable, redolog) -
             + empty_queue_gaps(stores, seen)
             + checkpoint_gaps(stores, ends) + redolog_gaps(stores, redolog_units, ends))
     return IndexedPlan(gaps, units, driver_tables, choices)
+
+
+#: queue ends alone choose the whole read only for stores with more transaction-queue units than this ...
+QUEUE_ENDS_MIN_UNITS = DRIVER_FETCH_UNITS
+#: ... and at most this many CommitLog bytes per unit over the queues' span (a record every few KiB: every
+#: fetch window of such a store is dense, ``pass_bytes`` is the span whatever the units say)
+QUEUE_ENDS_MAX_GAP = FETCH_DENSE_GAP // 16
+
+
+def _whole_from_queue_ends(stores, tails: Dict[str, tuple]) -> Optional[Dict[str, dict]]:
+    """:func:`read_choices` from :func:`queue_end_extremes` when they choose the whole read for every store and
+    every store is dense with transaction records (``QUEUE_ENDS_MIN_UNITS`` units or more, at most
+    ``QUEUE_ENDS_MAX_GAP`` bytes per unit), else None.  Then the queues' units are not read to plan at all: a
+    store read whole has no queue gaps, holes or positions to fetch, so the units would only have confirmed the
+    choice (the whole read reads them once more, with every other consume queue, as full mode does).  Any
+    other answer, or none, leaves the choice to the units.  Nothing is read for a store whose queue files
+    cannot hold ``QUEUE_ENDS_MIN_UNITS`` units; the newest files' ends read go to ``tails``."""
+    if not stores or any(s.tx_queue_bytes < QUEUE_ENDS_MIN_UNITS * 20 for s in stores):
+        return None
+    extremes = queue_end_extremes(stores, tails)
+    if not extremes:
+        return None
+    for s in stores:        # the unit count and the density first: read_choices probes the CommitLog
+        mine = [q for q in extremes if q["broker"] == s.broker]
+        units = sum(q["q_last"] - q["q_first"] + 1 for q in mine)
+        span = max(q["p_after_last"] for q in mine) - min(q["p_first"] for q in mine) if mine else 0
+        if units < QUEUE_ENDS_MIN_UNITS or span > units * QUEUE_ENDS_MAX_GAP:
+            return None
+    choices = read_choices(stores, extremes)
+    if not all(c["read"] == "full" for c in choices.values()):
+        return None
+    for c in choices.values():
+        c["from"] = "queue_ends"
+    return choices
 
 
 def index_units(plan: IndexedPlan, all_stores, opts_for) -> Optional[pa.Table]:
@@ -556,7 +642,7 @@ class IndexLookup:
             flush()
 
 
-__all__ = ["read_choices", "pass_bytes", "GAP_DENSE", "FETCH_PASSES", "WHOLE_READ_MIN_BYTES", "IndexLookup", "uses_index_files", "probed", "probed_topics", "probe_offsets", "index_units",
+__all__ = ["read_choices", "queue_end_extremes", "pass_bytes", "GAP_DENSE", "FETCH_PASSES", "WHOLE_READ_MIN_BYTES", "IndexLookup", "uses_index_files", "probed", "probed_topics", "probe_offsets", "index_units",
            "plan_indexed", "IndexedPlan", "driver_positions", "records_at", "queue_gaps", "extremes_of_units",
            "extremes_of_frame", "driver_table", "dispatch_ends", "DRIVER_READ_BYTES",
            "DRIVER_FETCH_UNITS", "GAP_TAIL", "GAP_HEAD", "GAP_TAIL_UNITS", "GAP_OP_QUEUE"]

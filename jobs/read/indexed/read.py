@@ -174,7 +174,7 @@ def plan_read(spec: ReadSpec, cores: int = 1, max_rows: int = 1 << 62) -> Option
     def opts_for(fmt, **extra):
         return parse_options(fmt, dict(base, **extra))
 
-    plan = plan_indexed(indexed, info, opts_for, None, None, None)
+    plan = plan_indexed(indexed, info, opts_for, None, None, None, queue_ends=False)    # the units are wanted
     if plan.units is None or plan.units.num_rows > max_rows:
         return None
     side_opts = parse_options(ANOMALIES_FORMAT, dict(base, sources=SIDE_SOURCES))
