@@ -437,7 +437,9 @@ def _whole_from_queue_ends(stores, tails: Dict[str, tuple]) -> Optional[Dict[str
     choice (the whole read reads them once more, with every other consume queue, as full mode does).  Any
     other answer, or none, leaves the choice to the units.  Nothing is read for a store whose queue files
     cannot hold ``QUEUE_ENDS_MIN_UNITS`` units; the newest files' ends read go to ``tails``."""
-    if not stores or any(s.tx_queue_bytes < QUEUE_ENDS_MIN_UNITS * 20 for s in stores):
+    from txlog_io.consumequeue import CQ_UNIT_DTYPE
+
+    if not stores or any(s.tx_queue_bytes < QUEUE_ENDS_MIN_UNITS * CQ_UNIT_DTYPE.itemsize for s in stores):
         return None
     extremes = queue_end_extremes(stores, tails)
     if not extremes:
