@@ -219,6 +219,9 @@ class DLedgerLogWriter:
     them)."""
 
     def __init__(self, dledger_dir: Path, file_size: int, index_file_size: int, self_id: str):
+        if index_file_size % D.INDEX_UNIT_SIZE:
+            raise UsageError(f"a DLedger index file holds whole {D.INDEX_UNIT_SIZE}-byte units: "
+                             f"{index_file_size} bytes is not a multiple")
         self.dir = Path(dledger_dir)
         self.queue = MappedQueueWriter(self.dir / "data", file_size, min(COMMITLOG_BUFFER, file_size))
         self.index = MappedQueueWriter(self.dir / "index", index_file_size, QUEUE_BUFFER)
@@ -260,7 +263,10 @@ class DLedgerLogWriter:
         entry = D.encode_entry(data, index=self.next_index, term=self.term, pos=pos)
         file_name, file_pos = q.current_name, q.pos_in_file + D.ENTRY_HEADER_SIZE
         unit = D.encode_index_unit(pos=pos, size=entry_size, index=self.next_index, term=self.term)
-        self.index.write_at(self.next_index * D.INDEX_UNIT_SIZE, unit)
+        at = self.next_index * D.INDEX_UNIT_SIZE
+        if at - at % self.index.file_size != self.index.file_start:
+            self.index.open_at(at)      # the next index file, created at its full size (MmapFileList)
+        self.index.write_at(at, unit)
         if torn_keep is not None:
             q.write(entry[:D.ENTRY_HEADER_SIZE + torn_keep])
             q.flush()

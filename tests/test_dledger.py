@@ -402,3 +402,23 @@ def test_replicas_of_one_group_collapse_to_the_most_committed(tmp_path):
         collapse_replicas([("b", str(roots[0])), ("b", str(other))])
     with pytest.raises(UsageError, match="not a DLedger store"):
         collapse_replicas([("b", str(roots[0])), ("b", str(FIXTURES / "rocketmq-4.9.8" / "store"))])
+
+
+def test_refbroker_fills_more_than_one_small_index_file(tmp_path):
+    """The reference broker in DLedger mode with DLedger index files of 32 KiB (1,024 units each, as in the real
+    4.9.8 fixture) and more entries than one file holds: the next index file is created at its full size and
+    every entry has its unit, in order (generation used to fail with FileNotFoundError at the second file)."""
+    from refbroker import generate
+    from refbroker.profiles import get_profile
+
+    prof = get_profile("5.1+").with_(dledger_self_id="n0", dledger_index_file_size=32768)
+    res = generate(prof, "clean", 600, 1, tmp_path / "s", background_messages=0, msg_bytes=64)
+    layout = mf.discover_store(res.store_dir)
+    assert len(layout.dledger_index) >= 2 and all(f.size == 32768 for f in layout.dledger_index)
+    units, found = S.decode_index(layout.dledger_index)
+    assert found == []
+    assert [u["index"] for u in units] == list(range(res.summary["store"]["records"]))
+    pos = [u["pos"] for u in units]
+    assert pos == sorted(pos) and len(set(pos)) == len(pos)
+    with pytest.raises(UsageError, match="whole 32-byte units"):
+        generate(prof.with_(dledger_index_file_size=32770), "clean", 2, 1, tmp_path / "t", background_messages=0)
