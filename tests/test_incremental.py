@@ -666,6 +666,22 @@ def test_fallback_state_format(spark, tmp_path, small_store, monkeypatch):
     assert s.extra["incremental"]["continued"], s.extra["incremental"]
 
 
+def test_fallback_state_table_with_deletion_vectors(spark, tmp_path, small_store):
+    """A state table another Delta writer upgraded to deletion vectors (its data files may then hold deleted
+    rows): the run is a full audit (STATE_FORMAT, the table named) that writes a state the next run continues."""
+    import deltalake
+
+    live, conf, out = _prepared(spark, tmp_path, small_store)
+    dt = deltalake.DeltaTable(str(out / "audit_state_final"))
+    dt.alter.add_feature(deltalake.TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+    assert "deletionVectors" in (deltalake.DeltaTable(str(out / "audit_state_final")).protocol().reader_features
+                                 or [])
+    s = _expect_fallback(spark, out, [("b1", live)], "r2", conf, "STATE_FORMAT")
+    assert "audit_state_final" in _incremental_info(out, "r2")["detail"]
+    assert "deletionVectors" in _incremental_info(out, "r2")["detail"]
+    assert s.extra["incremental"]["state_written"]
+
+
 def _as_format_4(out: Path) -> None:
     """The newest state under ``out`` rewritten as format 4 wrote it (its header's columns, no settled rows)."""
     import deltalake

@@ -56,12 +56,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from jobs.delta import outfs
 from jobs.delta.tables import read_table
 from jobs.read.spec import ReadSpec
-from schemas.state import AUDIT_STATE, STATE_FORMAT_VERSION
+from schemas.state import AUDIT_STATE, STATE_FORMAT_VERSION, STATE_TABLES
 from txlog_io.errors import AnomalyKind, UsageError
 
 NO_PREVIOUS_RUN = "NO_PREVIOUS_RUN"        # no completed run under --out
 STATE_MISSING = "STATE_MISSING"            # the previous run wrote no audit_state (it was not incremental)
-STATE_FORMAT = "STATE_FORMAT"              # audit_state of another STATE_FORMAT_VERSION
+STATE_FORMAT = "STATE_FORMAT"              # audit_state of another STATE_FORMAT_VERSION, or a state table
+                                           # of a Delta protocol this build does not carry (deletion vectors)
 BROKERS_CHANGED = "BROKERS_CHANGED"        # the previous run audited other broker names
 STORE_MOVED = "STORE_MOVED"                # a broker's store root is another directory
 CONFIG_CHANGED = "CONFIG_CHANGED"          # mode, split bytes, bodies, profile or parameters changed
@@ -218,6 +219,9 @@ def plan_incremental(spec: ReadSpec, out: str, run_id: str, runs_table: str, lay
         return _fallback(plan, BROKERS_CHANGED, f"previous run {prev['run_id']} audited brokers "
                                                 f"{sorted(prev['brokers'])}, this run "
                                                 f"{sorted(spec.brokers)}")
+    foreign = _foreign_protocol(out)
+    if foreign is not None:
+        return _fallback(plan, STATE_FORMAT, foreign)
     state = read_table(delta_sink.table_path(out, AUDIT_STATE), run_id=prev["run_id"])
     headers = {r["broker"]: r for r in (state.to_pylist() if state is not None else [])}
     if set(headers) != set(spec.brokers):
@@ -230,6 +234,28 @@ def plan_incremental(spec: ReadSpec, out: str, run_id: str, runs_table: str, lay
         if problem is not None:
             return _fallback(plan, *problem)
     return plan
+
+
+def _foreign_protocol(out: str) -> Optional[str]:
+    """Why the state tables under ``out`` cannot be carried as this build reads them, or None.  The carried
+    rows are read from their tables' data files (``jobs.read.incremental.read``), which is exact for the
+    protocol ``jobs.delta.sink`` writes (reader version 1: no deletion vectors, no column mapping).  A state
+    table another Delta writer upgraded (``delta.enableDeletionVectors`` and a DELETE, column mapping, ...)
+    may hide or rename rows in ways its files do not show: it is not continued."""
+    import deltalake
+
+    from jobs.delta import sink as delta_sink
+
+    for table in STATE_TABLES.values():
+        path = delta_sink.table_path(out, table)
+        if not outfs.is_delta(path):
+            continue
+        p = deltalake.DeltaTable(path, storage_options=outfs.delta_options(path)).protocol()
+        if p.min_reader_version > 1 or p.reader_features:
+            features = ", ".join(p.reader_features or []) or "none named"
+            return (f"{table.name}: Delta reader version {p.min_reader_version} (reader features: {features}), "
+                    f"written by another Delta writer; this build carries state tables of reader version 1 only")
+    return None
 
 
 def _check_store(plan: Plan, store, h: dict, split: int) -> Optional[Tuple[str, str]]:
