@@ -344,7 +344,7 @@ def reduce_chunks(batches: Iterable[pa.RecordBatch], ctx: Context) -> Iterator[p
             ev = evidence_of(sub)
             bits = np.asarray(pc.fill_null(sub.column("problems"), 0).combine_chunks(), np.int8)
             problems = [(np.nonzero(bits & bit)[0], code) for code, bit in PROBLEM_BITS.items()]
-            problems.append((_corrupt_rows(ev, bc.anomalies), "CORRUPT_RECORD"))
+            problems.append((_corrupt_rows(ev, bc.corrupt), "CORRUPT_RECORD"))
             problems.append((_uncommitted_rows(ev, bc.anomalies), "EVIDENCE_NOT_COMMITTED"))
             uncertain: list = []        # STATE_UNCERTAIN_DAMAGED_RANGE findings, one per flagged transaction
             tx = txrules.transactions(broker, ev, bc.facts, bc.profile, bc.params, problems, bc.damaged,

@@ -373,9 +373,9 @@ def _tx_rows(ev: Evidence) -> np.ndarray:
     return ~np.asarray(ev.s["tx"].is_null()) if ev.n else np.zeros(0, bool)
 
 
-def _corrupt_rows(ev: Evidence, anomalies: pa.Table) -> np.ndarray:
-    """Evidence rows (of a transaction) that contain a record-level CommitLog decoder finding."""
-    offs = record_finding_offsets(anomalies)
+def _corrupt_rows(ev: Evidence, offs: np.ndarray) -> np.ndarray:
+    """Evidence rows (of a transaction) that contain a record-level CommitLog decoder finding (``offs``:
+    :func:`record_finding_offsets` of the broker's findings)."""
     if not len(offs):
         return np.zeros(0, np.int64)
     lo, ok = ev.i["physical_offset"]
@@ -544,6 +544,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
     records = _relevant(cl)
     op_rows = op_rows_of(sub, records, has_op_input)
     anomalies = sub["anomaly"]
+    corrupt = record_finding_offsets(anomalies)
 
     def side():
         facts = _facts(cl, records, op_rows, sub)
@@ -552,7 +553,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
         cqm = []
         if has_cq:
             units = drop_misplaced_units(sub["consumequeue"], (dict(a, broker=b) for a in decoder_findings))
-            cqm = _cq_mismatches(b, cq_records(records, sub), units, facts, record_finding_offsets(anomalies))
+            cqm = _cq_mismatches(b, cq_records(records, sub), units, facts, corrupt)
         return facts, decoder_findings, cqm, _missing_bodies(b, records, op_rows, has_op_input)
 
     later = pool.submit(side) if pool is not None else None
@@ -580,7 +581,7 @@ def _reduce_broker(b: str, sub: pa.Table, has_op_input: bool, has_cq: bool,
                       np.array([o is not None for o in offs]))
                 mine, theirs = lookup_ids([ev.i["physical_offset"]], [at])
                 problems.append((np.nonzero(_tx_rows(ev) & np.isin(mine, theirs))[0], code))
-    problems.append((_corrupt_rows(ev, anomalies), "CORRUPT_RECORD"))
+    problems.append((_corrupt_rows(ev, corrupt), "CORRUPT_RECORD"))
     problems.append((_uncommitted_rows(ev, anomalies), "EVIDENCE_NOT_COMMITTED"))
     findings.extend(_orphan_ops(b, ev, facts))
     findings.extend(missing_bodies)
