@@ -45,7 +45,9 @@ def _run(argv, timeout=900) -> tuple:
         p = subprocess.run([str(ROOT / "spark-submit.sh"), *argv], capture_output=True, text=True,
                            timeout=timeout, env=env, cwd=str(ROOT))
     except subprocess.TimeoutExpired as e:
-        return "hang", (e.stderr or b"")[-1500:] if isinstance(e.stderr, bytes) else str(e.stderr)[-1500:]
+        # the exception carries bytes even for a text-mode run (the output read so far, undecoded)
+        err = e.stderr.decode("utf-8", "replace") if isinstance(e.stderr, bytes) else str(e.stderr or "")
+        return "hang", err[-1500:]
     code = p.returncode
     if code < 0:
         return f"signal {-code}", p.stderr[-1500:]
