@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -276,7 +276,7 @@ def read_choices(stores, extremes: List[dict], units: Optional[pa.Table] = None,
     for s in stores:
         mine = [q for q in extremes if q["broker"] == s.broker and q["topic"] in TX_SYSTEM_TOPICS]
         start = s.commitlog_files[0][1]
-        n_units = sum(int(q["q_last"]) - int(q["q_first"]) + 1 for q in mine)
+        n_units, span = units_and_span(mine)
         tx_end = max((int(q["p_after_last"]) for q in mine), default=start)
         if units is not None:
             t = units.filter(pc.equal(units.column("broker"), s.broker))
@@ -286,8 +286,6 @@ def read_choices(stores, extremes: List[dict], units: Optional[pa.Table] = None,
             windows = pass_bytes(offsets, sizes, s.commitlog_files)
             tx_end = int((offsets + sizes).max()) if n_units else start
         else:
-            span = (max(int(q["p_after_last"]) for q in mine) - min(int(q["p_first"]) for q in mine)) \
-                if mine else 0
             windows = min(max(span, 0), n_units * FETCH_DENSE_GAP)
         covered = start + FETCH_PASSES * int(windows)
         full = (n_units > 0 and tx_end - start >= WHOLE_READ_MIN_BYTES and covered >= tx_end
@@ -296,6 +294,15 @@ def read_choices(stores, extremes: List[dict], units: Optional[pa.Table] = None,
                          "fetch_passes": FETCH_PASSES, "covered_to": int(covered),
                          "from": "units" if units is not None else "extremes"}
     return out
+
+
+def units_and_span(extremes: List[dict]) -> Tuple[int, int]:
+    """(units, CommitLog span) of one store's transaction-queue extremes (:func:`extremes_of_units` rows): the queue
+    offsets they cover, and from the lowest first record to the end of the highest last one (0 for none)."""
+    units = sum(int(q["q_last"]) - int(q["q_first"]) + 1 for q in extremes)
+    span = (max(int(q["p_after_last"]) for q in extremes) - min(int(q["p_first"]) for q in extremes)) \
+        if extremes else 0
+    return units, span
 
 
 #: bytes :func:`commitlog_written_past` reads at its position: a page of a preallocated, zero-filled file
@@ -445,9 +452,7 @@ def _whole_from_queue_ends(stores, tails: Dict[str, tuple]) -> Optional[Dict[str
     if not extremes:
         return None
     for s in stores:        # the unit count and the density first: read_choices probes the CommitLog
-        mine = [q for q in extremes if q["broker"] == s.broker]
-        units = sum(q["q_last"] - q["q_first"] + 1 for q in mine)
-        span = max(q["p_after_last"] for q in mine) - min(q["p_first"] for q in mine) if mine else 0
+        units, span = units_and_span([q for q in extremes if q["broker"] == s.broker])
         if units < QUEUE_ENDS_MIN_UNITS or span > units * QUEUE_ENDS_MAX_GAP:
             return None
     choices = read_choices(stores, extremes)
