@@ -242,10 +242,14 @@ def persist_on_disk(df, into: list):
 def arrow_frame(spark, table, schema=None):
     """``spark.createDataFrame`` of a pyarrow Table without its empty record batches: PySpark 4.2's Arrow
     conversion ends the table at the first zero-row batch (every row after it is silently lost), and
-    ``pa.concat_tables`` of a part with no rows leaves one in the middle."""
+    ``pa.concat_tables`` of a part with no rows leaves one in the middle.  A table without rows is given as
+    one empty chunk per column: with none, the conversion fails on a nested column (``pa.chunked_array([])``
+    without a type)."""
     import pyarrow as pa
 
     batches = [b for b in table.to_batches() if b.num_rows]
-    if len(batches) != len(table.to_batches()):
+    if not batches:
+        table = table.schema.empty_table()
+    elif len(batches) != len(table.to_batches()):
         table = pa.Table.from_batches(batches, schema=table.schema)
     return spark.createDataFrame(table, schema=schema) if schema is not None else spark.createDataFrame(table)

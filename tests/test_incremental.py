@@ -274,6 +274,20 @@ def test_carried_rows_after_an_empty_part_reach_the_executors(spark):
         zip(*(want.column(c).to_pylist() for c in ("src", "count_all")), strict=True))
 
 
+def test_a_table_without_rows_reaches_spark(spark):
+    """arrow_frame of a table without rows (no chunk at all, one empty chunk, an empty batch dropped) that has
+    a list column: an empty DataFrame of its columns.  PySpark's conversion failed on a nested column without
+    chunks (``pa.chunked_array([])`` without a type), which the driver path's empty outputs (a run with no
+    recovery row) are when asked for as frames."""
+    from jobs.session import arrow_frame
+
+    schema = pa.schema([("broker", pa.string()), ("flags", pa.list_(pa.string()))])
+    one_empty = pa.Table.from_batches([pa.RecordBatch.from_pylist([], schema=schema)])
+    for t in (pa.Table.from_batches([], schema=schema), schema.empty_table(), one_empty):
+        df = arrow_frame(spark, t)
+        assert df.columns == ["broker", "flags"] and df.count() == 0
+
+
 def test_reopened_on_executors_as_on_the_driver(spark):
     """jobs.reconstruct.spark.reopened_frames (outputs reduced on the executors) names the same brokers as
     settle.reopened for settled DISCARDED and DUPLICATE_COMMIT rows: none while nothing new names them, the
