@@ -139,25 +139,36 @@ def _units(records):
     return pa.Table.from_pylist(rows)
 
 
+def torn_end_case():
+    """(records, op bodies, consumer offsets, input table of the given records and bodies) of a store whose
+    first file has a torn end (TRUNCATED_RECORD) before the records of two transactions (A, B) that settle with
+    the consume offsets given, with every half / op unit; E, prepared in the first file, stays open."""
+    f = FILE
+    records = _records([_half(100, 0, "E", T0 - 1),
+                        _half(f, 1, "A", T0), _end(f + 300, f, "A", T0 + 1), _half(f + 600, 2, "B", T0 + 2),
+                        _op(f + 900, 0, "1,", T0 + 3), _half(f + 1300, 3, "C", T0 + 5),
+                        _half(f + 1500, 4, "D", T0 + 6), _op(f + 1700, 1, "2,4,", T0 + 7)])
+    offsets = _offsets(3, 2)
+    torn = pa.Table.from_pylist([{"broker": B, "source": "commitlog", "kind": "TRUNCATED_RECORD",
+                                  "file": "00000000000000000000", "position": f - 8,
+                                  "physical_offset": f - 8, "length": 8, "detail": "4 bytes of a header"}])
+
+    def table(recs, bods):
+        return input_table(commitlog=recs.drop_columns(["body"]), op_bodies=bods, consumer_offsets=offsets,
+                           consumequeue=_units(records), anomalies=torn)
+    return records, _bodies(records), offsets, table
+
+
 def test_a_torn_end_before_settled_records_loses_no_range():
     """A torn end (TRUNCATED_RECORD at the end of the first file) before the settled transactions' records:
     their units point at records an earlier run read, not past the readable data (no CQ_PAST_DATA_END range
     over E, prepared in the first file), so the carried reduction still equals the reduction of every
     record."""
     f = FILE
-    records = _records([_half(100, 0, "E", T0 - 1),
-                        _half(f, 1, "A", T0), _end(f + 300, f, "A", T0 + 1), _half(f + 600, 2, "B", T0 + 2),
-                        _op(f + 900, 0, "1,", T0 + 3), _half(f + 1300, 3, "C", T0 + 5),
-                        _half(f + 1500, 4, "D", T0 + 6), _op(f + 1700, 1, "2,4,", T0 + 7)])
-    bodies = _bodies(records)
-    offsets = _offsets(3, 2)
-    torn = pa.Table.from_pylist([{"broker": B, "source": "commitlog", "kind": "TRUNCATED_RECORD",
-                                  "file": "00000000000000000000", "position": f - 8,
-                                  "physical_offset": f - 8, "length": 8, "detail": "4 bytes of a header"}])
+    records, bodies, offsets, table = torn_end_case()
 
     def reduce(recs, bods, extra=None, final=None):
-        t = input_table(commitlog=recs.drop_columns(["body"]), op_bodies=bods, consumer_offsets=offsets,
-                        consumequeue=_units(records), anomalies=torn)
+        t = table(recs, bods)
         if extra is not None:
             t = pa.concat_tables([t, extra.cast(t.schema)])
         return reduce_input(t, None, None, 60000, True, final)

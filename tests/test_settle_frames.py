@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pytest
 
 from jobs.reconstruct.reducer import input_table
 from jobs.reconstruct.settle import consume_offsets, final_input
@@ -81,3 +82,38 @@ def test_settle_on_executors_equals_the_driver(spark):
     again = _reduce(recs, ops, offsets, final_input(final, facts), final)
     for name in ("transactions", "check_back", "recovery", "anomalies", "profiles"):
         assert _sorted(again[name]) == _sorted(full[name]), name
+
+
+@pytest.mark.parametrize("final_as", ["dataframe", "arrow"])
+def test_a_torn_end_before_settled_records_on_the_executors(spark, final_as):
+    """tests/test_settle.py's torn-end case reduced on the distributed path with the settled transactions
+    carried as a DataFrame (the torn-end job reads their record offsets: distributed._past_end) or as Arrow:
+    equal to the driver's reduction of every record.  Were the settled records not counted as read, their
+    units past the torn end would make a CQ_PAST_DATA_END range over the open transaction E."""
+    from jobs.reconstruct.reducer import reduce_input
+    from jobs.reconstruct.spark import final_frame, reduce_frame
+    from jobs.session import arrow_frame
+    from schemas.recon import RECON_INPUT
+    from tests.test_settle import B, torn_end_case
+
+    records, bodies, offsets, table = torn_end_case()
+    full = reduce_input(table(records, bodies), None, None, 60000, True)
+    got = settle_rows(records, bodies, full["transactions"], consume_offsets(offsets), {B: 2 * FILE},
+                      {B: [0, FILE, 2 * FILE]})
+    assert sorted(got.final.column("uniq_key").to_pylist()) == ["A", "B"]
+    want = reduce_frame(arrow_frame(spark, table(records, bodies), schema=RECON_INPUT.spark_schema()), "driver")
+    if final_as == "dataframe":
+        carried, final = final_input(None, got.facts), final_frame(spark, got.final)
+    else:
+        carried, final = final_input(got.final, got.facts), got.final
+    result = reduce_frame(arrow_frame(spark, table(got.records, got.op_bodies), schema=RECON_INPUT.spark_schema()),
+                          "distributed", op_bodies_given=True, materialize=True, carried=carried, final=final)
+    assert result.arrow is None
+    for name in ("transactions", "check_back", "recovery", "anomalies"):
+        rows = [_rows_of(getattr(r, name)) for r in (result, want)]
+        assert rows[0] == rows[1], name
+    assert "CQ_PAST_DATA_END" not in json.dumps(_rows_of(result.anomalies))
+
+
+def _rows_of(df) -> list:
+    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=repr) for r in df.collect())

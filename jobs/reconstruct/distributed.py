@@ -171,9 +171,10 @@ def _past_end(wide: DataFrame, brokers, final: Union[None, pa.Table, DataFrame] 
                 if later:
                     read_at = read_at.unionByName(spark.createDataFrame(later, "_p long"))
             elif isinstance(final, DataFrame):
+                # a generator cannot sit inside another expression (the cast): explode first
                 read_at = read_at.unionByName(
-                    final.where(c("broker") == b).select(F.explode("record_offsets").cast("long").alias("_p"))
-                    .where(c("_p") >= lo))
+                    final.where(c("broker") == b).select(F.explode("record_offsets").alias("_x"))
+                    .select(c("_x").cast("long").alias("_p")).where(c("_p") >= lo))
             # the first record read at or after each torn end (none: the end of the log)
             stops = (read_at.join(torn, c("_p") >= c("_t")).groupBy("_t").agg(F.min("_p").alias("_stop")))
             bounds = F.broadcast(torn.join(stops, "_t", "left"))
